@@ -1,0 +1,47 @@
+// swift-tools-version:6.0
+// LiveRelay: control plane for Live Activity remote updates (see ../shared/SPEC.md).
+// No Swift package can be fetched on the build machines, so every outside library is a
+// Debian C library reached through a `systemLibrary` target (ARCHITECTURE.md).
+import PackageDescription
+
+let package = Package(
+    name: "LiveRelay",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "liverelay", targets: ["liverelay"]),
+    ],
+    targets: [
+        // C libraries (Debian -dev packages).
+        .systemLibrary(name: "CLibPQ", pkgConfig: "libpq", providers: [.apt(["libpq-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CNGHTTP2", pkgConfig: "libnghttp2", providers: [.apt(["libnghttp2-dev"])]),
+        .systemLibrary(name: "CArgon2", pkgConfig: "libargon2", providers: [.apt(["libargon2-dev"])]),
+        .systemLibrary(name: "CMicroHTTPD", pkgConfig: "libmicrohttpd", providers: [.apt(["libmicrohttpd-dev"])]),
+        // Wrappers for macros and variadic C calls Swift cannot import.
+        .target(name: "CShims", dependencies: ["COpenSSL", "CMicroHTTPD", "CLibPQ"]),
+
+        // Infrastructure (knows nothing of LiveRelay).
+        .target(name: "JSON"),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON"]),
+        .target(name: "Crypto", dependencies: ["COpenSSL", "CArgon2", "CShims"]),
+        .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CShims", "Crypto"]),
+
+        // The product.
+        .target(name: "LiveRelayCore", dependencies: ["JSON"]),
+        .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON"]),
+        .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres"]),
+        .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
+        .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer"]),
+        .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON"]),
+        .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
+
+        // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
+        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "JSON"]),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
+        .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
+        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
+    ]
+)

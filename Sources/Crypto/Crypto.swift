@@ -1,0 +1,1 @@
+// Crypto module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,1 @@
+// Delivery module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,1 @@
+// HTTPServer module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,105 @@
+/// Writing JSON text. Output is compact (no spaces), object keys sorted by their UTF-8 bytes,
+/// strings escaped minimally (quote, backslash and control characters; everything else,
+/// including "/" and non-ASCII, written as UTF-8), so byte counts are exactly what a provider
+/// receives (SPEC §7 payload limits) and equal documents serialize identically.
+extension JSONValue {
+    /// Compact canonical JSON text as UTF-8 bytes.
+    public func serialized() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(128)
+        write(into: &out)
+        return out
+    }
+
+    /// Compact canonical JSON text as a `String`.
+    public var jsonString: String { String(decoding: serialized(), as: UTF8.self) }
+
+    /// Appends the compact canonical text of this value to `out`.
+    public func write(into out: inout [UInt8]) {
+        switch self {
+        case .null: out.append(contentsOf: [0x6E, 0x75, 0x6C, 0x6C])
+        case .bool(let b): out.append(contentsOf: Array((b ? "true" : "false").utf8))
+        case .int(let v): out.append(contentsOf: Array(String(v).utf8))
+        case .double(let d): out.append(contentsOf: Array(JSONValue.formatDouble(d).utf8))
+        case .string(let s): JSONValue.writeString(s, into: &out)
+        case .array(let a):
+            out.append(UInt8(ascii: "["))
+            for (n, v) in a.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                v.write(into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let o):
+            out.append(UInt8(ascii: "{"))
+            for (n, k) in o.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                JSONValue.writeString(k, into: &out)
+                out.append(UInt8(ascii: ":"))
+                o[k]!.write(into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// JSON number text for a finite double: integral values within ±2^53 without a
+    /// fraction ("3" rather than "3.0"), others in Swift's shortest round-trip form.
+    /// Non-finite values (never produced by the parser) are written as `null`.
+    public static func formatDouble(_ d: Double) -> String {
+        guard d.isFinite else { return "null" }
+        if d == d.rounded(), abs(d) < 9_007_199_254_740_992 { return String(Int64(d)) }
+        return "\(d)"
+    }
+
+    /// Appends `s` as a JSON string literal.
+    public static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(0x22)
+        for c in s.utf8 {
+            switch c {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, 0x6E])
+            case 0x0D: out.append(contentsOf: [0x5C, 0x72])
+            case 0x09: out.append(contentsOf: [0x5C, 0x74])
+            case 0x08: out.append(contentsOf: [0x5C, 0x62])
+            case 0x0C: out.append(contentsOf: [0x5C, 0x66])
+            case 0..<0x20:
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(c >> 4)], hex[Int(c & 0xF)]])
+            default: out.append(c)
+            }
+        }
+        out.append(0x22)
+    }
+}
+
+/// Convenience accessors used by request decoders.
+extension JSONValue {
+    /// The dictionary of an `.object`, else nil.
+    public var objectValue: [String: JSONValue]? { if case .object(let o) = self { return o }; return nil }
+    /// The elements of an `.array`, else nil.
+    public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a }; return nil }
+    /// The text of a `.string`, else nil.
+    public var stringValue: String? { if case .string(let s) = self { return s }; return nil }
+    /// The value of a `.bool`, else nil.
+    public var boolValue: Bool? { if case .bool(let b) = self { return b }; return nil }
+    /// An integer: `.int`, or a `.double` with no fraction within Int64 range; else nil.
+    public var intValue: Int64? {
+        switch self {
+        case .int(let i): return i
+        case .double(let d) where d == d.rounded() && abs(d) < 9.2e18: return Int64(d)
+        default: return nil
+        }
+    }
+    /// Any number as a Double, else nil.
+    public var doubleValue: Double? {
+        switch self {
+        case .int(let i): return Double(i)
+        case .double(let d): return d
+        default: return nil
+        }
+    }
+    /// True for `.null`.
+    public var isNull: Bool { self == .null }
+    /// Member `key` of an object (nil when absent or not an object).
+    public subscript(key: String) -> JSONValue? { objectValue?[key] }
+}

@@ -1,0 +1,1 @@
+// LiveRelayAPI module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,1 @@
+// LiveRelayCore module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,1 @@
+// LiveRelaySandbox module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,1 @@
+// LiveRelayStore module: see ARCHITECTURE.md for its role.

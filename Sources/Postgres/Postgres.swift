@@ -1,0 +1,1 @@
+// Postgres module: see ARCHITECTURE.md for its role.

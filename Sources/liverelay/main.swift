@@ -1,0 +1,3 @@
+import LiveRelayApp
+
+LiveRelayMain.run(CommandLine.arguments)

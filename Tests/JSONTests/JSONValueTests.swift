@@ -1,0 +1,78 @@
+import XCTest
+@testable import JSON
+
+/// RFC 8259 strictness and canonical serialization of the JSON module.
+final class JSONValueTests: XCTestCase {
+    func testParsesScalarsAndNumbers() throws {
+        XCTAssertEqual(try JSONValue.parse("1"), .int(1))
+        XCTAssertEqual(try JSONValue.parse("-0"), .int(0))
+        XCTAssertEqual(try JSONValue.parse("1.0"), .double(1.0))
+        XCTAssertEqual(try JSONValue.parse("1e3"), .double(1000))
+        XCTAssertEqual(try JSONValue.parse("9223372036854775807"), .int(Int64.max))
+        XCTAssertEqual(try JSONValue.parse("9223372036854775808"), .double(9223372036854775808))
+        XCTAssertEqual(try JSONValue.parse(" true "), .bool(true))
+        XCTAssertEqual(try JSONValue.parse("null"), .null)
+        XCTAssertEqual(try JSONValue.parse("\"\\ud83d\\ude00\\u00e9\\n\""), .string("😀é\n"))
+    }
+
+    func testRejectsWhatRFC8259Rejects() {
+        for bad in ["[1,]", "{\"a\":1,}", "{\"a\":1,\"a\":2}", "01", "1.", ".5", "+1", "\"\\x\"", "\"a\nb\"",
+                    "[1] x", "", "{a:1}", "'a'", "\"\\ud800\"", "NaN", "tru", "[", "{\"a\"}", "1e999"] {
+            XCTAssertThrowsError(try JSONValue.parse(bad), "accepted \(bad.debugDescription)")
+        }
+        XCTAssertThrowsError(try JSONValue.parse([0x22, 0xFF, 0x22]), "invalid UTF-8 accepted")
+    }
+
+    func testDepthLimitAtBoundary() throws {
+        let ok = String(repeating: "[", count: 64) + String(repeating: "]", count: 64)
+        XCTAssertEqual(try JSONValue.parse(ok).depth, 64)
+        let deep = String(repeating: "[", count: 65) + String(repeating: "]", count: 65)
+        XCTAssertThrowsError(try JSONValue.parse(deep))
+        let hostile = String(repeating: "[", count: 100_000)
+        XCTAssertThrowsError(try JSONValue.parse(hostile))
+    }
+
+    func testSerializationIsCanonical() throws {
+        let v = try JSONValue.parse("{\"b\":[1,2.5,\"x/y\"],\"a\":{\"é\":null,\"A\":true},\"c\":\"q\\\"\\\\\\u0001\"}")
+        XCTAssertEqual(v.jsonString, "{\"a\":{\"A\":true,\"é\":null},\"b\":[1,2.5,\"x/y\"],\"c\":\"q\\\"\\\\\\u0001\"}")
+        XCTAssertEqual(try JSONValue.parse(v.jsonString), v)
+        XCTAssertEqual(JSONValue.double(3).jsonString, "3")
+        XCTAssertEqual(JSONValue.string("😀").serialized().count, 6)
+    }
+
+    func testRandomDocumentsRoundTrip() throws {
+        var rng = SplitMix(seed: 42)
+        for _ in 0..<2000 {
+            let v = randomValue(&rng, depth: 0)
+            XCTAssertEqual(try JSONValue.parse(v.serialized()), v)
+        }
+    }
+
+    private func randomValue(_ r: inout SplitMix, depth: Int) -> JSONValue {
+        switch r.next() % (depth > 4 ? 5 : 7) {
+        case 0: return .null
+        case 1: return .bool(r.next() % 2 == 0)
+        case 2: return .int(Int64(bitPattern: r.next()) >> Int64(r.next() % 60))
+        case 3: return .double(Double(Int64(bitPattern: r.next()) >> 20) / 1024.5)
+        case 4: return .string(String((0..<(r.next() % 8)).map { _ in ["a", "é", "😀", "\"", "\\", "\n", "\u{1}", "/"][Int(r.next() % 8)] as Character }))
+        case 5: return .array((0..<(r.next() % 4)).map { _ in randomValue(&r, depth: depth + 1) })
+        default:
+            var o: [String: JSONValue] = [:]
+            for n in 0..<(r.next() % 4) { o["k\(n)\(r.next() % 3)"] = randomValue(&r, depth: depth + 1) }
+            return .object(o)
+        }
+    }
+}
+
+/// Deterministic PRNG (SplitMix64) for seeded property tests.
+struct SplitMix {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
