@@ -22,25 +22,26 @@ let package = Package(
 
         // Infrastructure (knows nothing of LiveRelay).
         .target(name: "JSON"),
+        .target(name: "Metrics"),
         .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"]),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON"]),
-        .target(name: "Crypto", dependencies: ["COpenSSL", "CArgon2", "CShims"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON", "Metrics"]),
+        .target(name: "Crypto", dependencies: ["COpenSSL", "CArgon2", "CShims", "JSON"]),
         .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CShims", "Crypto"]),
 
         // The product.
         .target(name: "LiveRelayCore", dependencies: ["JSON"]),
         .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON"]),
         .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres"]),
-        .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
+        .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics"]),
         .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer"]),
-        .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON"]),
+        .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics"]),
         .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "JSON"]),
-        .testTarget(name: "CryptoTests", dependencies: ["Crypto"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "JSON", "Metrics"]),
+        .testTarget(name: "CryptoTests", dependencies: ["Crypto", "JSON"]),
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
         .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
     ]

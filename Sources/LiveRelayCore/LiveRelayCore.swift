@@ -1,1 +1,0 @@
-// LiveRelayCore module: see ARCHITECTURE.md for its role.

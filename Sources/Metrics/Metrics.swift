@@ -1,0 +1,1 @@
+// Metrics module: Prometheus text-format registry (counters, gauges, histograms).
