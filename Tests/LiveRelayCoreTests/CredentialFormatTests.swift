@@ -1,0 +1,69 @@
+import XCTest
+@testable import LiveRelayCore
+
+/// SPEC §2 credential format and SPEC §3 ids.
+final class CredentialFormatTests: XCTestCase {
+    func testCRC32KnownVector() {
+        XCTAssertEqual(CRC32.checksum(Array("123456789".utf8)), 0xCBF4_3926)
+        XCTAssertEqual(CRC32.checksum([]), 0)
+    }
+
+    func testBase62() {
+        XCTAssertEqual(Base62.encode(0, width: 6), "000000")
+        XCTAssertEqual(Base62.encode(61, width: 1), "z")
+        XCTAssertEqual(Base62.encode(62, width: 1), "10")
+        XCTAssertEqual(Base62.encode(UInt64(UInt32.max), width: 6), "4gfFC3")
+        XCTAssertEqual(Base62.encode([UInt8](repeating: 0xFF, count: 32), width: 43).count, 43)
+        XCTAssertEqual(Base62.encode([0, 0, 1], width: 3), "001")
+        XCTAssertEqual(Base62.encode([1, 0], width: 1), "48")  // 256 = 4*62 + 8
+    }
+
+    func testIdsAreWellFormedAndTimeOrdered() {
+        let a = Identifier.make(.masterKey, now: Date(timeIntervalSince1970: 1_700_000_000))
+        let b = Identifier.make(.masterKey, now: Date(timeIntervalSince1970: 1_700_000_000.002))
+        XCTAssertTrue(a.hasPrefix("mk_"))
+        XCTAssertEqual(a.count, 3 + 26)
+        XCTAssertTrue(Identifier.isValid(a, kind: .masterKey))
+        XCTAssertFalse(Identifier.isValid(a, kind: .senderKey))
+        XCTAssertLessThan(a, b)
+        XCTAssertFalse(Identifier.isValid("mk_" + String(repeating: "i", count: 26), kind: .masterKey), "i is not Crockford")
+        XCTAssertFalse(Identifier.isValid("mk_" + String(repeating: "0", count: 25), kind: .masterKey))
+        XCTAssertNotEqual(Identifier.make(.tenant), Identifier.make(.tenant))
+    }
+
+    func testCrockfordEncodingOfKnownValue() {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        bytes[15] = 33  // 33 = 1*32 + 1
+        XCTAssertEqual(CrockfordBase32.encode128(bytes), String(repeating: "0", count: 24) + "11")
+        XCTAssertEqual(CrockfordBase32.encode128([UInt8](repeating: 0xFF, count: 16)), "7" + String(repeating: "z", count: 25))
+    }
+
+    func testTokenRoundTripAndChecksum() throws {
+        let id = Identifier.make(.senderKey)
+        let secret = (0..<32).map { UInt8($0 * 7 & 0xFF) }
+        let (token, parsed) = CredentialToken.make(kind: .sender, id: id, secretBytes: secret)
+        XCTAssertTrue(token.hasPrefix("lrs_" + id.dropFirst(3) + "_"))
+        XCTAssertEqual(token.count, 4 + 26 + 1 + 43 + 6)
+        XCTAssertEqual(CredentialToken.parse(token), parsed)
+        XCTAssertEqual(parsed.id, id)
+        // Any single-character change breaks the checksum or the form.
+        var chars = Array(token)
+        for i in [0, 5, 40, token.count - 1] {
+            var c = chars
+            c[i] = c[i] == "A" ? "B" : "A"
+            XCTAssertNil(CredentialToken.parse(String(c)), "mutation at \(i) accepted")
+        }
+        chars.removeLast()
+        XCTAssertNil(CredentialToken.parse(String(chars)))
+        XCTAssertNil(CredentialToken.parse(""))
+        XCTAssertNil(CredentialToken.parse("lrx" + token.dropFirst(3)))
+    }
+
+    func testEveryKindParses() {
+        for kind in CredentialKind.allCases {
+            let (token, _) = CredentialToken.make(kind: kind, id: Identifier.make(kind.idKind), secretBytes: [UInt8](repeating: 9, count: 32))
+            XCTAssertEqual(CredentialToken.parse(token)?.kind, kind)
+            XCTAssertTrue(CredentialToken.parse(token)!.id.hasPrefix(kind.idKind.rawValue + "_"))
+        }
+    }
+}
