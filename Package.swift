@@ -23,6 +23,7 @@ let package = Package(
         // Infrastructure (knows nothing of LiveRelay).
         .target(name: "JSON"),
         .target(name: "Metrics"),
+        .target(name: "Logging", dependencies: ["JSON"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON", "Metrics"]),
         .target(name: "Crypto", dependencies: ["COpenSSL", "CArgon2", "CShims", "JSON"]),
@@ -30,11 +31,11 @@ let package = Package(
 
         // The product.
         .target(name: "LiveRelayCore", dependencies: ["JSON"]),
-        .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON"]),
-        .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres"]),
-        .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics"]),
-        .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer"]),
-        .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics"]),
+        .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON", "Logging"]),
+        .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics"]),
+        .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics", "Logging"]),
+        .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer", "Logging"]),
+        .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
         .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.

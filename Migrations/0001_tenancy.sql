@@ -65,8 +65,8 @@ CREATE INDEX sender_keys_id ON sender_keys (id);
 CREATE TABLE publishable_keys (
   tenant_id     text COLLATE "C" NOT NULL REFERENCES tenants (tenant_id),
   id            text COLLATE "C" NOT NULL,
-  app_id        text NOT NULL,
-  platform      text NOT NULL CHECK (platform IN ('ios', 'android')),
+  app_id        text,                     -- NULL: any app of the tenant (the key made with the tenant)
+  platform      text CHECK (platform IN ('ios', 'android')),
   label         text NOT NULL DEFAULT '',
   secret_hash   text NOT NULL,
   created_by    text COLLATE "C",
@@ -90,9 +90,13 @@ CREATE TABLE installations (
   updated_at         timestamptz NOT NULL DEFAULT now(),
   retired_at         timestamptz,
   PRIMARY KEY (tenant_id, id),
-  UNIQUE (tenant_id, app_id, platform, install_id),
   FOREIGN KEY (tenant_id, publishable_key_id) REFERENCES publishable_keys (tenant_id, id)
 );
+
+-- One active installation per client install_id; a retired one stays as history and a later
+-- registration with the same install_id makes a new connection (SPEC §4 disconnect).
+CREATE UNIQUE INDEX installations_active_install ON installations (tenant_id, app_id, platform, install_id)
+  WHERE status = 'active';
 
 CREATE TABLE installation_credentials (
   tenant_id        text COLLATE "C" NOT NULL,

@@ -1,0 +1,136 @@
+import Foundation
+import Crypto
+import HTTPServer
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Logging
+import Metrics
+import Postgres
+
+/// Everything a handler needs, built once by the composition root.
+public final class APIContext: Sendable {
+    public let db: Database
+    public let auth: Authenticator
+    /// AES-256-GCM under `LIVERELAY_KEK`: seals stored secrets and replayable credentials.
+    public let kek: AESGCM
+    public let log: Logger
+    public let metrics: MetricsRegistry
+    /// Migrations directory, for `/readyz` ("migrations current").
+    public let migrator: Migrator?
+    /// The clock (injected in tests).
+    public let now: @Sendable () -> Date
+
+    public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
+                now: @escaping @Sendable () -> Date = Date.init) {
+        self.db = db
+        self.auth = auth
+        self.kek = kek
+        self.log = log
+        self.metrics = metrics
+        self.migrator = migrator
+        self.now = now
+    }
+}
+
+extension DomainError {
+    /// The SPEC §3 error envelope for this domain error.
+    var http: HTTPError { HTTPError(status: status, code: code, message: message, details: details) }
+}
+
+/// Handler plumbing shared by every endpoint: error mapping, authorisation guards, body
+/// reading, idempotent transactions and list parameters.
+enum Endpoint {
+    /// Runs `body`, mapping `DomainError` to its envelope and database outages to
+    /// `503 SERVICE_UNAVAILABLE` (the database's own message is logged, never returned).
+    static func run(_ ctx: APIContext, _ req: HTTPRequest, _ body: () throws -> HTTPResponse) throws -> HTTPResponse {
+        do {
+            return try body()
+        } catch let e as DomainError {
+            throw e.http
+        } catch let e as PostgresError where e.kind == .connection || e.kind == .poolTimeout || e.kind == .closed {
+            ctx.log.error("database unavailable", ["request_id": .string(req.requestId), "error": .string(e.message)])
+            throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
+                            headers: [("Retry-After", "1")])
+        }
+    }
+
+    static func forbidden(_ message: String) -> DomainError {
+        DomainError(status: 403, code: "PERMISSION_DENIED", message: message)
+    }
+
+    static func notFound(_ what: String) -> DomainError {
+        DomainError(status: 404, code: "NOT_FOUND", message: "\(what) not found")
+    }
+
+    /// The tenant of a master key, else 403.
+    static func requireMaster(_ p: Principal) throws -> (tenantId: String, keyId: String) {
+        guard case .master(let t, let k) = p else { throw forbidden("this endpoint needs a master key, not a \(p.kindName)") }
+        return (t, k)
+    }
+
+    /// The operator key id, else 403.
+    static func requireOperator(_ p: Principal) throws -> String {
+        guard case .operatorKey(let id) = p else { throw forbidden("this endpoint needs an operator key, not a \(p.kindName)") }
+        return id
+    }
+
+    /// `?limit=` (1–200, default 50) and `?cursor=` (SPEC §3 lists).
+    static func listParameters(_ req: HTTPRequest) throws -> (limit: Int, after: String?) {
+        var limit = 50
+        if let l = req.query["limit"] {
+            guard let v = Int(l), (1...200).contains(v) else { throw DomainError.invalid("limit", "limit must be an integer from 1 to 200") }
+            limit = v
+        }
+        var after: String?
+        if let c = req.query["cursor"], !c.isEmpty {
+            guard let id = Cursor.decode(c) else { throw DomainError.invalid("cursor", "cursor is not one this API returned") }
+            after = id
+        }
+        return (limit, after)
+    }
+
+    /// `{"data": [...], "next_cursor": ...}`.
+    static func list<T>(_ page: Page<T>, _ encode: (T) -> JSONValue) -> HTTPResponse {
+        .json(200, .object(["data": .array(page.items.map(encode)), "next_cursor": page.nextCursor.map(JSONValue.string) ?? .null]))
+    }
+
+    /// The request body as an object reader, or an empty object when there is no body.
+    static func reader(_ req: HTTPRequest, allowEmpty: Bool = false) throws -> (RequestReader, JSONValue) {
+        if allowEmpty && req.body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            return (try RequestReader(.object([:])), .object([:]))
+        }
+        let v = try req.jsonBody()
+        return (try RequestReader(v), v)
+    }
+
+    /// Runs a mutating request exactly once per (tenant, endpoint, idempotency key) (SPEC §3):
+    /// replays the stored response with `Idempotent-Replayed: true` (a replayed creation
+    /// answers 200, SPEC §3 "replays and reads 200"), `422 IDEMPOTENCY_KEY_REUSED` for a
+    /// different request under the same key. `seal` stores the response encrypted (it holds
+    /// a secret). `work` runs inside the tenant's transaction and returns status and body.
+    static func idempotent(_ ctx: APIContext, _ req: HTTPRequest, tenantId: String, key: String, body: JSONValue, seal: Bool,
+                           work: (PostgresConnection) throws -> (Int, JSONValue)) throws -> HTTPResponse {
+        let endpoint = "\(req.method) \(req.path)"
+        let hash = Digest.sha256Hex(body.serialized())
+        return try ctx.db.tenant(tenantId) { c in
+            if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek) {
+                let status = stored.status == 201 ? 200 : stored.status
+                return HTTPResponse(status: status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
+                                    body: stored.body)
+            }
+            let (status, value) = try work(c)
+            let bytes = value.serialized()
+            try IdempotencyStore.complete(c, tenantId: tenantId, endpoint: endpoint, key: key,
+                                          response: StoredResponse(status: status, body: bytes), seal: seal ? ctx.kek : nil)
+            return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: bytes)
+        }
+    }
+}
+
+/// JSON helpers for response objects.
+enum J {
+    static func ts(_ d: Date?) -> JSONValue { d.map { .string(Timestamp.format($0)) } ?? .null }
+    static func str(_ s: String?) -> JSONValue { s.map(JSONValue.string) ?? .null }
+    static func strs(_ a: [String]) -> JSONValue { .array(a.map(JSONValue.string)) }
+}

@@ -1,0 +1,152 @@
+import Foundation
+import Crypto
+import HTTPServer
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Logging
+import Postgres
+import Synchronization
+
+/// Verifies `Authorization: Bearer <credential>` (SPEC §2).
+///
+/// The token's form and checksum are checked first, without a database read. A verified
+/// credential is cached in memory for at most `cacheSeconds` (60), keyed by HMAC-SHA-256 of
+/// the token under a per-process random key (never the plaintext), and never past the
+/// credential's own expiry. Revocations and suspensions arrive as NOTIFY on
+/// `CredentialLookup.invalidationChannel` and evict matching entries at once; if the
+/// listening connection is lost, the whole cache is dropped.
+public final class Authenticator: Sendable {
+    struct Entry {
+        let principal: Principal
+        let tenantSuspended: Bool
+        let usableUntil: Date
+    }
+
+    let db: Database
+    let log: Logger
+    let cacheSeconds: Double
+    let cacheKey = SecureRandom.bytes(32)
+    let cache = Mutex<[String: Entry]>([:])
+    let now: @Sendable () -> Date
+    let stopping = Atomic<Bool>(false)
+
+    /// Maximum cached verifications; past it the cache is cleared (bounded memory).
+    static let maxEntries = 100_000
+
+    public init(db: Database, log: Logger, cacheSeconds: Double = 60, now: @escaping @Sendable () -> Date = Date.init) {
+        self.db = db
+        self.log = log
+        self.cacheSeconds = cacheSeconds
+        self.now = now
+    }
+
+    /// Number of cached verifications (for tests and metrics).
+    public var cachedCount: Int { cache.withLock { $0.count } }
+
+    /// The principal of `request`.
+    /// - Throws: `HTTPError` 401 `UNAUTHENTICATED` (missing, malformed, unknown, revoked or
+    ///   expired credential, all alike), 403 `TENANT_SUSPENDED`, 503 when the database is down.
+    public func authenticate(_ request: HTTPRequest) throws -> Principal {
+        guard let header = request.header("authorization"), header.count > 7,
+              header.prefix(7).lowercased() == "bearer " else {
+            throw Self.unauthenticated("missing Authorization: Bearer <credential> header")
+        }
+        let tokenText = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        guard let token = CredentialToken.parse(tokenText) else { throw Self.unauthenticated("malformed credential") }
+        let key = Digest.hmacSHA256(key: cacheKey, data: Array(tokenText.utf8)).map { String(format: "%02x", $0) }.joined()
+        let t = now()
+        if let e = cache.withLock({ $0[key] }), e.usableUntil > t {
+            if e.tenantSuspended { throw Self.suspended() }
+            return e.principal
+        }
+        let stored: StoredCredential?
+        do {
+            stored = try db.system { c in try CredentialLookup.find(c, token) }
+        } catch {
+            log.error("credential lookup failed", ["error": .string("\(error)")])
+            throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
+                            headers: [("Retry-After", "1")])
+        }
+        guard let s = stored, s.usable, CredentialMint.verify(token, hash: s.secretHash) else {
+            throw Self.unauthenticated("unknown, revoked or expired credential")
+        }
+        let principal = try Self.principal(of: s)
+        let until = min(t.addingTimeInterval(cacheSeconds), s.validUntil ?? .distantFuture)
+        let suspended = s.tenantStatus == "suspended"
+        cache.withLock { c in
+            if c.count >= Self.maxEntries { c.removeAll() }
+            c[key] = Entry(principal: principal, tenantSuspended: suspended, usableUntil: until)
+        }
+        if suspended { throw Self.suspended() }
+        return principal
+    }
+
+    static func principal(of s: StoredCredential) throws -> Principal {
+        switch s.kind {
+        case .operator: return .operatorKey(id: s.id)
+        case .master: return .master(tenantId: s.tenantId!, keyId: s.id)
+        case .sender:
+            return .sender(tenantId: s.tenantId!, scope: SenderScope(
+                keyId: s.id, targets: Set(s.targets), createdFrom: Set(s.createdFrom),
+                permissions: Set(s.permissions.compactMap(Permission.init(rawValue:)))))
+        case .publishable: return .publishable(tenantId: s.tenantId!, keyId: s.id, appId: s.appId, platform: s.platform)
+        case .installation:
+            return .installation(tenantId: s.tenantId!, installationId: s.installationId!, credentialId: s.id,
+                                 retired: s.installationStatus == "retired")
+        }
+    }
+
+    /// Drops cached verifications for `subject`: a credential id, or `tenant:<id>`.
+    public func invalidate(_ subject: String) {
+        cache.withLock { c in
+            if subject.hasPrefix("tenant:") {
+                let tenant = String(subject.dropFirst(7))
+                c = c.filter { $0.value.principal.tenantId != tenant }
+            } else if subject == "*" {
+                c.removeAll()
+            } else {
+                c = c.filter { $0.value.principal.keyId != subject }
+            }
+        }
+    }
+
+    /// Starts the background thread that LISTENs for invalidations on its own connection
+    /// to `conninfo`, reconnecting every second after a loss (and clearing the cache then).
+    public func startInvalidationListener(conninfo: String) {
+        let t = Thread { [self] in
+            var conn: PostgresConnection?
+            while !stopping.load(ordering: .relaxed) {
+                do {
+                    if conn == nil {
+                        let c = try PostgresConnection(conninfo)
+                        try c.listen(CredentialLookup.invalidationChannel)
+                        conn = c
+                        invalidate("*")  // anything may have been missed while not listening
+                    }
+                    for n in try conn!.waitForNotifications(timeoutSeconds: 0.25) { invalidate(n.payload) }
+                } catch {
+                    conn?.close()
+                    conn = nil
+                    invalidate("*")
+                    log.warning("auth invalidation listener lost its connection; retrying", ["error": .string("\(error)")])
+                    Thread.sleep(forTimeInterval: 1)
+                }
+            }
+            conn?.close()
+        }
+        t.name = "auth-invalidation"
+        t.start()
+    }
+
+    /// Stops the listener thread (within ~0.25 s).
+    public func stop() { stopping.store(true, ordering: .relaxed) }
+
+    static func unauthenticated(_ why: String) -> HTTPError {
+        HTTPError(status: 401, code: "UNAUTHENTICATED", message: why, headers: [("WWW-Authenticate", "Bearer")])
+    }
+
+    static func suspended() -> HTTPError {
+        HTTPError(status: 403, code: "TENANT_SUSPENDED", message: "this tenant is suspended; contact the operator")
+    }
+}

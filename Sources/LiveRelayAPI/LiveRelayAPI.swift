@@ -1,1 +1,0 @@
-// LiveRelayAPI module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,113 @@
+import Foundation
+import HTTPServer
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// SPEC §4 tenant admin: sender keys (SPEC §2 coverage fields).
+enum SenderKeyHandlers {
+    static func register(_ r: Router, _ ctx: APIContext) {
+        r.add("POST", "/v1/remote-updates/sender-keys") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
+        r.add("GET", "/v1/remote-updates/sender-keys") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
+        r.add("GET", "/v1/remote-updates/sender-keys/{id}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
+        r.add("POST", "/v1/remote-updates/sender-keys/{id}/revoke") { req in try Endpoint.run(ctx, req) { try revoke(ctx, req) } }
+    }
+
+    /// Most ids one key may name in `targets` or `created_from`.
+    static let maxIds = 1000
+
+    /// The validated body of a sender-key creation.
+    struct Body {
+        var targets: [String], createdFrom: [String], permissions: [String], label: String, expiresAt: Date?, key: String
+    }
+
+    /// Parses and checks the body: known permissions (at least one), well-formed ids
+    /// (`targets`: `st_`/`tgt_`; `created_from`: `st_`), at least one id, `expires_at` in the future.
+    static func parse(_ r: inout RequestReader, now: Date) throws -> Body {
+        let perms = try r.optionalStringArray("permissions", maxCount: Permission.allCases.count, maxLength: 64)
+        guard let perms, !perms.isEmpty else {
+            throw DomainError.invalid("permissions", "permissions must list at least one of \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        for (i, p) in perms.enumerated() where Permission(rawValue: p) == nil {
+            throw DomainError.invalid("permissions.\(i)", "unknown permission \(p.debugDescription); known: \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
+        }
+        let targets = try r.optionalStringArray("targets", maxCount: maxIds, maxLength: 64) ?? []
+        for (i, t) in targets.enumerated() where !(Identifier.isValid(t, kind: .startTarget) || Identifier.isValid(t, kind: .target)) {
+            throw DomainError.invalid("targets.\(i)", "targets.\(i) must be a start target id (st_…) or a target id (tgt_…)")
+        }
+        let createdFrom = try r.optionalStringArray("created_from", maxCount: maxIds, maxLength: 64) ?? []
+        for (i, t) in createdFrom.enumerated() where !Identifier.isValid(t, kind: .startTarget) {
+            throw DomainError.invalid("created_from.\(i)", "created_from.\(i) must be a start target id (st_…)")
+        }
+        if targets.isEmpty && createdFrom.isEmpty {
+            throw DomainError.invalid("targets", "a sender key must name at least one id in targets or created_from")
+        }
+        let label = try r.optionalString("label", maxLength: 200) ?? ""
+        let expiresAt = try r.optionalTimestamp("expires_at")
+        if let e = expiresAt, e <= now { throw DomainError.invalid("expires_at", "expires_at must be in the future") }
+        let key = try r.idempotencyKey()
+        try r.finish()
+        return Body(targets: targets, createdFrom: createdFrom, permissions: perms.sorted(), label: label, expiresAt: expiresAt, key: key)
+    }
+
+    /// `POST /v1/remote-updates/sender-keys` → 201 `{id, credential, …}`; a replay returns the
+    /// same credential (stored sealed for 24 h, SPEC §3).
+    static func create(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
+        var (r, json) = try Endpoint.reader(req)
+        let b = try parse(&r, now: ctx.now())
+        return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: b.key, body: json, seal: true) { c in
+            let found = try ObjectIds.existing(c, tenantId: tenant, ids: b.targets + b.createdFrom)
+            if let (i, id) = b.targets.enumerated().first(where: { !found.contains($0.element) }) {
+                throw DomainError.invalid("targets.\(i)", "targets.\(i): no start target or target \(id) in this tenant")
+            }
+            if let (i, id) = b.createdFrom.enumerated().first(where: { !found.contains($0.element) }) {
+                throw DomainError.invalid("created_from.\(i)", "created_from.\(i): no start target \(id) in this tenant")
+            }
+            let minted = try CredentialMint.make(.sender)
+            let k = try KeyStore.insertSenderKey(c, tenantId: tenant, id: minted.id, label: b.label, secretHash: minted.secretHash,
+                                                 targets: b.targets, createdFrom: b.createdFrom, permissions: b.permissions,
+                                                 createdBy: actor, expiresAt: b.expiresAt)
+            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "sender_key.create", objectType: "sender_key",
+                                  objectId: k.id, requestId: req.requestId,
+                                  details: ["permissions": J.strs(b.permissions), "targets": J.strs(b.targets),
+                                            "created_from": J.strs(b.createdFrom)])
+            return (201, Encode.senderKey(k, now: ctx.now(), credential: minted.token))
+        }
+    }
+
+    static func list(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
+        let (limit, after) = try Endpoint.listParameters(req)
+        let page = try ctx.db.tenant(tenant) { c in try KeyStore.listSenderKeys(c, tenantId: tenant, limit: limit, after: after) }
+        let now = ctx.now()
+        return Endpoint.list(page) { Encode.senderKey($0, now: now) }
+    }
+
+    static func get(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
+        let id = req.pathParameters["id"] ?? ""
+        guard let k = try ctx.db.tenant(tenant, { c in try KeyStore.senderKey(c, tenantId: tenant, id: id) }) else {
+            throw Endpoint.notFound("sender key")
+        }
+        return .json(200, Encode.senderKey(k, now: ctx.now()))
+    }
+
+    /// `POST /v1/remote-updates/sender-keys/{id}/revoke`: stops working on every node within 1 s.
+    static func revoke(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
+        let id = req.pathParameters["id"] ?? ""
+        var (r, _) = try Endpoint.reader(req, allowEmpty: true)
+        _ = try r.optionalString("idempotency_key", maxLength: 255)
+        try r.finish()
+        let k = try ctx.db.tenant(tenant) { c -> SenderKeyRecord in
+            guard let k = try KeyStore.revokeSenderKey(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("sender key") }
+            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "sender_key.revoke", objectType: "sender_key",
+                                  objectId: id, requestId: req.requestId)
+            try CredentialLookup.announceInvalidation(c, subject: id)
+            return k
+        }
+        return .json(200, Encode.senderKey(k, now: ctx.now()))
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import Logging
+
+/// Every setting of a LiveRelay process, read from the environment in one place (SPEC §9)
+/// and validated before anything starts.
+///
+/// | variable | field | default |
+/// | --- | --- | --- |
+/// | `DATABASE_URL` | `databaseURL` | nil → embedded cluster under `home` |
+/// | `LIVERELAY_LISTEN` | `listenHost`/`listenPort` | `127.0.0.1:8080` |
+/// | `LIVERELAY_KEK` | `kek` (32 bytes) | generated into `<home>/kek` in embedded mode; required otherwise |
+/// | `LIVERELAY_APNS_PRODUCTION_URL` | `apnsProductionURL` | `https://api.push.apple.com` |
+/// | `LIVERELAY_APNS_SANDBOX_URL` | `apnsSandboxURL` | `https://api.sandbox.push.apple.com` |
+/// | `LIVERELAY_FCM_URL` | `fcmURL` | `https://fcm.googleapis.com` |
+/// | `LIVERELAY_EXTRA_CA_FILE` | `extraCAFile` | none |
+/// | `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` | `defaultExpirationSeconds` | 3600 |
+/// | `LIVERELAY_LOG_LEVEL` | `logLevel` | `info` |
+/// | `LIVERELAY_HOME` | `home` (embedded cluster, KEK file) | `./.liverelay` |
+/// | `LIVERELAY_HTTP_THREADS` | `httpThreads` | 16 |
+/// | `LIVERELAY_DB_POOL_SIZE` | `databasePoolSize` | 20 |
+public struct Configuration: Sendable {
+    public var databaseURL: String?
+    public var listenHost: String
+    public var listenPort: Int
+    /// Key-encryption key (AES-256), nil until resolved (embedded mode generates it).
+    public var kek: [UInt8]?
+    public var apnsProductionURL: String
+    public var apnsSandboxURL: String
+    public var fcmURL: String
+    public var extraCAFile: String?
+    /// Seconds added to now for `apns-expiration` when a write has no `expires_at` (SPEC §8).
+    public var defaultExpirationSeconds: Int
+    public var logLevel: LogLevel
+    /// Directory for the embedded cluster and generated KEK.
+    public var home: URL
+    public var httpThreads: Int
+    public var databasePoolSize: Int
+
+    /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
+    public static func load(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
+        var problems: [String] = []
+        func nonEmpty(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
+
+        let listen = nonEmpty("LIVERELAY_LISTEN") ?? "127.0.0.1:8080"
+        var host = "127.0.0.1", port = 8080
+        if let colon = listen.lastIndex(of: ":"), let p = Int(listen[listen.index(after: colon)...]), (0...65535).contains(p) {
+            host = String(listen[..<colon])
+            if host.isEmpty { host = "0.0.0.0" }
+            port = p
+        } else {
+            problems.append("LIVERELAY_LISTEN must be host:port (e.g. 127.0.0.1:8080), got \(listen.debugDescription)")
+        }
+
+        var kek: [UInt8]?
+        if let k = nonEmpty("LIVERELAY_KEK") {
+            if let d = Data(base64Encoded: k), d.count == 32 { kek = Array(d) } else {
+                problems.append("LIVERELAY_KEK must be the base64 of exactly 32 random bytes (e.g. `openssl rand -base64 32`)")
+            }
+        }
+        let db = nonEmpty("DATABASE_URL")
+        if db != nil && kek == nil && !problems.contains(where: { $0.hasPrefix("LIVERELAY_KEK") }) {
+            problems.append("LIVERELAY_KEK is required when DATABASE_URL is set (base64 of 32 random bytes)")
+        }
+
+        func url(_ k: String, _ def: String) -> String {
+            let v = nonEmpty(k) ?? def
+            if !(v.hasPrefix("https://") || v.hasPrefix("http://")) || URL(string: v)?.host == nil {
+                problems.append("\(k) must be an http(s) URL, got \(v.debugDescription)")
+            }
+            return v.hasSuffix("/") ? String(v.dropLast()) : v
+        }
+        let apnsProd = url("LIVERELAY_APNS_PRODUCTION_URL", "https://api.push.apple.com")
+        let apnsSandbox = url("LIVERELAY_APNS_SANDBOX_URL", "https://api.sandbox.push.apple.com")
+        let fcm = url("LIVERELAY_FCM_URL", "https://fcm.googleapis.com")
+
+        let ca = nonEmpty("LIVERELAY_EXTRA_CA_FILE")
+        if let ca, !FileManager.default.isReadableFile(atPath: ca) {
+            problems.append("LIVERELAY_EXTRA_CA_FILE \(ca) is not a readable file")
+        }
+
+        func int(_ k: String, _ def: Int, _ range: ClosedRange<Int>) -> Int {
+            guard let s = nonEmpty(k) else { return def }
+            guard let v = Int(s), range.contains(v) else {
+                problems.append("\(k) must be an integer in \(range.lowerBound)...\(range.upperBound), got \(s.debugDescription)")
+                return def
+            }
+            return v
+        }
+        let exp = int("LIVERELAY_DEFAULT_EXPIRATION_SECONDS", 3600, 0...2_592_000)
+        let threads = int("LIVERELAY_HTTP_THREADS", 16, 1...256)
+        let poolSize = int("LIVERELAY_DB_POOL_SIZE", 20, 1...500)
+
+        var level = LogLevel.info
+        if let l = nonEmpty("LIVERELAY_LOG_LEVEL") {
+            if let v = LogLevel(name: l) { level = v } else {
+                problems.append("LIVERELAY_LOG_LEVEL must be one of debug, info, warning, error, got \(l.debugDescription)")
+            }
+        }
+        let home = URL(fileURLWithPath: nonEmpty("LIVERELAY_HOME") ?? ".liverelay",
+                       relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL
+
+        if !problems.isEmpty { throw ConfigurationError(problems: problems) }
+        return Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
+                             apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
+                             logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
+    }
+}
+
+/// Invalid configuration: each entry of `problems` is one line naming the variable.
+public struct ConfigurationError: Error, CustomStringConvertible {
+    public let problems: [String]
+    public var description: String { problems.map { "configuration: \($0)" }.joined(separator: "\n") }
+}

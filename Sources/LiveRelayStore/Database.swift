@@ -1,0 +1,63 @@
+import Foundation
+import Postgres
+
+/// The one door to PostgreSQL for the product: every transaction declares whose rows it may
+/// see, so row-level security (migration 0001) is a second wall behind the `tenant_id`
+/// filter that every statement also carries (SPEC §9, ARCHITECTURE "SQL only in Store").
+public final class Database: Sendable {
+    /// The shared connection pool.
+    public let pool: PostgresPool
+
+    public init(pool: PostgresPool) { self.pool = pool }
+
+    /// Runs `body` in a transaction that sees only `tenantId`'s rows
+    /// (`set_config('app.tenant_id', tenantId, true)`, i.e. SET LOCAL).
+    /// Retries on serialization failure/deadlock (see `PostgresPool.transaction`).
+    public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
+                          _ body: (PostgresConnection) throws -> T) throws -> T {
+        try pool.transaction(isolation: isolation, settings: [("app.tenant_id", tenantId)], body)
+    }
+
+    /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
+    /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
+    /// Every statement inside must still name the tenant where it touches one tenant's rows.
+    public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
+        try pool.transaction(isolation: isolation, settings: [("app.scope", "system")], body)
+    }
+}
+
+/// Keyset pagination over time-ordered ids (SPEC §3 lists): the cursor is the opaque
+/// base64url of the last id of the previous page.
+public enum Cursor {
+    /// The opaque cursor for `lastId`.
+    public static func encode(_ lastId: String) -> String {
+        Data(("v1:" + lastId).utf8).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_")
+            .replacingOccurrences(of: "=", with: "")
+    }
+
+    /// The last id a cursor stands for; nil when the cursor was not made by `encode`.
+    public static func decode(_ cursor: String) -> String? {
+        var s = cursor.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
+        while s.count % 4 != 0 { s += "=" }
+        guard let d = Data(base64Encoded: s), let text = String(data: d, encoding: .utf8), text.hasPrefix("v1:") else { return nil }
+        let id = String(text.dropFirst(3))
+        return id.isEmpty || id.count > 64 ? nil : id
+    }
+}
+
+/// One page of a list: rows plus the cursor of the next page (nil on the last page).
+public struct Page<T: Sendable>: Sendable {
+    public let items: [T]
+    public let nextCursor: String?
+    public init(items: [T], nextCursor: String?) { self.items = items; self.nextCursor = nextCursor }
+
+    /// Builds a page from `limit + 1` fetched rows: the extra row only says another page exists.
+    public static func from(_ rows: [T], limit: Int, id: (T) -> String) -> Page<T> {
+        if rows.count > limit {
+            let items = Array(rows.prefix(limit))
+            return Page(items: items, nextCursor: items.last.map { Cursor.encode(id($0)) })
+        }
+        return Page(items: rows, nextCursor: nil)
+    }
+}

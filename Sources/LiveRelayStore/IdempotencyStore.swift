@@ -1,0 +1,92 @@
+import Foundation
+import Crypto
+import LiveRelayCore
+import Postgres
+
+/// A response kept for replay: HTTP status and the exact JSON body bytes.
+public struct StoredResponse: Sendable, Equatable {
+    public let status: Int
+    public let body: [UInt8]
+    public init(status: Int, body: [UInt8]) { self.status = status; self.body = body }
+}
+
+/// SPEC §3 idempotency, scope (tenant, endpoint, key), done inside the write's own transaction:
+///
+/// 1. `claim` inserts the key's row. A concurrent transaction holding the same key makes the
+///    insert wait on the unique index until it commits (then this one replays it) or rolls
+///    back (then this one does the work) — "one commits, the other replays".
+/// 2. The caller does the work and calls `complete` with the response in the same transaction,
+///    so the stored response exists exactly when the work does.
+/// Responses that carry a secret (new credentials) are stored only AES-256-GCM-sealed under
+/// the key-encryption key, and every record is purged after 24 h (`purgeExpired`).
+public enum IdempotencyStore {
+    /// How long a key is kept (SPEC §3: at least 24 h).
+    public static let retentionSeconds: Double = 24 * 3600
+    /// How long a request waits for a concurrent holder of its key before `409 IDEMPOTENCY_KEY_IN_USE`.
+    public static let waitSeconds = 10
+
+    /// Claims the key. Returns nil when this transaction must do the work, or the stored
+    /// response to replay.
+    /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request),
+    ///   409 `IDEMPOTENCY_KEY_IN_USE` (a concurrent holder did not finish in `waitSeconds`).
+    public static func claim(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String, requestHash: String,
+                             kek: AESGCM) throws -> StoredResponse? {
+        try c.execute("SELECT set_config('lock_timeout', $1, true)", ["\(waitSeconds)s"])
+        let inserted: Bool
+        do {
+            inserted = try !c.query("""
+                INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, expires_at)
+                VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5)) ON CONFLICT DO NOTHING RETURNING 1 AS one
+                """, [tenantId, endpoint, key, requestHash, retentionSeconds]).isEmpty
+        } catch let e as PostgresError where e.sqlState == "55P03" {
+            throw DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+                              message: "another request with this idempotency_key is still being processed; retry shortly",
+                              details: ["field": "idempotency_key"])
+        }
+        try c.execute("SELECT set_config('lock_timeout', '0', true)")
+        if inserted { return nil }
+        guard let row = try c.query("""
+            SELECT request_hash, status_code, response_body, response_sealed FROM idempotency_records
+             WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
+            """, [tenantId, endpoint, key]).first else {
+            // Purged between the insert attempt and the read: treat as new on the caller's retry.
+            throw PostgresError.retryable
+        }
+        guard try row.string("request_hash") == requestHash else {
+            throw DomainError(status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+                              message: "idempotency_key was already used with a different request",
+                              details: ["field": "idempotency_key"])
+        }
+        let status = try row.int("status_code")
+        if let sealed = try row.optionalBytes("response_sealed") {
+            let body = try kek.open(sealed, associatedData: aad(tenantId, endpoint, key))
+            return StoredResponse(status: status, body: body)
+        }
+        return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
+    }
+
+    /// Stores the response of the claimed key; sealed under `seal` when it holds a secret.
+    public static func complete(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String,
+                                response: StoredResponse, seal: AESGCM?) throws {
+        let plain: [UInt8]? = seal == nil ? response.body : nil
+        let sealed: [UInt8]? = try seal.map { try $0.seal(response.body, associatedData: aad(tenantId, endpoint, key)) }
+        try c.execute("""
+            UPDATE idempotency_records SET status_code = $4, response_body = $5, response_sealed = $6
+             WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
+            """, [tenantId, endpoint, key, response.status, plain, sealed])
+    }
+
+    /// Deletes records past their retention (system scope). Returns how many went.
+    public static func purgeExpired(_ c: PostgresConnection) throws -> Int {
+        try c.execute("DELETE FROM idempotency_records WHERE expires_at < now()")
+    }
+
+    static func aad(_ t: String, _ e: String, _ k: String) -> [UInt8] { Array("idempotency|\(t)|\(e)|\(k)".utf8) }
+}
+
+extension PostgresError {
+    /// A serialization failure stand-in: makes `PostgresPool.transaction` run the body again.
+    static var retryable: PostgresError {
+        PostgresError(kind: .query, sqlState: "40001", constraint: nil, message: "idempotency record vanished; retrying")
+    }
+}

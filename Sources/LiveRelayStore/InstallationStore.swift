@@ -1,0 +1,113 @@
+import Foundation
+import Postgres
+
+/// An installation row (SPEC §1: one install of the tenant's app on one device).
+public struct InstallationRecord: Sendable, Equatable {
+    public let tenantId: String
+    public let id: String
+    public let publishableKeyId: String
+    public let appId: String
+    /// `ios` or `android`.
+    public let platform: String
+    /// `sandbox` or `production` (APNs environment).
+    public let environment: String
+    /// The client's own install UUID (registration is idempotent on it).
+    public let installId: String
+    /// Whether an FCM registration token is set (the token itself is never returned).
+    public let fcmToken: String?
+    /// `active` or `retired`.
+    public let status: String
+    public let createdAt: Date
+    public let retiredAt: Date?
+
+    init(row r: PostgresRow) throws {
+        tenantId = try r.string("tenant_id"); id = try r.string("id"); publishableKeyId = try r.string("publishable_key_id")
+        appId = try r.string("app_id"); platform = try r.string("platform"); environment = try r.string("environment")
+        installId = try r.string("install_id"); fcmToken = try r.optionalString("fcm_token"); status = try r.string("status")
+        createdAt = try r.date("created_at"); retiredAt = try r.optionalDate("retired_at")
+    }
+}
+
+/// SQL for installations and their credentials.
+public enum InstallationStore {
+    static let columns = "tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token, status, created_at, retired_at"
+
+    /// The active installation for (app, platform, install_id), locked for update.
+    public static func activeByInstallId(_ c: PostgresConnection, tenantId: String, appId: String, platform: String, installId: String) throws -> InstallationRecord? {
+        try c.query("""
+            SELECT \(columns) FROM installations
+             WHERE tenant_id = $1 AND app_id = $2 AND platform = $3 AND install_id = $4 AND status = 'active' FOR UPDATE
+            """, [tenantId, appId, platform, installId]).first.map(InstallationRecord.init(row:))
+    }
+
+    /// Inserts a new active installation.
+    public static func insert(_ c: PostgresConnection, tenantId: String, id: String, publishableKeyId: String, appId: String,
+                              platform: String, environment: String, installId: String, fcmToken: String?) throws -> InstallationRecord {
+        try InstallationRecord(row: c.query("""
+            INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING \(columns)
+            """, [tenantId, id, publishableKeyId, appId, platform, environment, installId, fcmToken])[0])
+    }
+
+    /// Installation `id` of the tenant, optionally locked.
+    public static func get(_ c: PostgresConnection, tenantId: String, id: String, forUpdate: Bool = false) throws -> InstallationRecord? {
+        try c.query("SELECT \(columns) FROM installations WHERE tenant_id = $1 AND id = $2\(forUpdate ? " FOR UPDATE" : "")", [tenantId, id])
+            .first.map(InstallationRecord.init(row:))
+    }
+
+    /// Adds a credential for the installation.
+    public static func insertCredential(_ c: PostgresConnection, tenantId: String, id: String, installationId: String, secretHash: String) throws {
+        try c.execute("""
+            INSERT INTO installation_credentials (tenant_id, id, installation_id, secret_hash) VALUES ($1, $2, $3, $4)
+            """, [tenantId, id, installationId, secretHash])
+    }
+
+    /// Sets every other still-valid credential of the installation to expire after
+    /// `graceSeconds` (SPEC §4 renew: "old one valid 5 min more"). Returns their ids.
+    public static func expireOtherCredentials(_ c: PostgresConnection, tenantId: String, installationId: String, keep: String,
+                                              graceSeconds: Double) throws -> [String] {
+        try c.query("""
+            UPDATE installation_credentials SET expires_at = now() + make_interval(secs => $4)
+             WHERE tenant_id = $1 AND installation_id = $2 AND id <> $3
+               AND (expires_at IS NULL OR expires_at > now() + make_interval(secs => $4))
+            RETURNING id
+            """, [tenantId, installationId, keep, graceSeconds]).map { try $0.string("id") }
+    }
+
+    /// Marks the installation retired (idempotent); returns the row.
+    public static func retire(_ c: PostgresConnection, tenantId: String, id: String) throws -> InstallationRecord? {
+        try c.query("""
+            UPDATE installations SET status = 'retired', retired_at = COALESCE(retired_at, now()), updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+            """, [tenantId, id]).first.map(InstallationRecord.init(row:))
+    }
+
+    /// Sets or clears the FCM registration token.
+    public static func setFCMToken(_ c: PostgresConnection, tenantId: String, id: String, token: String?) throws {
+        try c.execute("UPDATE installations SET fcm_token = $3, updated_at = now() WHERE tenant_id = $1 AND id = $2", [tenantId, id, token])
+    }
+}
+
+extension InstallationStore {
+    /// Retires the installation and everything hanging off it (SPEC §4 disconnect): bindings
+    /// and start targets retire, live targets end with reason `installation_retired`.
+    /// Idempotent. Returns the retired installation.
+    public static func retireAll(_ c: PostgresConnection, tenantId: String, id: String) throws -> InstallationRecord {
+        guard let inst = try retire(c, tenantId: tenantId, id: id) else {
+            throw PostgresError(kind: .query, sqlState: nil, constraint: nil, message: "installation vanished during retire")
+        }
+        try c.execute("""
+            UPDATE bindings SET status = 'retired', retired_at = COALESCE(retired_at, now())
+             WHERE tenant_id = $1 AND installation_id = $2 AND status <> 'retired'
+            """, [tenantId, id])
+        try c.execute("""
+            UPDATE start_targets SET status = 'retired', updated_at = now()
+             WHERE tenant_id = $1 AND installation_id = $2 AND status <> 'retired'
+            """, [tenantId, id])
+        try c.execute("""
+            UPDATE targets SET status = 'ended', end_reason = 'installation_retired', ended_at = now(), updated_at = now()
+             WHERE tenant_id = $1 AND installation_id = $2 AND status NOT IN ('ended', 'creation_failed')
+            """, [tenantId, id])
+        return inst
+    }
+}

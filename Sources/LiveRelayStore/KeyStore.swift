@@ -1,0 +1,195 @@
+import Foundation
+import Postgres
+
+/// A master key's metadata (never its secret). SPEC §4 tenant admin.
+public struct MasterKeyRecord: Sendable, Equatable {
+    public let tenantId: String
+    public let id: String
+    public let label: String
+    public let createdBy: String?
+    public let createdAt: Date
+    /// When revocation was asked for.
+    public let revokedAt: Date?
+    /// When the key stops working (now, or after the grace period).
+    public let expiresAt: Date?
+
+    init(row r: PostgresRow) throws {
+        tenantId = try r.string("tenant_id"); id = try r.string("id"); label = try r.string("label")
+        createdBy = try r.optionalString("created_by"); createdAt = try r.date("created_at")
+        revokedAt = try r.optionalDate("revoked_at"); expiresAt = try r.optionalDate("expires_at")
+    }
+
+    /// `active`, `revoking` (revoked with a grace period still running) or `revoked`.
+    public func status(now: Date) -> String {
+        guard let e = expiresAt else { return "active" }
+        return e > now ? (revokedAt == nil ? "active" : "revoking") : "revoked"
+    }
+}
+
+/// A sender key's metadata (SPEC §2 "Sender key coverage").
+public struct SenderKeyRecord: Sendable, Equatable {
+    public let tenantId: String
+    public let id: String
+    public let label: String
+    public let targets: [String]
+    public let createdFrom: [String]
+    public let permissions: [String]
+    public let createdBy: String
+    public let createdAt: Date
+    public let expiresAt: Date?
+    public let revokedAt: Date?
+
+    init(row r: PostgresRow) throws {
+        tenantId = try r.string("tenant_id"); id = try r.string("id"); label = try r.string("label")
+        targets = try r.stringArray("targets"); createdFrom = try r.stringArray("created_from")
+        permissions = try r.stringArray("permissions"); createdBy = try r.string("created_by")
+        createdAt = try r.date("created_at"); expiresAt = try r.optionalDate("expires_at"); revokedAt = try r.optionalDate("revoked_at")
+    }
+
+    /// `active`, `expired` or `revoked`.
+    public func status(now: Date) -> String {
+        if revokedAt != nil { return "revoked" }
+        if let e = expiresAt, e <= now { return "expired" }
+        return "active"
+    }
+}
+
+/// A publishable key's metadata (SPEC §1: devices embed it; it can only register installations).
+public struct PublishableKeyRecord: Sendable, Equatable {
+    public let tenantId: String
+    public let id: String
+    /// The app it is for (bundle id / package name); nil = any app of the tenant.
+    public let appId: String?
+    /// `ios`/`android`; nil = any.
+    public let platform: String?
+    public let label: String
+    public let createdAt: Date
+    public let revokedAt: Date?
+
+    init(row r: PostgresRow) throws {
+        tenantId = try r.string("tenant_id"); id = try r.string("id"); appId = try r.optionalString("app_id")
+        platform = try r.optionalString("platform"); label = try r.string("label")
+        createdAt = try r.date("created_at"); revokedAt = try r.optionalDate("revoked_at")
+    }
+}
+
+/// SQL for operator, master, sender and publishable keys. Secrets arrive here only as argon2id hashes.
+public enum KeyStore {
+    static let masterColumns = "tenant_id, id, label, created_by, created_at, revoked_at, expires_at"
+    static let senderColumns = "tenant_id, id, label, targets, created_from, permissions, created_by, created_at, expires_at, revoked_at"
+    static let publishableColumns = "tenant_id, id, app_id, platform, label, created_at, revoked_at"
+
+    /// Inserts an operator key (deployment-wide, no tenant).
+    public static func insertOperatorKey(_ c: PostgresConnection, id: String, label: String, secretHash: String) throws {
+        try c.execute("INSERT INTO operator_keys (id, label, secret_hash) VALUES ($1, $2, $3)", [id, label, secretHash])
+    }
+
+    // MARK: master keys
+
+    public static func insertMasterKey(_ c: PostgresConnection, tenantId: String, id: String, label: String, secretHash: String, createdBy: String?) throws -> MasterKeyRecord {
+        try MasterKeyRecord(row: c.query("""
+            INSERT INTO master_keys (tenant_id, id, label, secret_hash, created_by) VALUES ($1, $2, $3, $4, $5) RETURNING \(masterColumns)
+            """, [tenantId, id, label, secretHash, createdBy])[0])
+    }
+
+    public static func masterKey(_ c: PostgresConnection, tenantId: String, id: String, forUpdate: Bool = false) throws -> MasterKeyRecord? {
+        try c.query("SELECT \(masterColumns) FROM master_keys WHERE tenant_id = $1 AND id = $2\(forUpdate ? " FOR UPDATE" : "")", [tenantId, id])
+            .first.map(MasterKeyRecord.init(row:))
+    }
+
+    public static func listMasterKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<MasterKeyRecord> {
+        let rows = try c.query("""
+            SELECT \(masterColumns) FROM master_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
+            """, [tenantId, after, limit + 1]).map(MasterKeyRecord.init(row:))
+        return Page.from(rows, limit: limit, id: \.id)
+    }
+
+    /// Master keys of the tenant that work now and are not scheduled to stop, locked
+    /// (`FOR UPDATE`) so two concurrent revocations cannot both leave zero.
+    public static func lockUnrevokedMasterKeyIds(_ c: PostgresConnection, tenantId: String) throws -> [String] {
+        try c.query("""
+            SELECT id FROM master_keys WHERE tenant_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+            ORDER BY id FOR UPDATE
+            """, [tenantId]).map { try $0.string("id") }
+    }
+
+    /// Revokes master key `id` now or at `expiresAt` (grace period); keeps an earlier expiry.
+    public static func revokeMasterKey(_ c: PostgresConnection, tenantId: String, id: String, expiresAt: Date) throws -> MasterKeyRecord? {
+        try c.query("""
+            UPDATE master_keys SET revoked_at = COALESCE(revoked_at, now()),
+                   expires_at = LEAST(COALESCE(expires_at, $3::timestamptz), $3::timestamptz)
+             WHERE tenant_id = $1 AND id = $2 RETURNING \(masterColumns)
+            """, [tenantId, id, expiresAt]).first.map(MasterKeyRecord.init(row:))
+    }
+
+    // MARK: sender keys
+
+    public static func insertSenderKey(_ c: PostgresConnection, tenantId: String, id: String, label: String, secretHash: String,
+                                       targets: [String], createdFrom: [String], permissions: [String], createdBy: String,
+                                       expiresAt: Date?) throws -> SenderKeyRecord {
+        try SenderKeyRecord(row: c.query("""
+            INSERT INTO sender_keys (tenant_id, id, label, secret_hash, targets, created_from, permissions, created_by, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING \(senderColumns)
+            """, [tenantId, id, label, secretHash, PostgresTextArray(targets), PostgresTextArray(createdFrom),
+                  PostgresTextArray(permissions), createdBy, expiresAt])[0])
+    }
+
+    public static func senderKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> SenderKeyRecord? {
+        try c.query("SELECT \(senderColumns) FROM sender_keys WHERE tenant_id = $1 AND id = $2", [tenantId, id]).first.map(SenderKeyRecord.init(row:))
+    }
+
+    public static func listSenderKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<SenderKeyRecord> {
+        let rows = try c.query("""
+            SELECT \(senderColumns) FROM sender_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
+            """, [tenantId, after, limit + 1]).map(SenderKeyRecord.init(row:))
+        return Page.from(rows, limit: limit, id: \.id)
+    }
+
+    /// Revokes sender key `id` now (idempotent: an earlier revocation time is kept).
+    public static func revokeSenderKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> SenderKeyRecord? {
+        try c.query("""
+            UPDATE sender_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(senderColumns)
+            """, [tenantId, id]).first.map(SenderKeyRecord.init(row:))
+    }
+
+    // MARK: publishable keys
+
+    public static func insertPublishableKey(_ c: PostgresConnection, tenantId: String, id: String, appId: String?, platform: String?,
+                                            label: String, secretHash: String, createdBy: String?) throws -> PublishableKeyRecord {
+        try PublishableKeyRecord(row: c.query("""
+            INSERT INTO publishable_keys (tenant_id, id, app_id, platform, label, secret_hash, created_by)
+            VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING \(publishableColumns)
+            """, [tenantId, id, appId, platform, label, secretHash, createdBy])[0])
+    }
+
+    public static func publishableKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> PublishableKeyRecord? {
+        try c.query("SELECT \(publishableColumns) FROM publishable_keys WHERE tenant_id = $1 AND id = $2", [tenantId, id])
+            .first.map(PublishableKeyRecord.init(row:))
+    }
+
+    public static func listPublishableKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<PublishableKeyRecord> {
+        let rows = try c.query("""
+            SELECT \(publishableColumns) FROM publishable_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
+            """, [tenantId, after, limit + 1]).map(PublishableKeyRecord.init(row:))
+        return Page.from(rows, limit: limit, id: \.id)
+    }
+
+    public static func revokePublishableKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> PublishableKeyRecord? {
+        try c.query("""
+            UPDATE publishable_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(publishableColumns)
+            """, [tenantId, id]).first.map(PublishableKeyRecord.init(row:))
+    }
+}
+
+/// Existence checks for ids named in a sender key (SPEC §2 `targets`, `created_from`).
+public enum ObjectIds {
+    /// The subset of `ids` that are start targets (`st_…`) or targets (`tgt_…`) of the tenant.
+    public static func existing(_ c: PostgresConnection, tenantId: String, ids: [String]) throws -> Set<String> {
+        guard !ids.isEmpty else { return [] }
+        let rows = try c.query("""
+            SELECT id FROM start_targets WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT id FROM targets WHERE tenant_id = $1 AND id = ANY($2::text[])
+            """, [tenantId, PostgresTextArray(ids)])
+        return Set(try rows.map { try $0.string("id") })
+    }
+}

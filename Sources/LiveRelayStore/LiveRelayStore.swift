@@ -1,1 +1,0 @@
-// LiveRelayStore module: see ARCHITECTURE.md for its role.

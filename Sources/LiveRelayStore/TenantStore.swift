@@ -1,0 +1,57 @@
+import Foundation
+import Postgres
+
+/// A tenant row (SPEC §1 "tenant", §4 operator endpoints).
+public struct TenantRecord: Sendable, Equatable {
+    public let id: String
+    public let name: String
+    /// Pushes per UTC day (SPEC §5 "Quota").
+    public let dailyPushQuota: Int64
+    /// `active` or `suspended`.
+    public let status: String
+    public let createdAt: Date
+    public let updatedAt: Date
+
+    init(row r: PostgresRow) throws {
+        id = try r.string("tenant_id")
+        name = try r.string("name")
+        dailyPushQuota = try r.int64("daily_push_quota")
+        status = try r.string("status")
+        createdAt = try r.date("created_at")
+        updatedAt = try r.date("updated_at")
+    }
+}
+
+/// SQL for tenants. Operator paths run in the system scope; everything else in the tenant's.
+public enum TenantStore {
+    static let columns = "tenant_id, name, daily_push_quota, status, created_at, updated_at"
+
+    /// Inserts a new active tenant.
+    public static func insert(_ c: PostgresConnection, id: String, name: String, dailyPushQuota: Int64) throws -> TenantRecord {
+        try TenantRecord(row: c.query("""
+            INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, $2, $3) RETURNING \(columns)
+            """, [id, name, dailyPushQuota])[0])
+    }
+
+    /// The tenant `id`, or nil.
+    public static func get(_ c: PostgresConnection, id: String) throws -> TenantRecord? {
+        try c.query("SELECT \(columns) FROM tenants WHERE tenant_id = $1", [id]).first.map(TenantRecord.init(row:))
+    }
+
+    /// Tenants in id (creation) order after `after`, at most `limit`.
+    public static func list(_ c: PostgresConnection, limit: Int, after: String?) throws -> Page<TenantRecord> {
+        let rows = try c.query("""
+            SELECT \(columns) FROM tenants WHERE ($1::text IS NULL OR tenant_id > $1) ORDER BY tenant_id LIMIT $2
+            """, [after, limit + 1]).map(TenantRecord.init(row:))
+        return Page.from(rows, limit: limit, id: \.id)
+    }
+
+    /// Changes the given fields of tenant `id`; nil when there is no such tenant.
+    public static func update(_ c: PostgresConnection, id: String, name: String?, dailyPushQuota: Int64?, status: String?) throws -> TenantRecord? {
+        try c.query("""
+            UPDATE tenants SET name = COALESCE($2, name), daily_push_quota = COALESCE($3, daily_push_quota),
+                   status = COALESCE($4, status), updated_at = now()
+             WHERE tenant_id = $1 RETURNING \(columns)
+            """, [id, name, dailyPushQuota, status]).first.map(TenantRecord.init(row:))
+    }
+}
