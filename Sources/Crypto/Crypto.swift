@@ -1,1 +1,0 @@
-// Crypto module: see ARCHITECTURE.md for its role.
