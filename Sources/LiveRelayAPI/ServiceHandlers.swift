@@ -1,0 +1,60 @@
+import Foundation
+import HTTPServer
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// SPEC §4 "Service" endpoints (no credential, no tenant data) and capabilities.
+enum ServiceHandlers {
+    static func register(_ r: Router, _ ctx: APIContext, defaultExpirationSeconds: Int) {
+        r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
+        r.add("GET", "/readyz") { req in readyz(ctx, req) }
+        r.add("GET", "/metrics") { _ in
+            .text(200, ctx.metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+        }
+        let caps = Capabilities.document(defaultExpirationSeconds: defaultExpirationSeconds)
+        r.add("GET", "/v1/remote-updates/capabilities") { req in
+            try Endpoint.run(ctx, req) {
+                _ = try ctx.auth.authenticate(req)  // any valid credential
+                return .json(200, caps)
+            }
+        }
+    }
+
+    /// 200 when the database answers and every migration file is applied; 503 otherwise,
+    /// with a reason that names no tenant and no internals beyond "database"/"migrations".
+    static func readyz(_ ctx: APIContext, _ req: HTTPRequest) -> HTTPResponse {
+        do {
+            _ = try ctx.db.pool.withConnection { c in try c.query("SELECT 1 AS one") }
+        } catch {
+            ctx.log.warning("readyz: database unreachable", ["error": .string("\(error)")])
+            return .json(503, ["status": "not_ready", "reason": "database unreachable"])
+        }
+        if let m = ctx.migrator {
+            do {
+                let pending = try m.pending(pool: ctx.db.pool)
+                if !pending.isEmpty {
+                    return .json(503, ["status": "not_ready", "reason": "migrations pending", "pending": .array(pending.map(JSONValue.string))])
+                }
+            } catch {
+                return .json(503, ["status": "not_ready", "reason": "migrations: \(error)"])
+            }
+        }
+        return .json(200, ["status": "ready"])
+    }
+}
+
+/// Builds the router with every endpoint of the API.
+public enum APIRoutes {
+    /// Registers all routes on a new router.
+    public static func router(_ ctx: APIContext, defaultExpirationSeconds: Int) -> Router {
+        let r = Router()
+        ServiceHandlers.register(r, ctx, defaultExpirationSeconds: defaultExpirationSeconds)
+        OperatorHandlers.register(r, ctx)
+        MasterKeyHandlers.register(r, ctx)
+        SenderKeyHandlers.register(r, ctx)
+        InstallationHandlers.register(r, ctx)
+        return r
+    }
+}

@@ -1,0 +1,105 @@
+import Foundation
+import JSON
+import LiveRelayAPI
+import LiveRelayStore
+import Logging
+
+/// Entry point of the `liverelay` executable (SPEC §9): one binary, subcommands.
+public enum LiveRelayMain {
+    /// The product version printed by `liverelay version`.
+    public static let version = "0.1.0"
+
+    static let usage = """
+    usage: liverelay <command> [options]
+
+    commands:
+      serve      API + dispatcher + maintenance in one process (the default)
+      api        the HTTP API only
+      migrate    apply pending database migrations and exit
+      admin      operator tasks straight on the database (see `liverelay admin --help`)
+      version    print the version
+      help       this text
+
+    configuration is read from the environment (DATABASE_URL, LIVERELAY_LISTEN, LIVERELAY_KEK, …);
+    without DATABASE_URL an embedded PostgreSQL cluster runs under ./.liverelay/.
+    """
+
+    /// Runs the command line `args` (program name first) and exits the process with
+    /// 0 (success), 1 (failure) or 2 (usage error).
+    public static func run(_ args: [String]) -> Never {
+        var rest = Array(args.dropFirst())
+        let command = rest.isEmpty ? "serve" : rest.removeFirst()
+        if rest.contains("--help") || rest.contains("-h") { exit(help(command)) }
+        switch command {
+        case "version", "--version":
+            print("liverelay \(version)")
+            exit(0)
+        case "help", "--help", "-h":
+            print(usage)
+            exit(0)
+        case "serve", "api", "migrate", "admin":
+            break
+        default:
+            FileHandle.standardError.write(Data("liverelay: unknown command \(command.debugDescription)\n\n\(usage)\n".utf8))
+            exit(2)
+        }
+        let config: Configuration
+        do { config = try Configuration.load() } catch {
+            FileHandle.standardError.write(Data("\(error)\n".utf8))
+            exit(2)
+        }
+        let log = Logger(minimum: config.logLevel, context: ["component": .string(command)])
+        do {
+            switch command {
+            case "serve", "api":
+                if !rest.isEmpty { throw UsageError("\(command) takes no arguments") }
+                try ServeCommand.run(config: config, log: log)
+            case "migrate":
+                if !rest.isEmpty { throw UsageError("migrate takes no arguments") }
+                let rt = try Runtime(config: config, log: log)
+                defer { rt.shutdown() }
+                let pool = try rt.openDatabase(poolSize: 2)
+                pool.close()
+                print("migrations current")
+            case "admin":
+                try AdminCommand.run(rest, config: config, log: Logger(minimum: max(config.logLevel, .warning)))
+            default:
+                break
+            }
+        } catch let e as UsageError {
+            FileHandle.standardError.write(Data("liverelay \(command): \(e.message)\nsee `liverelay \(command) --help`\n".utf8))
+            exit(2)
+        } catch {
+            log.error("\(command) failed", ["error": .string("\(error)")])
+            FileHandle.standardError.write(Data("liverelay \(command): \(error)\n".utf8))
+            exit(1)
+        }
+        exit(0)
+    }
+
+    static func help(_ command: String) -> Int32 {
+        switch command {
+        case "serve", "api":
+            print("""
+            usage: liverelay \(command)
+
+            Runs \(command == "serve" ? "the API, dispatcher and maintenance" : "the HTTP API") until SIGTERM/SIGINT, then drains
+            in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080). Without DATABASE_URL it
+            starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
+            """)
+        case "migrate":
+            print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
+        case "admin":
+            print(AdminCommand.usage)
+        default:
+            print(usage)
+        }
+        return 0
+    }
+}
+
+/// A command-line mistake: printed with a pointer to `--help`, exit status 2.
+struct UsageError: Error {
+    let message: String
+    init(_ m: String) { message = m }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import XCTest
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// Objects the tenancy tests need, made through the API where it exists and straight in the
+/// database where a later endpoint will make them (start targets).
+enum Fixtures {
+    struct Key { let id: String; let credential: String }
+    struct Installation { let id: String; let credential: String }
+
+    /// A ready start target row for `tenant` (binding + template version + start target).
+    static func startTarget(_ env: TestEnvironment, tenant: String) throws -> String {
+        let pub = try env.db.system { c in
+            try c.query("SELECT id FROM publishable_keys WHERE tenant_id = $1 LIMIT 1", [tenant])[0].string("id")
+        }
+        let inst = Identifier.make(.installation), st = Identifier.make(.startTarget)
+        try env.db.tenant(tenant) { c in
+            try c.execute("""
+                INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id)
+                VALUES ($1, $2, $3, 'com.example.app', 'ios', 'sandbox', $4)
+                """, [tenant, inst, pub, UUID().uuidString])
+            try c.execute("INSERT INTO bindings (tenant_id, installation_id, id) VALUES ($1, $2, 'bnd_widget')", [tenant, inst])
+            try c.execute("""
+                INSERT INTO template_versions (tenant_id, installation_id, binding_id, id, activity_type, attributes_type, renderer_digest,
+                                               bundle_bytes, bundle_modules, bundle_files)
+                VALUES ($1, $2, 'bnd_widget', 'tv_test', 'delivery', 'DeliveryAttributes', 'sha256:00', 10, 1, 1)
+                """, [tenant, inst])
+            try c.execute("""
+                INSERT INTO start_targets (tenant_id, id, installation_id, binding_id, activity_type, current_template_version, push_to_start_token, status)
+                VALUES ($1, $2, $3, 'bnd_widget', 'delivery', 'tv_test', 'feed', 'ready')
+                """, [tenant, st, inst])
+        }
+        return st
+    }
+
+    static func senderKey(_ env: TestEnvironment, master: String, targets: [String], createdFrom: [String] = [],
+                          permissions: [String] = Permission.allCases.map(\.rawValue)) throws -> Key {
+        let r = env.call("POST", "/v1/remote-updates/sender-keys", [
+            "targets": .array(targets.map(JSONValue.string)), "created_from": .array(createdFrom.map(JSONValue.string)),
+            "permissions": .array(permissions.map(JSONValue.string)), "idempotency_key": .string(UUID().uuidString)], as: master)
+        guard r.status == 201, let id = r["id"]?.stringValue, let cred = r["credential"]?.stringValue else {
+            throw XCTSkip("sender key creation failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
+        }
+        return Key(id: id, credential: cred)
+    }
+
+    /// A new master key's id (its credential discarded).
+    static func masterKey(_ env: TestEnvironment, master: String) throws -> String {
+        let r = env.call("POST", "/v1/master-keys", ["label": "spare", "idempotency_key": .string(UUID().uuidString)], as: master)
+        guard r.status == 201, let id = r["id"]?.stringValue else { throw XCTSkip("master key creation failed: \(r.status)") }
+        return id
+    }
+
+    static func installation(_ env: TestEnvironment, publishable: String, platform: String = "ios") throws -> Installation {
+        let r = env.call("POST", "/v1/installations", ["platform": .string(platform), "app_id": "com.example.app",
+                                                       "environment": "sandbox", "install_id": .string(UUID().uuidString)], as: publishable)
+        guard r.status == 201, let id = r["installation_id"]?.stringValue, let cred = r["credential"]?.stringValue else {
+            throw XCTSkip("installation registration failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
+        }
+        return Installation(id: id, credential: cred)
+    }
+
+    /// Polls `condition` every 20 ms for up to `seconds`; fails the test if it never holds.
+    /// Returns the time it took, in seconds.
+    @discardableResult
+    static func eventually(within seconds: Double = 3, file: StaticString = #filePath, line: UInt = #line, _ condition: () -> Bool) throws -> Double {
+        let start = Date()
+        while Date().timeIntervalSince(start) < seconds {
+            if condition() { return Date().timeIntervalSince(start) }
+            Thread.sleep(forTimeInterval: 0.02)
+        }
+        XCTFail("condition not met within \(seconds) s", file: file, line: line)
+        return seconds
+    }
+}

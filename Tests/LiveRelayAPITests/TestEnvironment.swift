@@ -1,0 +1,124 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import XCTest
+import Crypto
+import HTTPServer
+import JSON
+import LiveRelayAPI
+import LiveRelayStore
+import Logging
+import Metrics
+import Postgres
+import Synchronization
+
+/// A real LiveRelay API on 127.0.0.1 (ephemeral port) over a fresh PostgreSQL database made
+/// for one test case, with every log line captured (to prove no secret is ever logged).
+/// Needs `LIVERELAY_TEST_DATABASE_URL` (set by deploy/local/test); tests skip without it.
+final class TestEnvironment: @unchecked Sendable {
+    let dbName: String
+    let conninfo: String
+    let adminConninfo: String
+    let pool: PostgresPool
+    let db: Database
+    let server: HTTPServer
+    let auth: Authenticator
+    let baseURL: String
+    let logs = Mutex<[String]>([])
+
+    static func make() throws -> TestEnvironment {
+        guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
+            throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
+        }
+        return try TestEnvironment(base: base)
+    }
+
+    private init(base: String) throws {
+        dbName = "lr_test_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
+        adminConninfo = base
+        let admin = try PostgresConnection(base)
+        try admin.execute("CREATE DATABASE \(dbName)")
+        admin.close()
+        conninfo = base + (base.contains("?") ? "&" : "?") + "dbname=\(dbName)"
+        pool = PostgresPool(conninfo: conninfo, maxConnections: 12, acquireTimeoutSeconds: 5)
+        let repo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
+            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let migrator = try Migrator(directory: URL(fileURLWithPath: repo + "/Migrations"))
+        try migrator.migrate(pool: pool)
+        db = Database(pool: pool)
+        let captured = logs
+        let log = Logger(minimum: .debug, sink: { line in captured.withLock { $0.append(line) } })
+        auth = Authenticator(db: db, log: log)
+        auth.startInvalidationListener(conninfo: conninfo)
+        let metrics = MetricsRegistry()
+        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator)
+        server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
+                            router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics,
+                            log: { line in captured.withLock { $0.append(line) } })
+        try server.start()
+        baseURL = "http://127.0.0.1:\(server.port)"
+    }
+
+    /// Stops the server and drops the database.
+    func tearDown() {
+        server.shutdown(drainTimeoutSeconds: 5)
+        auth.stop()
+        pool.close()
+        Thread.sleep(forTimeInterval: 0.3)  // let the listener connection close
+        if let admin = try? PostgresConnection(adminConninfo) {
+            _ = try? admin.execute("DROP DATABASE IF EXISTS \(dbName) WITH (FORCE)")
+            admin.close()
+        }
+    }
+
+    struct Reply {
+        let status: Int
+        let headers: [String: String]
+        let json: JSONValue
+        let raw: [UInt8]
+        subscript(_ key: String) -> JSONValue? { json[key] }
+        var errorCode: String? { json["error"]?["code"]?.stringValue }
+    }
+
+    /// Sends one request with an optional bearer credential and JSON body.
+    func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil,
+              headers: [String: String] = [:], rawBody: [UInt8]? = nil) -> Reply {
+        var req = URLRequest(url: URL(string: baseURL + path)!)
+        req.httpMethod = method
+        if let credential { req.setValue("Bearer \(credential)", forHTTPHeaderField: "Authorization") }
+        for (k, v) in headers { req.setValue(v, forHTTPHeaderField: k) }
+        if let rawBody { req.httpBody = Data(rawBody) } else if let body { req.httpBody = Data(body.serialized()) }
+        if req.httpBody != nil { req.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+        let done = DispatchSemaphore(value: 0)
+        let result = Mutex<(Int, [String: String], [UInt8])>((0, [:], []))
+        URLSession.shared.dataTask(with: req) { data, resp, err in
+            let http = resp as? HTTPURLResponse
+            var h: [String: String] = [:]
+            for (k, v) in http?.allHeaderFields ?? [:] { h[String(describing: k).lowercased()] = String(describing: v) }
+            result.withLock { $0 = (http?.statusCode ?? -1, h, Array(data ?? Data())) }
+            done.signal()
+        }.resume()
+        done.wait()
+        let (status, h, bytes) = result.withLock { $0 }
+        return Reply(status: status, headers: h, json: (try? JSONValue.parse(bytes)) ?? .null, raw: bytes)
+    }
+
+    /// A fresh operator credential, made straight in the database like `liverelay admin operator-keys create`.
+    func operatorKey() throws -> String {
+        let minted = try CredentialMint.make(.operator)
+        try db.system { c in try KeyStore.insertOperatorKey(c, id: minted.id, label: "test", secretHash: minted.secretHash) }
+        return minted.token
+    }
+
+    /// A tenant with its first master key and any-app publishable key.
+    struct Tenant { let id: String; let master: String; let masterId: String; let publishable: String }
+
+    func tenant(name: String = "Acme", quota: Int64 = 1000) throws -> Tenant {
+        let c = try TenantProvisioning.create(db, name: name, dailyPushQuota: quota, actorId: "test", requestId: "test")
+        return Tenant(id: c.tenant.id, master: c.masterCredential, masterId: c.masterKey.id, publishable: c.publishableCredential)
+    }
+
+    /// Every captured log line so far.
+    var logText: String { logs.withLock { $0.joined(separator: "\n") } }
+}
