@@ -11,6 +11,7 @@ extension PostgresConnection {
     /// error is rethrown instead of committing.
     ///
     /// - Throws: whatever `BEGIN`, `set_config`, `body` or `COMMIT` threw.
+    @discardableResult
     public func transaction<T>(isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
                                _ body: (PostgresConnection) throws -> T) throws -> T {
         try execute("BEGIN ISOLATION LEVEL " + isolation.sql)

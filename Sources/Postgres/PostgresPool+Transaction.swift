@@ -15,6 +15,7 @@ extension PostgresPool {
     ///
     /// - Throws: the last serialization failure after `maxAttempts`, or any other error from the
     ///   pool, the statements, or `body`.
+    @discardableResult
     public func transaction<T>(isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
                                maxAttempts: Int = 5, _ body: (PostgresConnection) throws -> T) throws -> T {
         var attempt = 0

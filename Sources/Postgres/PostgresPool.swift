@@ -53,6 +53,7 @@ public final class PostgresPool: @unchecked Sendable {
     /// - Throws: `PostgresError` `.poolTimeout` after waiting `acquireTimeoutSeconds` for a free
     ///   connection, `.connection` when a new connection cannot be opened (fails fast while the
     ///   server is down), `.closed` after `close()`; otherwise whatever `body` throws.
+    @discardableResult
     public func withConnection<T>(_ body: (PostgresConnection) throws -> T) throws -> T {
         let connection = try acquire()
         defer { release(connection) }
