@@ -1,1 +1,0 @@
-// Postgres module: see ARCHITECTURE.md for its role.
