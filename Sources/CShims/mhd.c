@@ -81,12 +81,13 @@ struct MHD_Daemon *lr_mhd_start(int listen_fd,
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
     unsigned int pool = thread_pool_size > 1 ? thread_pool_size : 0;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, access_cls,
+                            // The logger must come first, or early messages go to stderr.
+                            MHD_OPTION_EXTERNAL_LOGGER, lr_mhd_logger, (void *)target,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_THREAD_POOL_SIZE, pool,
                             MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                             MHD_OPTION_URI_LOG_CALLBACK, uri_log, uri_log_cls,
-                            MHD_OPTION_EXTERNAL_LOGGER, lr_mhd_logger, (void *)target,
                             MHD_OPTION_END);
     if (daemon == NULL) free(target);
     else *log_state_out = target;
