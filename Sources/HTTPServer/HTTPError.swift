@@ -51,5 +51,6 @@ public struct HTTPServerError: Error, Sendable, CustomStringConvertible {
     public let errno: Int32?
     /// Creates an error with the given message.
     public init(_ message: String, errno: Int32? = nil) { self.message = message; self.errno = errno }
+    /// Same as `message`.
     public var description: String { message }
 }

@@ -75,4 +75,19 @@ final class BodyTests: XCTestCase {
             XCTAssertEqual((error as? HTTPError)?.code, "INVALID_REQUEST")
         }
     }
+
+    func testMalformedFramingIsAnsweredByLibmicrohttpdAndLeaksNothing() throws {
+        let s = try echoServer()
+        let badLength = try RawHTTPClient.exchange(port: s.port, raw: Array("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\nConnection: close\r\n\r\n".utf8))
+        XCTAssertEqual(badLength.status, 400)
+        let hugeHeader = "GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40_000))\r\nConnection: close\r\n\r\n"
+        XCTAssertEqual(try RawHTTPClient.exchange(port: s.port, raw: Array(hugeHeader.utf8)).status, 431)
+        XCTAssertThrowsError(try RawHTTPClient.exchange(port: s.port, raw: Array("GARBAGE\r\n\r\n".utf8)))
+        let keepAlive = "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhiGET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        XCTAssertEqual(try RawHTTPClient.exchange(port: s.port, raw: Array(keepAlive.utf8)).status, 200)
+        // Per-request state is released in NOTIFY_COMPLETED for every one of them.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while s.server.inFlight != 0, ContinuousClock.now < deadline { usleep(5_000) }
+        XCTAssertEqual(s.server.inFlight, 0)
+    }
 }

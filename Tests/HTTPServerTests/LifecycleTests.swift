@@ -75,3 +75,28 @@ final class LifecycleTests: XCTestCase {
         XCTAssertThrowsError(try RawHTTPClient.connect(port: s.port))
     }
 }
+
+final class ConcurrencyTests: XCTestCase {
+    func testConcurrentClientsAllAnsweredAndCounted() throws {
+        let s = try startServer { router in
+            router.add("POST", "/echo/{n}") { req in .json(200, .object(["n": .string(req.pathParameters["n"] ?? ""), "len": .int(Int64(req.body.count))])) }
+        }
+        let port = s.port
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { worker in
+            for i in 0..<50 {
+                let body = Array(repeating: UInt8(ascii: "x"), count: (worker * 50 + i) * 37 % 9000)
+                do {
+                    let r = try RawHTTPClient.request(port: port, method: "POST", path: "/echo/\(worker)-\(i)", body: body)
+                    if r.status != 200 || r.json?["n"]?.stringValue != "\(worker)-\(i)" || r.json?["len"]?.intValue != Int64(body.count) {
+                        failures.withLock { $0.append("\(worker)-\(i): \(r.status) \(r.text)") }
+                    }
+                } catch {
+                    failures.withLock { $0.append("\(worker)-\(i): \(error)") }
+                }
+            }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, [])
+        XCTAssertTrue(s.metrics.render().contains("http_requests_total{route=\"/echo/{n}\",method=\"POST\",status=\"200\"} 400\n"))
+    }
+}
