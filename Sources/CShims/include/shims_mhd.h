@@ -1,4 +1,47 @@
 #ifndef SHIMS_MHD_H
 #define SHIMS_MHD_H
-// Shims for mhd (see CShims.h).
+// Shims for libmicrohttpd (see CShims.h): the variadic MHD_start_daemon and
+// MHD_get_connection_info cannot be called from Swift, and binding the listening socket
+// ourselves gives precise bind errors (errno) and the ephemeral port.
+#include <stddef.h>
+#include <stdint.h>
+#include <microhttpd.h>
+
+/// Creates a TCP IPv4 listening socket bound to `host` (dotted quad or a name resolved with
+/// getaddrinfo(AF_INET), e.g. "localhost") and `port` (0 = ephemeral), SO_REUSEADDR set,
+/// non-blocking, close-on-exec, listening with `backlog`.
+/// Returns the file descriptor, or -1 with `*error_out` set to an errno value, or to
+/// -(getaddrinfo error) when the name does not resolve. `*bound_port_out` receives the port.
+int lr_mhd_listen_ipv4(const char *host, int port, int backlog, int *bound_port_out, int *error_out);
+
+/// Message text for a negative `lr_mhd_listen_ipv4` error (getaddrinfo's gai_strerror).
+const char *lr_mhd_gai_strerror(int negative_error);
+
+/// Starts a daemon on the already-listening `listen_fd` with an internal polling thread,
+/// epoll, inter-thread communication (needed by MHD_quiesce_daemon) and error logging,
+/// `thread_pool_size` worker threads (≤ 1 = the polling thread serves requests), an idle
+/// `connection_timeout_seconds`, and the given callbacks. Every message libmicrohttpd logs is
+/// formatted (≤ 1023 bytes, trailing newline removed) and handed to `log_fn(log_cls, message)`;
+/// `*log_state_out` receives state to free with `lr_mhd_free_log_state` after MHD_stop_daemon.
+/// Returns NULL on failure (nothing to free then).
+struct MHD_Daemon *lr_mhd_start(int listen_fd,
+                                unsigned int thread_pool_size,
+                                unsigned int connection_timeout_seconds,
+                                MHD_AccessHandlerCallback access_handler,
+                                void *access_cls,
+                                MHD_RequestCompletedCallback completed,
+                                void *completed_cls,
+                                void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
+                                void *uri_log_cls,
+                                void (*log_fn)(void *cls, const char *message),
+                                void *log_cls,
+                                void **log_state_out);
+
+/// Frees the logging state `lr_mhd_start` returned through `log_state_out`; call only after
+/// MHD_stop_daemon returned (no more log calls can happen).
+void lr_mhd_free_log_state(void *log_state);
+
+/// Writes the client's numeric address ("127.0.0.1" or an IPv6 literal) into `buffer`.
+/// Returns 0 on success, -1 when unknown.
+int lr_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t buffer_size);
 #endif

@@ -1,0 +1,72 @@
+import JSON
+
+/// One HTTP/1.1 request as a handler sees it, fully buffered (the body is at most
+/// `HTTPServerConfiguration.maxBodyBytes`, SPEC §3 "Request body limit 64 KiB").
+public struct HTTPRequest: Sendable {
+    /// Request method, uppercased (`"GET"`, `"POST"`, …).
+    public let method: String
+    /// Request path without the query string, exactly as sent (still percent-encoded), e.g.
+    /// `"/v1/installations/ins_1/targets"`.
+    public let path: String
+    /// Query arguments, percent-decoded (`+` is a space); when a name repeats, the first value
+    /// wins. A name without `=` maps to `""`.
+    public let query: [String: String]
+    /// Request headers with lowercased names; repeated headers are joined with `", "`.
+    public let headers: [String: String]
+    /// The raw request body (empty when none).
+    public let body: [UInt8]
+    /// Values captured by `{name}` segments of the matched route pattern, percent-decoded.
+    public internal(set) var pathParameters: [String: String]
+    /// The request id (SPEC §3): the client's `X-Request-Id` when it matches
+    /// `^[A-Za-z0-9._:-]{1,128}$`, otherwise a generated `req_` + 26 lowercase base32 chars.
+    /// Every response carries it back in `X-Request-Id`.
+    public let requestId: String
+    /// The matched route pattern, e.g. `"/v1/installations/{id}/targets"`; nil before routing
+    /// or when nothing matched.
+    public internal(set) var route: String?
+    /// The client's numeric IP address (`"127.0.0.1"`), nil when unknown.
+    public let remoteAddress: String?
+
+    /// Creates a request directly (for tests of handlers without sockets). Header names are
+    /// lowercased here; `method` is uppercased.
+    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
+                body: [UInt8] = [], requestId: String = RequestID.generate(), pathParameters: [String: String] = [:],
+                remoteAddress: String? = nil, route: String? = nil) {
+        self.method = method.uppercased()
+        self.path = path
+        self.query = query
+        var lowered: [String: String] = [:]
+        for (name, value) in headers {
+            let key = name.lowercased()
+            if let existing = lowered[key] { lowered[key] = existing + ", " + value } else { lowered[key] = value }
+        }
+        self.headers = lowered
+        self.body = body
+        self.requestId = requestId
+        self.pathParameters = pathParameters
+        self.remoteAddress = remoteAddress
+        self.route = route
+    }
+
+    /// The value of header `name` (case-insensitive), nil when absent.
+    public func header(_ name: String) -> String? {
+        headers[name.lowercased()]
+    }
+
+    /// The body parsed as strict RFC 8259 JSON (UTF-8, nesting depth ≤ 64).
+    /// - Throws: `HTTPError` 400 `INVALID_REQUEST` with message `"malformed JSON: <reason>"`
+    ///   when the body is empty, not UTF-8, not JSON or nested too deeply; `details` is empty
+    ///   (no `field`, since no field could be read).
+    public func jsonBody() throws -> JSONValue {
+        if body.isEmpty {
+            throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "malformed JSON: empty request body")
+        }
+        do {
+            return try JSONValue.parse(body, maxDepth: 64)
+        } catch let error as JSONParseError {
+            throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "malformed JSON: \(error.description)")
+        } catch {
+            throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "malformed JSON")
+        }
+    }
+}

@@ -1,1 +1,0 @@
-// Metrics module: Prometheus text-format registry (counters, gauges, histograms).
