@@ -38,7 +38,7 @@ enum ServiceHandlers {
                     return .json(503, ["status": "not_ready", "reason": "migrations pending", "pending": .array(pending.map(JSONValue.string))])
                 }
             } catch {
-                return .json(503, ["status": "not_ready", "reason": "migrations: \(error)"])
+                return .json(503, ["status": "not_ready", "reason": .string("migrations: \(error)")])
             }
         }
         return .json(200, ["status": "ready"])

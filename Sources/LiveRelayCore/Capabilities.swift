@@ -28,7 +28,7 @@ public enum Capabilities {
                 "state_depth": 12,
                 "apns_payload_bytes": 4096,
                 "fcm_data_bytes": 4096,
-                "dismissal_max_seconds": 4 * 3600,
+                "dismissal_max_seconds": i(4 * 3600),
                 "wait_until_ready_ms_max": 60000,
                 "wait_ms_max": 10000,
                 "local_start_bytes": 4096,

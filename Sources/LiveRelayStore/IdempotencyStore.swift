@@ -87,6 +87,6 @@ public enum IdempotencyStore {
 extension PostgresError {
     /// A serialization failure stand-in: makes `PostgresPool.transaction` run the body again.
     static var retryable: PostgresError {
-        PostgresError(kind: .query, sqlState: "40001", constraint: nil, message: "idempotency record vanished; retrying")
+        PostgresError(kind: .query, message: "idempotency record vanished; retrying", sqlState: "40001")
     }
 }

@@ -94,7 +94,7 @@ extension InstallationStore {
     /// Idempotent. Returns the retired installation.
     public static func retireAll(_ c: PostgresConnection, tenantId: String, id: String) throws -> InstallationRecord {
         guard let inst = try retire(c, tenantId: tenantId, id: id) else {
-            throw PostgresError(kind: .query, sqlState: nil, constraint: nil, message: "installation vanished during retire")
+            throw PostgresError(kind: .query, message: "installation vanished during retire")
         }
         try c.execute("""
             UPDATE bindings SET status = 'retired', retired_at = COALESCE(retired_at, now())

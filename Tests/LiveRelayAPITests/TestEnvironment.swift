@@ -25,7 +25,7 @@ final class TestEnvironment: @unchecked Sendable {
     let server: HTTPServer
     let auth: Authenticator
     let baseURL: String
-    let logs = Mutex<[String]>([])
+    let logs = LogCapture()
 
     static func make() throws -> TestEnvironment {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
@@ -48,14 +48,14 @@ final class TestEnvironment: @unchecked Sendable {
         try migrator.migrate(pool: pool)
         db = Database(pool: pool)
         let captured = logs
-        let log = Logger(minimum: .debug, sink: { line in captured.withLock { $0.append(line) } })
+        let log = Logger(minimum: .debug, sink: { line in captured.append(line) })
         auth = Authenticator(db: db, log: log)
         auth.startInvalidationListener(conninfo: conninfo)
         let metrics = MetricsRegistry()
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator)
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                             router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics,
-                            log: { line in captured.withLock { $0.append(line) } })
+                            log: { line in captured.append(line) })
         try server.start()
         baseURL = "http://127.0.0.1:\(server.port)"
     }
@@ -120,5 +120,12 @@ final class TestEnvironment: @unchecked Sendable {
     }
 
     /// Every captured log line so far.
-    var logText: String { logs.withLock { $0.joined(separator: "\n") } }
+    var logText: String { logs.text }
+}
+
+/// Captured log lines, shared between the logger and the test.
+final class LogCapture: Sendable {
+    private let lines = Mutex<[String]>([])
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
+    var text: String { lines.withLock { $0.joined(separator: "\n") } }
 }
