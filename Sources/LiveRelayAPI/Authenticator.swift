@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import Crypto
 import HTTPServer
@@ -30,6 +31,8 @@ public final class Authenticator: Sendable {
     let cache = Mutex<[String: Entry]>([:])
     let now: @Sendable () -> Date
     let stopping = Atomic<Bool>(false)
+    let listenerDone = DispatchSemaphore(value: 0)
+    let listenerStarted = Atomic<Bool>(false)
 
     /// Maximum cached verifications; past it the cache is cleared (bounded memory).
     static let maxEntries = 100_000
@@ -114,7 +117,9 @@ public final class Authenticator: Sendable {
     /// Starts the background thread that LISTENs for invalidations on its own connection
     /// to `conninfo`, reconnecting every second after a loss (and clearing the cache then).
     public func startInvalidationListener(conninfo: String) {
+        listenerStarted.store(true, ordering: .relaxed)
         let t = Thread { [self] in
+            defer { listenerDone.signal() }
             var conn: PostgresConnection?
             while !stopping.load(ordering: .relaxed) {
                 do {
@@ -139,8 +144,11 @@ public final class Authenticator: Sendable {
         t.start()
     }
 
-    /// Stops the listener thread (within ~0.25 s).
-    public func stop() { stopping.store(true, ordering: .relaxed) }
+    /// Stops the listener thread and waits for it (about 0.25 s, at most 2 s).
+    public func stop() {
+        stopping.store(true, ordering: .relaxed)
+        if listenerStarted.load(ordering: .relaxed) { _ = listenerDone.wait(timeout: .now() + 2) }
+    }
 
     static func unauthenticated(_ why: String) -> HTTPError {
         HTTPError(status: 401, code: "UNAUTHENTICATED", message: why, headers: [("WWW-Authenticate", "Bearer")])

@@ -85,18 +85,9 @@ public final class EmbeddedPostgres: @unchecked Sendable {  // immutable after i
 
     @discardableResult
     func run(_ argv: [String], as postgresUser: Bool, step: String) throws -> String {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: postgresUser ? "/usr/sbin/runuser" : argv[0])
-        p.arguments = postgresUser ? ["-u", "postgres", "--"] + argv : Array(argv.dropFirst())
-        p.currentDirectoryURL = URL(fileURLWithPath: "/")
-        let out = Pipe()
-        p.standardOutput = out
-        p.standardError = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let text = String(decoding: data, as: UTF8.self)
-        guard p.terminationStatus == 0 else {
+        let full = postgresUser ? ["/usr/sbin/runuser", "-u", "postgres", "--"] + argv : argv
+        let (status, text) = try Subprocess.run(full)
+        guard status == 0 else {
             throw EmbeddedPostgresError("\(step) failed: \(text.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
         return text
