@@ -45,7 +45,7 @@ struct SchemaCompiler {
 
         var type: SchemaType?
         var enumValues: [JSONValue]?
-        var properties: [String: SchemaNode] = [:]
+        var properties: [(name: String, node: SchemaNode)] = []
         var required: [String] = []
         var additional = true
         var items: SchemaNode?
@@ -74,7 +74,7 @@ struct SchemaCompiler {
                                     limit: StateLimits.maxSchemaProperties, actual: props.count)
                 }
                 for name in SchemaJSON.sortedKeys(props) {
-                    properties[name] = try compile(props[name]!, path: at + [name], depth: depth + 1)
+                    properties.append((name, try compile(props[name]!, path: at + [name], depth: depth + 1)))
                 }
             case "required":
                 guard case .array(let names) = value else { throw fail(at, "keyword \"required\" must be an array of strings") }

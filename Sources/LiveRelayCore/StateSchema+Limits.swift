@@ -30,7 +30,7 @@ extension StateSchema {
         guard case .object = state else {
             throw DomainError.invalid(field, "\(field) must be a JSON object, not \(SchemaJSON.kind(state))")
         }
-        let depth = state.depth
+        let depth = SchemaJSON.depth(state)
         if depth > StateLimits.maxDepth {
             throw DomainError.limit(field, "\(field) is nested \(depth) levels deep; the limit is \(StateLimits.maxDepth)",
                                     limit: StateLimits.maxDepth, actual: depth)

@@ -22,8 +22,12 @@ final class SchemaNode: Sendable {
     let type: SchemaType?
     /// Primitive values only (null, bool, numbers, strings).
     let enumValues: [JSONValue]?
-    let properties: [String: SchemaNode]
+    /// `properties`, looked up by exact name.
+    let properties: PropertyTable
+    /// `required` in declared order.
     let required: [String]
+    /// Required names that are not among `properties` (checked by lookup in the state).
+    let requiredElsewhere: [String]
     let additionalProperties: Bool
     let items: SchemaNode?
     let minItems: Int?
@@ -36,13 +40,15 @@ final class SchemaNode: Sendable {
     /// True when any object keyword is present (skips object work otherwise).
     let hasObjectRules: Bool
 
-    init(type: SchemaType?, enumValues: [JSONValue]?, properties: [String: SchemaNode], required: [String],
+    init(type: SchemaType?, enumValues: [JSONValue]?, properties: [(name: String, node: SchemaNode)], required: [String],
          additionalProperties: Bool, items: SchemaNode?, minItems: Int?, maxItems: Int?, minLength: Int?,
          maxLength: Int?, minimum: JSONValue?, maximum: JSONValue?) {
         self.type = type
         self.enumValues = enumValues
-        self.properties = properties
+        self.properties = PropertyTable(properties, required: required)
         self.required = required
+        let declared = Set(properties.map { Array($0.name.utf8) })
+        self.requiredElsewhere = required.filter { !declared.contains(Array($0.utf8)) }
         self.additionalProperties = additionalProperties
         self.items = items
         self.minItems = minItems
@@ -87,7 +93,7 @@ enum SchemaJSON {
         switch (a, b) {
         case (.null, .null): return true
         case (.bool(let x), .bool(let y)): return x == y
-        case (.string(let x), .string(let y)): return x.utf8.elementsEqual(y.utf8)
+        case (.string(let x), .string(let y)): return x.utf8.count == y.utf8.count && x.utf8.elementsEqual(y.utf8)
         case (.int, .int), (.int, .double), (.double, .int), (.double, .double): return compare(a, b) == 0
         default: return false
         }
@@ -108,6 +114,18 @@ enum SchemaJSON {
 
     /// Byte-order (UTF-8) sort of keys: the canonical order of `JSONValue.serialized()`.
     static func sortedKeys<V>(_ o: [String: V]) -> [String] {
-        o.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+        o.keys.sorted(by: utf8Less)
+    }
+
+    /// `a < b` by UTF-8 bytes (the order of `JSONValue.serialized()`).
+    static func utf8Less(_ a: String, _ b: String) -> Bool {
+        var a = a, b = b  // `withUTF8` needs `var` (it makes bridged strings contiguous)
+        return a.withUTF8 { pa in
+            b.withUTF8 { pb in
+                let n = min(pa.count, pb.count)
+                for i in 0..<n where pa[i] != pb[i] { return pa[i] < pb[i] }
+                return pa.count < pb.count
+            }
+        }
     }
 }

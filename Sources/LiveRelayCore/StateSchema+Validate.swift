@@ -87,36 +87,36 @@ struct SchemaValidator {
     }
 
     private func checkObject(_ o: [String: JSONValue], _ n: SchemaNode) -> SchemaFinding? {
-        for name in n.required where o[name] == nil {
-            return SchemaFinding(keyword: "required", message: "required property \"\(name)\" is missing")
-        }
+        let table = n.properties
         if sorted {
+            for name in n.required where !SchemaJSON.hasMember(o, name) {
+                return SchemaFinding(keyword: "required", message: "required property \"\(name)\" is missing")
+            }
             for key in SchemaJSON.sortedKeys(o) {
                 if let f = member(key, o[key]!, n) { return f }
             }
-        } else if n.additionalProperties {
-            // Only declared members can fail: look them up in the state.
-            if n.properties.count <= o.count {
-                for (key, child) in n.properties {
-                    if let value = o[key], var f = visit(value, child) { f.reversedTokens.append(key); return f }
-                }
-            } else {
-                for (key, value) in o {
-                    if let child = n.properties[key], var f = visit(value, child) { f.reversedTokens.append(key); return f }
-                }
+            return nil
+        }
+        // Any order: one pass over the members, counting the required ones seen.
+        var requiredSeen = 0
+        for (key, value) in o {
+            if let e = table.find(key) {
+                if table.isRequired[e] { requiredSeen += 1 }
+                if var f = visit(value, table.nodes[e]) { f.reversedTokens.append(key); return f }
+            } else if !n.additionalProperties {
+                return SchemaFinding(keyword: "additionalProperties", message: "property is not allowed")
             }
-        } else {
-            for (key, value) in o {
-                if let f = member(key, value, n) { return f }
-            }
+        }
+        if requiredSeen != table.requiredCount || n.requiredElsewhere.contains(where: { !SchemaJSON.hasMember(o, $0) }) {
+            return SchemaFinding(keyword: "required", message: "a required property is missing")
         }
         return nil
     }
 
     @inline(__always)
     private func member(_ key: String, _ value: JSONValue, _ n: SchemaNode) -> SchemaFinding? {
-        if let child = n.properties[key] {
-            guard var f = visit(value, child) else { return nil }
+        if let e = n.properties.find(key) {
+            guard var f = visit(value, n.properties.nodes[e]) else { return nil }
             f.reversedTokens.append(key)
             return f
         }

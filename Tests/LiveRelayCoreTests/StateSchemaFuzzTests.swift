@@ -108,10 +108,14 @@ final class StateSchemaFuzzTests: XCTestCase {
             if let m = o["maxItems"]?.intValue, a.count > m { return false }
             if let items = o["items"], !a.allSatisfy({ refValid(items, $0) }) { return false }
         case .object(let obj):
-            for case .string(let name) in o["required"]?.arrayValue ?? [] where obj[name] == nil { return false }
+            // Names compare by exact code points (no Unicode normalisation).
+            func same(_ a: String, _ b: String) -> Bool { Array(a.unicodeScalars) == Array(b.unicodeScalars) }
+            for case .string(let name) in o["required"]?.arrayValue ?? [] where !obj.keys.contains(where: { same($0, name) }) { return false }
             let props = o["properties"]?.objectValue ?? [:]
             for (k, x) in obj {
-                if let p = props[k] { if !refValid(p, x) { return false } } else if o["additionalProperties"] == .bool(false) { return false }
+                if let p = props.first(where: { same($0.key, k) })?.value {
+                    if !refValid(p, x) { return false }
+                } else if o["additionalProperties"] == .bool(false) { return false }
             }
         default: break
         }
@@ -167,7 +171,8 @@ final class StateSchemaFuzzTests: XCTestCase {
         for _ in 0..<3000 {
             let doc = value(&r, depth: 0)
             if let s = try? StateSchema.compile(doc) { _ = s.validate(value(&r, depth: 0)) }
-            _ = try? StateSchema.checkStateShape(doc)
+            let shapeOK = (try? StateSchema.checkStateShape(doc)) != nil
+            XCTAssertEqual(shapeOK, doc.objectValue != nil && doc.depth <= 12)
         }
     }
 }

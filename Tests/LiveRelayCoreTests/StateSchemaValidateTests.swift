@@ -125,6 +125,17 @@ final class StateSchemaValidateTests: XCTestCase {
         assertViolation(s, json(#"{"inner":{"id":"x","eta":"y"},"stops":{"name":3}}"#), pointer: "/stops", keyword: "type")
     }
 
+    func testPropertyNamesCompareByCodePoints() {
+        // Schema names "é" precomposed; a state spelling it decomposed is a different member.
+        let s = schema(#"{"properties":{"\u00e9":{"type":"string"}},"additionalProperties":false}"#)
+        assertValid(s, .object(["\u{E9}": .string("x")]))
+        assertViolation(s, .object(["\u{E9}": .int(1)]), pointer: "/\u{E9}", keyword: "type")
+        assertViolation(s, .object(["e\u{301}": .string("x")]), pointer: "/e\u{301}", keyword: "additionalProperties")
+        let r = schema(#"{"required":["\u00e9"]}"#)
+        assertViolation(r, .object(["e\u{301}": .int(1)]), pointer: "", keyword: "required")
+        assertValid(r, .object(["\u{E9}": .int(1)]))
+    }
+
     func testFirstViolationIsDeterministic() {
         let s = schema(#"{"properties":{"a":{"type":"string"},"b":{"type":"string"},"c":{"type":"string"},"é":{"type":"string"},"Z":{"type":"string"}},"additionalProperties":false}"#)
         let state = json(#"{"c":1,"b":2,"é":3,"a":4,"Z":5,"x":6}"#)
