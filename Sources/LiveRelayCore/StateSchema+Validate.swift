@@ -14,8 +14,8 @@ struct SchemaFinding {
 /// Walks a state document along a compiled schema.
 ///
 /// With `sorted == false` object members are visited in dictionary order (no allocation);
-/// used to answer "is it valid". With `sorted == true` members are visited in UTF-8 key order
-/// so the first violation reported is deterministic.
+/// used to answer "is it valid". With `sorted == true` the violation reported is the one a
+/// visit in UTF-8 key order would meet first, so it is deterministic.
 struct SchemaValidator {
     let sorted: Bool
 
@@ -92,10 +92,14 @@ struct SchemaValidator {
             for name in n.required where !SchemaJSON.hasMember(o, name) {
                 return SchemaFinding(keyword: "required", message: "required property \"\(name)\" is missing")
             }
-            for key in SchemaJSON.sortedKeys(o) {
-                if let f = member(key, o[key]!, n) { return f }
+            // The failing member with the smallest key (UTF-8 order), without sorting:
+            // members sorting after the best so far are skipped.
+            var best: (key: String, finding: SchemaFinding)?
+            for (key, value) in o {
+                if let b = best, !SchemaJSON.utf8Less(key, b.key) { continue }
+                if let f = member(key, value, n) { best = (key, f) }
             }
-            return nil
+            return best?.finding
         }
         // Any order: one pass over the members, counting the required ones seen.
         var requiredSeen = 0

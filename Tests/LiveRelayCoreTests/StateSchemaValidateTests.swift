@@ -142,6 +142,11 @@ final class StateSchemaValidateTests: XCTestCase {
         for _ in 0..<20 { assertViolation(s, state, pointer: "/Z", keyword: "type") }
         assertViolation(s, json(#"{"c":1,"é":3,"x":6}"#), pointer: "/c", keyword: "type")
         assertViolation(s, json(#"{"é":3,"x":6}"#), pointer: "/x", keyword: "additionalProperties")
+        let nested = schema(#"{"properties":{"a":{"properties":{"x":{"type":"string"},"y":{"type":"string"}}},"b":{"type":"string"}}}"#)
+        for _ in 0..<20 {
+            assertViolation(nested, json(#"{"b":1,"a":{"y":2,"x":3}}"#), pointer: "/a/x", keyword: "type")
+            assertViolation(nested, json(#"{"b":1,"a":{"y":2,"x":"ok"}}"#), pointer: "/a/y", keyword: "type")
+        }
     }
 
     func testCheckThrows422WithPointer() {
