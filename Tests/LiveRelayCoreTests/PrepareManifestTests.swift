@@ -12,10 +12,10 @@ final class PrepareManifestTests: XCTestCase {
             "activity_type": .string("delivery"),
             "attributes_type": .string("DeliveryAttributes"),
             "renderer_digest": .string("sha256:renderer-1"),
-            "schema": json(#"{"type":"object","required":["eta"],"properties":{"eta":{"type":"string","maxLength":5},"stops":{"type":"array","items":{"type":"integer"}}}}"#),
+            "schema": sjson(#"{"type":"object","required":["eta"],"properties":{"eta":{"type":"string","maxLength":5},"stops":{"type":"array","items":{"type":"integer"}}}}"#),
             "resources": .array([.object(["path": .string("img/logo.png"), "sha256": .string(Self.digest), "bytes": .int(1234)])]),
             "bundle": .object(["bytes": .int(1000), "modules": .int(3), "files": .int(10)]),
-            "sample_state": json(#"{"eta":"12:30","stops":[1,2]}"#),
+            "sample_state": sjson(#"{"eta":"12:30","stops":[1,2]}"#),
         ]
         edit(&o)
         return .object(o)
@@ -37,7 +37,7 @@ final class PrepareManifestTests: XCTestCase {
 
     func assertInvalid(_ b: JSONValue, field: String, limit: Int? = nil, actual: Int? = nil,
                        file: StaticString = #filePath, line: UInt = #line) {
-        let e = domainError({ _ = try PrepareManifest.parse(b) }, file: file, line: line)
+        let e = schemaDomainError({ _ = try PrepareManifest.parse(b) }, file: file, line: line)
         XCTAssertEqual(e?.status, 400, file: file, line: line)
         XCTAssertEqual(e?.code, "INVALID_REQUEST", e?.message ?? "no error", file: file, line: line)
         XCTAssertEqual(e?.details["field"], .string(field), e?.message ?? "", file: file, line: line)
@@ -59,7 +59,7 @@ final class PrepareManifestTests: XCTestCase {
         XCTAssertEqual(m.schemaJSON, body().objectValue!["schema"])
         XCTAssertEqual(m.resources, [PrepareManifest.Resource(path: "img/logo.png", sha256: Self.digest, bytes: 1234)])
         XCTAssertEqual([m.bundleBytes, m.bundleModules, m.bundleFiles], [1000, 3, 10])
-        XCTAssertEqual(m.sampleState, json(#"{"eta":"12:30","stops":[1,2]}"#))
+        XCTAssertEqual(m.sampleState, sjson(#"{"eta":"12:30","stops":[1,2]}"#))
         XCTAssertNil(m.idempotencyKey)
         XCTAssertNil(m.startManifest["sample_state"])
         XCTAssertNil(m.startManifest["resources"])
@@ -152,11 +152,11 @@ final class PrepareManifestTests: XCTestCase {
     }
 
     func testSampleState() {
-        let mismatch = domainError { _ = try PrepareManifest.parse(self.body { $0["sample_state"] = json(#"{"eta":"12:30","stops":[1,"2"]}"#) }) }
+        let mismatch = schemaDomainError { _ = try PrepareManifest.parse(self.body { $0["sample_state"] = sjson(#"{"eta":"12:30","stops":[1,"2"]}"#) }) }
         XCTAssertEqual(mismatch?.status, 422)
         XCTAssertEqual(mismatch?.code, "STATE_SCHEMA_MISMATCH")
         XCTAssertEqual(mismatch?.details["pointer"], .string("/stops/1"))
-        let missing = domainError { _ = try PrepareManifest.parse(self.body { $0["sample_state"] = .object([:]) }) }
+        let missing = schemaDomainError { _ = try PrepareManifest.parse(self.body { $0["sample_state"] = .object([:]) }) }
         XCTAssertEqual(missing?.details["pointer"], .string(""))
         assertInvalid(body { $0["sample_state"] = .array([]) }, field: "sample_state")
         // Without a schema: the shape rule only (object, depth ≤ 12).
@@ -168,10 +168,10 @@ final class PrepareManifestTests: XCTestCase {
     }
 
     func testSchemaErrors() {
-        let e = domainError { _ = try PrepareManifest.parse(self.body { $0["schema"] = json(#"{"properties":{"eta":{"pattern":"x"}}}"#) }) }
+        let e = schemaDomainError { _ = try PrepareManifest.parse(self.body { $0["schema"] = sjson(#"{"properties":{"eta":{"pattern":"x"}}}"#) }) }
         XCTAssertEqual(e?.code, "INVALID_STATE_SCHEMA")
         XCTAssertEqual(e?.details["pointer"], .string("/properties/eta/pattern"))
-        let s = domainError { _ = try PrepareManifest.parse(self.body { $0["schema"] = .string("x") }) }
+        let s = schemaDomainError { _ = try PrepareManifest.parse(self.body { $0["schema"] = .string("x") }) }
         XCTAssertEqual(s?.code, "INVALID_STATE_SCHEMA")
         XCTAssertEqual(s?.details["pointer"], .string(""))
     }

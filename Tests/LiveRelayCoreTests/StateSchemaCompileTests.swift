@@ -4,7 +4,7 @@ import LiveRelayCore
 import XCTest
 
 /// Parses JSON text in tests (fails the test on a syntax error).
-func json(_ text: String, file: StaticString = #filePath, line: UInt = #line) -> JSONValue {
+func sjson(_ text: String, file: StaticString = #filePath, line: UInt = #line) -> JSONValue {
     do { return try JSONValue.parse(text) } catch {
         XCTFail("bad test JSON: \(error)", file: file, line: line)
         return .null
@@ -12,7 +12,7 @@ func json(_ text: String, file: StaticString = #filePath, line: UInt = #line) ->
 }
 
 /// The `DomainError` thrown by `body`, or nil (failing the test when something else is thrown).
-func domainError(_ body: () throws -> Void, file: StaticString = #filePath, line: UInt = #line) -> DomainError? {
+func schemaDomainError(_ body: () throws -> Void, file: StaticString = #filePath, line: UInt = #line) -> DomainError? {
     do { try body() } catch let e as DomainError { return e } catch {
         XCTFail("unexpected error \(error)", file: file, line: line)
     }
@@ -21,7 +21,7 @@ func domainError(_ body: () throws -> Void, file: StaticString = #filePath, line
 
 final class StateSchemaCompileTests: XCTestCase {
     private func schemaError(_ schema: JSONValue, file: StaticString = #filePath, line: UInt = #line) -> DomainError? {
-        let e = domainError({ _ = try StateSchema.compile(schema) }, file: file, line: line)
+        let e = schemaDomainError({ _ = try StateSchema.compile(schema) }, file: file, line: line)
         if let e {
             XCTAssertEqual(e.status, 400, file: file, line: line)
             XCTAssertEqual(e.code, "INVALID_STATE_SCHEMA", file: file, line: line)
@@ -32,12 +32,12 @@ final class StateSchemaCompileTests: XCTestCase {
     }
 
     private func assertRejected(_ text: String, pointer: String, file: StaticString = #filePath, line: UInt = #line) {
-        let e = schemaError(json(text), file: file, line: line)
+        let e = schemaError(sjson(text), file: file, line: line)
         XCTAssertEqual(e?.details["pointer"], .string(pointer), file: file, line: line)
     }
 
     func testAllowedKeywordsCompile() throws {
-        let s = try StateSchema.compile(json("""
+        let s = try StateSchema.compile(sjson("""
         {"type":"object","required":["eta"],"additionalProperties":false,
          "properties":{"eta":{"type":"string","minLength":1,"maxLength":40},
                        "n":{"type":"integer","minimum":0,"maximum":10.5},
@@ -45,8 +45,8 @@ final class StateSchemaCompileTests: XCTestCase {
                        "list":{"type":"array","minItems":0,"maxItems":3,"items":{"type":"number"}}}}
         """))
         XCTAssertEqual(s.nodeCount, 6)
-        XCTAssertNoThrow(try StateSchema.compile(json("{}")))
-        XCTAssertNoThrow(try StateSchema.compile(json(#"{"minLength": 2.0}"#)), "2.0 is an integer")
+        XCTAssertNoThrow(try StateSchema.compile(sjson("{}")))
+        XCTAssertNoThrow(try StateSchema.compile(sjson(#"{"minLength": 2.0}"#)), "2.0 is an integer")
     }
 
     func testRefusedKeywordsWithPointer() {
@@ -54,7 +54,7 @@ final class StateSchemaCompileTests: XCTestCase {
                                         "oneOf": "[{}]", "not": "{}", "default": #""x""#, "format": #""date-time""#,
                                         "const": "1", "title": #""t""#, "exclusiveMinimum": "1"]
         for (kw, v) in values {
-            let schema = json(#"{"type":"object","properties":{"eta":{"type":"string",\#(JSONValue.string(kw).jsonString):\#(v)}}}"#)
+            let schema = sjson(#"{"type":"object","properties":{"eta":{"type":"string",\#(JSONValue.string(kw).jsonString):\#(v)}}}"#)
             let e = schemaError(schema)
             XCTAssertEqual(e?.details["pointer"], .string("/properties/eta/\(kw)"), kw)
             XCTAssertTrue(e?.message.contains("\"\(kw)\"") ?? false, "message names \(kw): \(e?.message ?? "")")

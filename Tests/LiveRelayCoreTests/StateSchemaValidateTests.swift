@@ -4,7 +4,7 @@ import XCTest
 
 final class StateSchemaValidateTests: XCTestCase {
     private func schema(_ text: String, file: StaticString = #filePath, line: UInt = #line) -> StateSchema {
-        do { return try StateSchema.compile(json(text, file: file, line: line)) } catch {
+        do { return try StateSchema.compile(sjson(text, file: file, line: line)) } catch {
             XCTFail("schema did not compile: \(error)", file: file, line: line)
             return try! StateSchema.compile(.object([:]))
         }
@@ -44,7 +44,7 @@ final class StateSchemaValidateTests: XCTestCase {
         assertValid(s, .double(5.5))
         assertValid(s, .string("abc"))     // numeric keywords ignored on strings
         assertValid(s, .array([.string("a"), .string("b")]))
-        assertValid(s, json(#"{"x":1000,"a":"s"}"#))  // numeric keywords ignored on objects
+        assertValid(s, sjson(#"{"x":1000,"a":"s"}"#))  // numeric keywords ignored on objects
         assertValid(s, .null)
         assertValid(s, .bool(true))
         assertViolation(s, .int(1), pointer: "", keyword: "minimum")
@@ -52,8 +52,8 @@ final class StateSchemaValidateTests: XCTestCase {
         assertViolation(s, .array([.string("a")]), pointer: "", keyword: "minItems")
         assertViolation(s, .array([.string("a"), .int(1)]), pointer: "/1", keyword: "type")
         assertViolation(s, .object([:]), pointer: "", keyword: "required")
-        assertViolation(s, json(#"{"x":1,"y":2}"#), pointer: "/y", keyword: "additionalProperties")
-        assertViolation(s, json(#"{"x":1,"a":2}"#), pointer: "/a", keyword: "type")
+        assertViolation(s, sjson(#"{"x":1,"y":2}"#), pointer: "/y", keyword: "additionalProperties")
+        assertViolation(s, sjson(#"{"x":1,"a":2}"#), pointer: "/a", keyword: "type")
     }
 
     func testCodePointLengths() {
@@ -114,15 +114,15 @@ final class StateSchemaValidateTests: XCTestCase {
           "a/b":{"type":"integer"},"m~n":{"type":"integer"},
           "stops":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}
         """#)
-        assertValid(s, json(#"{"inner":{"id":"x","eta":"y"},"unknown":[1,2]}"#))
-        assertViolation(s, json(#"{}"#), pointer: "", keyword: "required")
-        assertViolation(s, json(#"{"inner":{"id":"x"}}"#), pointer: "/inner", keyword: "required")
-        assertViolation(s, json(#"{"inner":{"id":"x","eta":"y","zz":1}}"#), pointer: "/inner/zz", keyword: "additionalProperties")
-        assertViolation(s, json(#"{"inner":{"id":"x","eta":"y","q/r~":1}}"#), pointer: "/inner/q~1r~0", keyword: "additionalProperties")
-        assertViolation(s, json(#"{"inner":{"id":"x","eta":"y"},"a/b":"s"}"#), pointer: "/a~1b", keyword: "type")
-        assertViolation(s, json(#"{"inner":{"id":"x","eta":"y"},"m~n":1.5}"#), pointer: "/m~0n", keyword: "type")
-        assertViolation(s, json(#"{"inner":{"id":"x","eta":"y"},"stops":[{"name":"a"},{},{"name":3}]}"#), pointer: "/stops/2/name", keyword: "type")
-        assertViolation(s, json(#"{"inner":{"id":"x","eta":"y"},"stops":{"name":3}}"#), pointer: "/stops", keyword: "type")
+        assertValid(s, sjson(#"{"inner":{"id":"x","eta":"y"},"unknown":[1,2]}"#))
+        assertViolation(s, sjson(#"{}"#), pointer: "", keyword: "required")
+        assertViolation(s, sjson(#"{"inner":{"id":"x"}}"#), pointer: "/inner", keyword: "required")
+        assertViolation(s, sjson(#"{"inner":{"id":"x","eta":"y","zz":1}}"#), pointer: "/inner/zz", keyword: "additionalProperties")
+        assertViolation(s, sjson(#"{"inner":{"id":"x","eta":"y","q/r~":1}}"#), pointer: "/inner/q~1r~0", keyword: "additionalProperties")
+        assertViolation(s, sjson(#"{"inner":{"id":"x","eta":"y"},"a/b":"s"}"#), pointer: "/a~1b", keyword: "type")
+        assertViolation(s, sjson(#"{"inner":{"id":"x","eta":"y"},"m~n":1.5}"#), pointer: "/m~0n", keyword: "type")
+        assertViolation(s, sjson(#"{"inner":{"id":"x","eta":"y"},"stops":[{"name":"a"},{},{"name":3}]}"#), pointer: "/stops/2/name", keyword: "type")
+        assertViolation(s, sjson(#"{"inner":{"id":"x","eta":"y"},"stops":{"name":3}}"#), pointer: "/stops", keyword: "type")
     }
 
     func testPropertyNamesCompareByCodePoints() {
@@ -138,21 +138,21 @@ final class StateSchemaValidateTests: XCTestCase {
 
     func testFirstViolationIsDeterministic() {
         let s = schema(#"{"properties":{"a":{"type":"string"},"b":{"type":"string"},"c":{"type":"string"},"é":{"type":"string"},"Z":{"type":"string"}},"additionalProperties":false}"#)
-        let state = json(#"{"c":1,"b":2,"é":3,"a":4,"Z":5,"x":6}"#)
+        let state = sjson(#"{"c":1,"b":2,"é":3,"a":4,"Z":5,"x":6}"#)
         for _ in 0..<20 { assertViolation(s, state, pointer: "/Z", keyword: "type") }
-        assertViolation(s, json(#"{"c":1,"é":3,"x":6}"#), pointer: "/c", keyword: "type")
-        assertViolation(s, json(#"{"é":3,"x":6}"#), pointer: "/x", keyword: "additionalProperties")
+        assertViolation(s, sjson(#"{"c":1,"é":3,"x":6}"#), pointer: "/c", keyword: "type")
+        assertViolation(s, sjson(#"{"é":3,"x":6}"#), pointer: "/x", keyword: "additionalProperties")
         let nested = schema(#"{"properties":{"a":{"properties":{"x":{"type":"string"},"y":{"type":"string"}}},"b":{"type":"string"}}}"#)
         for _ in 0..<20 {
-            assertViolation(nested, json(#"{"b":1,"a":{"y":2,"x":3}}"#), pointer: "/a/x", keyword: "type")
-            assertViolation(nested, json(#"{"b":1,"a":{"y":2,"x":"ok"}}"#), pointer: "/a/y", keyword: "type")
+            assertViolation(nested, sjson(#"{"b":1,"a":{"y":2,"x":3}}"#), pointer: "/a/x", keyword: "type")
+            assertViolation(nested, sjson(#"{"b":1,"a":{"y":2,"x":"ok"}}"#), pointer: "/a/y", keyword: "type")
         }
     }
 
     func testCheckThrows422WithPointer() {
         let s = schema(#"{"properties":{"eta":{"type":"string","maxLength":3}}}"#)
-        XCTAssertNoThrow(try s.check(json(#"{"eta":"abc"}"#)))
-        let e = domainError { try s.check(json(#"{"eta":"abcd"}"#)) }
+        XCTAssertNoThrow(try s.check(sjson(#"{"eta":"abc"}"#)))
+        let e = schemaDomainError { try s.check(sjson(#"{"eta":"abcd"}"#)) }
         XCTAssertEqual(e?.status, 422)
         XCTAssertEqual(e?.code, "STATE_SCHEMA_MISMATCH")
         XCTAssertEqual(e?.details, ["pointer": .string("/eta")])
@@ -167,16 +167,16 @@ final class StateSchemaValidateTests: XCTestCase {
     func testStateShape() {
         XCTAssertEqual(nested(12).depth, 12)
         XCTAssertNoThrow(try StateSchema.checkStateShape(nested(12)))
-        let e = domainError { try StateSchema.checkStateShape(nested(13)) }
+        let e = schemaDomainError { try StateSchema.checkStateShape(nested(13)) }
         XCTAssertEqual(e?.status, 400)
         XCTAssertEqual(e?.code, "INVALID_REQUEST")
         XCTAssertEqual(e?.details, ["field": .string("state"), "limit": .int(12), "actual": .int(13)])
-        let arrays = json("[[[[[[[[[[[[1]]]]]]]]]]]]")
+        let arrays = sjson("[[[[[[[[[[[[1]]]]]]]]]]]]")
         XCTAssertEqual(arrays.depth, 12)
-        XCTAssertNoThrow(try StateSchema.checkStateShape(json(#"{"a":[[[[[[[[[[[1]]]]]]]]]]]}"#)))
-        XCTAssertNotNil(domainError { try StateSchema.checkStateShape(.object(["a": arrays])) })
+        XCTAssertNoThrow(try StateSchema.checkStateShape(sjson(#"{"a":[[[[[[[[[[[1]]]]]]]]]]]}"#)))
+        XCTAssertNotNil(schemaDomainError { try StateSchema.checkStateShape(.object(["a": arrays])) })
         for bad: JSONValue in [.array([]), .string("x"), .null, .int(1)] {
-            let e = domainError { try StateSchema.checkStateShape(bad, field: "sample_state") }
+            let e = schemaDomainError { try StateSchema.checkStateShape(bad, field: "sample_state") }
             XCTAssertEqual(e?.details, ["field": .string("sample_state")])
         }
     }

@@ -3,7 +3,7 @@ import LiveRelayCore
 import XCTest
 
 /// A small reference SHA-256 (FIPS 180-4) so the tests need no crypto module.
-func referenceSHA256(_ message: [UInt8]) -> [UInt8] {
+func tvReferenceSHA256(_ message: [UInt8]) -> [UInt8] {
     let k: [UInt32] = [
         0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
         0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
@@ -48,9 +48,9 @@ final class TemplateVersionTests: XCTestCase {
     func hex(_ b: [UInt8]) -> String { b.map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined() }
 
     func testReferenceSHA256() {
-        XCTAssertEqual(hex(referenceSHA256([])), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        XCTAssertEqual(hex(referenceSHA256(Array("abc".utf8))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        XCTAssertEqual(hex(referenceSHA256(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))),
+        XCTAssertEqual(hex(tvReferenceSHA256([])), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        XCTAssertEqual(hex(tvReferenceSHA256(Array("abc".utf8))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        XCTAssertEqual(hex(tvReferenceSHA256(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))),
                        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
     }
 
@@ -62,7 +62,7 @@ final class TemplateVersionTests: XCTestCase {
     func derive(binding: String = "bnd_1", activity: String = "delivery", attributes: String = "DeliveryAttributes",
                 renderer: String = "r1", schema: JSONValue? = nil, resources: [PrepareManifest.Resource] = []) -> String {
         TemplateVersion.derive(bindingId: binding, activityType: activity, attributesType: attributes, rendererDigest: renderer,
-                               schema: schema, resources: resources, sha256: referenceSHA256)
+                               schema: schema, resources: resources, sha256: tvReferenceSHA256)
     }
 
     func testFormat() {
@@ -74,25 +74,25 @@ final class TemplateVersionTests: XCTestCase {
     }
 
     func testSameContentSameId() throws {
-        let a = json(#"{"type":"object","properties":{"eta":{"type":"string","maxLength":5},"n":{"minimum":1}},"required":["eta"]}"#)
-        let b = json(#"{"required":["eta"],"properties":{"n":{"minimum":1.0},"eta":{"maxLength":5,"type":"string"}},"type":"object"}"#)
+        let a = sjson(#"{"type":"object","properties":{"eta":{"type":"string","maxLength":5},"n":{"minimum":1}},"required":["eta"]}"#)
+        let b = sjson(#"{"required":["eta"],"properties":{"n":{"minimum":1.0},"eta":{"maxLength":5,"type":"string"}},"type":"object"}"#)
         let r1 = PrepareManifest.Resource(path: "a.png", sha256: digest, bytes: 1)
         let r2 = PrepareManifest.Resource(path: "b/c.png", sha256: digest, bytes: 2)
         XCTAssertEqual(derive(schema: a, resources: [r1, r2]), derive(schema: b, resources: [r2, r1]))
         XCTAssertEqual(derive(schema: nil), derive(schema: .null))
         XCTAssertEqual(derive(), derive())
         // Through the manifest.
-        let body = json(#"{"binding_id":"bnd_1","activity_type":"delivery","attributes_type":"DeliveryAttributes","renderer_digest":"r1","bundle":{"bytes":1,"modules":1,"files":1}}"#)
-        XCTAssertEqual(try PrepareManifest.parse(body).templateVersion(sha256: referenceSHA256), derive())
+        let body = sjson(#"{"binding_id":"bnd_1","activity_type":"delivery","attributes_type":"DeliveryAttributes","renderer_digest":"r1","bundle":{"bytes":1,"modules":1,"files":1}}"#)
+        XCTAssertEqual(try PrepareManifest.parse(body).templateVersion(sha256: tvReferenceSHA256), derive())
     }
 
     func testChangesGiveNewIds() {
-        let schema = json(#"{"properties":{"eta":{"type":"string"}}}"#)
+        let schema = sjson(#"{"properties":{"eta":{"type":"string"}}}"#)
         let r = PrepareManifest.Resource(path: "a.png", sha256: digest, bytes: 1)
         let base = derive(schema: schema, resources: [r])
         let variants = [
-            derive(schema: json(#"{"properties":{"eta":{"type":"integer"}}}"#), resources: [r]),
-            derive(schema: json(#"{"properties":{"eta":{"type":"string"}},"required":["eta"]}"#), resources: [r]),
+            derive(schema: sjson(#"{"properties":{"eta":{"type":"integer"}}}"#), resources: [r]),
+            derive(schema: sjson(#"{"properties":{"eta":{"type":"string"}},"required":["eta"]}"#), resources: [r]),
             derive(schema: nil, resources: [r]),
             derive(schema: schema, resources: []),
             derive(schema: schema, resources: [PrepareManifest.Resource(path: "b.png", sha256: digest, bytes: 1)]),
