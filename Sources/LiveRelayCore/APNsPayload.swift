@@ -166,7 +166,7 @@ public struct APNsPayload: Sendable, Equatable {
     /// - Throws: `DomainError(status: 413, code: "PAYLOAD_TOO_LARGE", details: ["bytes": n,
     ///   "actual": n, "limit": 4096, "provider": "apns"])`.
     public static func checkSize(_ bytes: [UInt8]) throws {
-        if let e = payloadTooLarge(bytes: bytes.count, limit: maxBytes, provider: "apns", what: "APNs payload") { throw e }
+        if let e = providerPayloadTooLargeError(bytes: bytes.count, limit: maxBytes, provider: "apns", what: "APNs payload") { throw e }
     }
 
     /// The APNs request headers other than `authorization` (added by the sender with its JWT)
@@ -188,7 +188,7 @@ public struct APNsPayload: Sendable, Equatable {
 
 /// The `413 PAYLOAD_TOO_LARGE` of SPEC §5 rule 8 when `bytes > limit`, else nil.
 /// `details`: `bytes` and `actual` (the measured size; §5 and §3 names), `limit`, `provider`.
-func payloadTooLarge(bytes: Int, limit: Int, provider: String, what: String) -> DomainError? {
+func providerPayloadTooLargeError(bytes: Int, limit: Int, provider: String, what: String) -> DomainError? {
     guard bytes > limit else { return nil }
     return DomainError(
         status: 413, code: "PAYLOAD_TOO_LARGE",

@@ -125,6 +125,6 @@ public struct FCMMessage: Sendable, Equatable {
     /// - Throws: `DomainError(status: 413, code: "PAYLOAD_TOO_LARGE", details: ["bytes": n,
     ///   "actual": n, "limit": 4096, "provider": "fcm"])`.
     public static func checkDataSize(_ dataBytes: [UInt8]) throws {
-        if let e = payloadTooLarge(bytes: dataBytes.count, limit: maxDataBytes, provider: "fcm", what: "FCM data object") { throw e }
+        if let e = providerPayloadTooLargeError(bytes: dataBytes.count, limit: maxDataBytes, provider: "fcm", what: "FCM data object") { throw e }
     }
 }
