@@ -77,6 +77,8 @@ CREATE TABLE targets (
   push_token           text,
   token_status         text NOT NULL DEFAULT 'pending' CHECK (token_status IN ('pending', 'registered', 'invalid')),
   last_render_report   jsonb,
+  op_seq               bigint NOT NULL DEFAULT 0,   -- last operation sequence number (commit order per target)
+  last_timestamp       bigint NOT NULL DEFAULT 0,   -- last APNs timestamp sent (strictly increasing per target)
   created_at           timestamptz NOT NULL DEFAULT now(),
   updated_at           timestamptz NOT NULL DEFAULT now(),
   started_at           timestamptz NOT NULL DEFAULT now(),

@@ -20,9 +20,15 @@ public final class APIContext: Sendable {
     public let migrator: Migrator?
     /// The clock (injected in tests).
     public let now: @Sendable () -> Date
+    /// Wakes long-polls (`wait_until_ready_ms`, `wait_ms`); started by the composition root.
+    public let events: EventWaiter
+    /// `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` (SPEC §8).
+    public let defaultExpirationSeconds: Int
 
     public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
-                now: @escaping @Sendable () -> Date = Date.init) {
+                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, now: @escaping @Sendable () -> Date = Date.init) {
+        self.events = events ?? EventWaiter(log: log)
+        self.defaultExpirationSeconds = defaultExpirationSeconds
         self.db = db
         self.auth = auth
         self.kek = kek
@@ -110,11 +116,13 @@ enum Endpoint {
     /// different request under the same key. `seal` stores the response encrypted (it holds
     /// a secret). `work` runs inside the tenant's transaction and returns status and body.
     static func idempotent(_ ctx: APIContext, _ req: HTTPRequest, tenantId: String, key: String, body: JSONValue, seal: Bool,
+                           retentionSeconds: Double = IdempotencyStore.retentionSeconds,
                            work: (PostgresConnection) throws -> (Int, JSONValue)) throws -> HTTPResponse {
         let endpoint = "\(req.method) \(req.path)"
         let hash = Digest.sha256Hex(body.serialized())
         return try ctx.db.tenant(tenantId) { c in
-            if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek) {
+            if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek,
+                                                       retentionSeconds: retentionSeconds) {
                 let status = stored.status == 201 ? 200 : stored.status
                 return HTTPResponse(status: status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
                                     body: stored.body)

@@ -30,7 +30,7 @@ public enum IdempotencyStore {
     /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request),
     ///   409 `IDEMPOTENCY_KEY_IN_USE` (a concurrent holder did not finish in `waitSeconds`).
     public static func claim(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String, requestHash: String,
-                             kek: AESGCM) throws -> StoredResponse? {
+                             kek: AESGCM, retentionSeconds: Double = retentionSeconds) throws -> StoredResponse? {
         try c.execute("SELECT set_config('lock_timeout', $1, true)", ["\(waitSeconds)s"])
         let inserted: Bool
         do {

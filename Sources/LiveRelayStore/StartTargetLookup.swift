@@ -1,0 +1,65 @@
+import Foundation
+import JSON
+import Postgres
+
+/// What a remote start needs to know about its start target, its installation and the
+/// current template version, read (and the start target locked) in one statement.
+public struct StartTargetForStart: Sendable {
+    public let id: String
+    public let installationId: String
+    /// `pending`, `ready` or `retired`.
+    public let status: String
+    public let activityType: String
+    public let currentTemplateVersion: String
+    public let hasPushToStartToken: Bool
+    /// `active` or `retired`.
+    public let installationStatus: String
+    /// `ios` or `android`.
+    public let platform: String
+    public let appId: String
+    public let hasFCMToken: Bool
+    public let attributesType: String?
+    public let schema: JSONValue?
+}
+
+extension TargetStore {
+    /// The start target `id` of the tenant with its installation and current template, locked.
+    public static func startTargetForStart(_ c: PostgresConnection, tenantId: String, id: String) throws -> StartTargetForStart? {
+        guard let r = try c.query("""
+            SELECT s.id, s.installation_id, s.status, s.activity_type, s.current_template_version,
+                   s.push_to_start_token IS NOT NULL AS has_token, i.status AS installation_status, i.platform, i.app_id,
+                   i.fcm_token IS NOT NULL AS has_fcm, v.attributes_type, v.schema::text AS schema
+              FROM start_targets s
+              JOIN installations i ON i.tenant_id = s.tenant_id AND i.id = s.installation_id
+              LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
+                                           AND v.binding_id = s.binding_id AND v.id = s.current_template_version
+             WHERE s.tenant_id = $1 AND s.id = $2
+               FOR UPDATE OF s
+            """, [tenantId, id]).first else { return nil }
+        return StartTargetForStart(
+            id: try r.string("id"), installationId: try r.string("installation_id"), status: try r.string("status"),
+            activityType: try r.string("activity_type"), currentTemplateVersion: try r.string("current_template_version"),
+            hasPushToStartToken: try r.bool("has_token"), installationStatus: try r.string("installation_status"),
+            platform: try r.string("platform"), appId: try r.string("app_id"), hasFCMToken: try r.bool("has_fcm"),
+            attributesType: try r.optionalString("attributes_type"),
+            schema: try r.optionalString("schema").map { try JSONValue.parse($0, maxDepth: 128) })
+    }
+
+    /// Platform of an installation (`ios`/`android`).
+    public static func installationPlatform(_ c: PostgresConnection, tenantId: String, installationId: String) throws -> String {
+        try c.query("SELECT platform FROM installations WHERE tenant_id = $1 AND id = $2", [tenantId, installationId])[0].string("platform")
+    }
+
+    /// The current template version (and its schema) of the installation's start target for
+    /// `activityType`, if the installation prepared one: a local start pins it.
+    public static func currentTemplate(_ c: PostgresConnection, tenantId: String, installationId: String, activityType: String) throws -> (String, JSONValue?)? {
+        guard let r = try c.query("""
+            SELECT s.current_template_version, v.schema::text AS schema FROM start_targets s
+              LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
+                                           AND v.binding_id = s.binding_id AND v.id = s.current_template_version
+             WHERE s.tenant_id = $1 AND s.installation_id = $2 AND s.activity_type = $3 AND s.status <> 'retired'
+             ORDER BY s.updated_at DESC LIMIT 1
+            """, [tenantId, installationId, activityType]).first else { return nil }
+        return (try r.string("current_template_version"), try r.optionalString("schema").map { try JSONValue.parse($0, maxDepth: 128) })
+    }
+}

@@ -1,0 +1,194 @@
+import Foundation
+import JSON
+import LiveRelayCore
+import Postgres
+
+/// A live-activity target row (SPEC §1 "target", §5).
+public struct TargetRecord: Sendable, Equatable {
+    public let tenantId: String
+    public let id: String
+    public let installationId: String
+    public let startTargetId: String?
+    public let createdByKeyId: String?
+    /// `local` or `remote`.
+    public let origin: String
+    public let activityType: String
+    public let templateVersion: String?
+    public let businessKey: String?
+    public let businessGeneration: String?
+    public let status: TargetStatus
+    public let endReason: String?
+    public let revision: Int64
+    public let state: JSONValue
+    public let sourceVersion: Int64?
+    public let staleAt: Date?
+    public let relevanceScore: Double?
+    /// The update push token (never returned or logged).
+    public let pushToken: String?
+    /// `pending`, `registered` or `invalid`.
+    public let tokenStatus: String
+    public let lastRenderReport: JSONValue?
+    public let opSeq: Int64
+    public let createdAt: Date
+    public let updatedAt: Date
+    public let startedAt: Date
+    public let endedAt: Date?
+
+    /// Coverage facts of this target (SPEC §2).
+    public var ownership: TargetOwnership {
+        TargetOwnership(targetId: id, startTargetId: startTargetId, createdByKeyId: createdByKeyId)
+    }
+
+    init(row r: PostgresRow) throws {
+        tenantId = try r.string("tenant_id"); id = try r.string("id"); installationId = try r.string("installation_id")
+        startTargetId = try r.optionalString("start_target_id"); createdByKeyId = try r.optionalString("created_by_key_id")
+        origin = try r.string("origin"); activityType = try r.string("activity_type"); templateVersion = try r.optionalString("template_version")
+        businessKey = try r.optionalString("business_key"); businessGeneration = try r.optionalString("business_generation")
+        guard let s = TargetStatus(rawValue: try r.string("status")) else { throw PostgresError(kind: .decoding, message: "bad target status") }
+        status = s
+        endReason = try r.optionalString("end_reason"); revision = try r.int64("revision")
+        state = try JSONValue.parse(Array(try r.string("state").utf8), maxDepth: 128)
+        sourceVersion = try r.optionalInt64("source_version"); staleAt = try r.optionalDate("stale_at")
+        relevanceScore = try r.optionalDouble("relevance_score"); pushToken = try r.optionalString("push_token")
+        tokenStatus = try r.string("token_status")
+        lastRenderReport = try r.optionalString("last_render_report").flatMap { try? JSONValue.parse($0) }
+        opSeq = try r.int64("op_seq"); createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
+        startedAt = try r.date("started_at"); endedAt = try r.optionalDate("ended_at")
+    }
+}
+
+/// Filters of listTargets (SPEC §4).
+public struct TargetFilter: Sendable {
+    public var status: String?
+    public var businessKey: String?
+    public var installationId: String?
+    public var startTargetId: String?
+    /// For a sender key: only targets it covers (ids in `targets`, or started from
+    /// `created_from` by `keyId`).
+    public var coverage: SenderScope?
+    public init(status: String? = nil, businessKey: String? = nil, installationId: String? = nil, startTargetId: String? = nil, coverage: SenderScope? = nil) {
+        self.status = status; self.businessKey = businessKey; self.installationId = installationId
+        self.startTargetId = startTargetId; self.coverage = coverage
+    }
+}
+
+/// SQL for targets.
+public enum TargetStore {
+    static let columns = """
+        tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,
+        business_key, business_generation, status, end_reason, revision, state::text AS state, source_version, stale_at,
+        relevance_score, push_token, token_status, last_render_report::text AS last_render_report, op_seq, created_at,
+        updated_at, started_at, ended_at
+        """
+
+    /// Target `id` of the tenant, optionally locked (`FOR UPDATE`: serialises writes per target).
+    public static func get(_ c: PostgresConnection, tenantId: String, id: String, forUpdate: Bool = false) throws -> TargetRecord? {
+        try c.query("SELECT \(columns) FROM targets WHERE tenant_id = $1 AND id = $2\(forUpdate ? " FOR UPDATE" : "")", [tenantId, id])
+            .first.map(TargetRecord.init(row:))
+    }
+
+    /// The target holding (business_key, business_generation), if any.
+    public static func byBusiness(_ c: PostgresConnection, tenantId: String, key: String, generation: String) throws -> TargetRecord? {
+        try c.query("SELECT \(columns) FROM targets WHERE tenant_id = $1 AND business_key = $2 AND business_generation = $3",
+                    [tenantId, key, generation]).first.map(TargetRecord.init(row:))
+    }
+
+    /// Serialises reservations of one business instance for the rest of the transaction
+    /// (`pg_advisory_xact_lock`), so concurrent starts on it create one target.
+    public static func lockBusiness(_ c: PostgresConnection, tenantId: String, key: String, generation: String) throws {
+        try c.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["\(tenantId)|\(key)|\(generation)"])
+    }
+
+    /// Fields of a new target.
+    public struct New: Sendable {
+        public var id: String, installationId: String, startTargetId: String?, createdByKeyId: String?, origin: String
+        public var activityType: String, templateVersion: String?, businessKey: String?, businessGeneration: String?
+        public var status: TargetStatus, state: JSONValue, sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?
+        public var tokenStatus: String
+        public init(id: String, installationId: String, startTargetId: String?, createdByKeyId: String?, origin: String,
+                    activityType: String, templateVersion: String?, businessKey: String?, businessGeneration: String?,
+                    status: TargetStatus, state: JSONValue, sourceVersion: Int64? = nil, staleAt: Date?, relevanceScore: Double?,
+                    tokenStatus: String) {
+            self.id = id; self.installationId = installationId; self.startTargetId = startTargetId; self.createdByKeyId = createdByKeyId
+            self.origin = origin; self.activityType = activityType; self.templateVersion = templateVersion
+            self.businessKey = businessKey; self.businessGeneration = businessGeneration; self.status = status; self.state = state
+            self.sourceVersion = sourceVersion; self.staleAt = staleAt; self.relevanceScore = relevanceScore; self.tokenStatus = tokenStatus
+        }
+    }
+
+    /// Inserts a target at revision 1.
+    public static func insert(_ c: PostgresConnection, tenantId: String, _ n: New) throws -> TargetRecord {
+        try TargetRecord(row: c.query("""
+            INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
+                                 template_version, business_key, business_generation, status, revision, state, source_version,
+                                 stale_at, relevance_score, token_status)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16)
+            RETURNING \(columns)
+            """, [tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
+                  n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
+                  n.relevanceScore, n.tokenStatus])[0])
+    }
+
+    /// Commits a state-bearing write: new revision and full snapshot (SPEC §5 "Every
+    /// state-bearing write carries its own full committed snapshot and gets revision +1").
+    public static func applyState(_ c: PostgresConnection, tenantId: String, id: String, revision: Int64, state: JSONValue,
+                                  sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?, status: TargetStatus?) throws {
+        try c.execute("""
+            UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
+                   stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
+                   status = COALESCE($8, status), updated_at = now()
+             WHERE tenant_id = $1 AND id = $2
+            """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
+    }
+
+    /// The next operation sequence number of the target (call with the row locked).
+    public static func nextSeq(_ c: PostgresConnection, tenantId: String, id: String) throws -> Int64 {
+        try c.query("UPDATE targets SET op_seq = op_seq + 1 WHERE tenant_id = $1 AND id = $2 RETURNING op_seq", [tenantId, id])[0].int64("op_seq")
+    }
+
+    /// Sets status (and, when ending, the reason and end time).
+    public static func setStatus(_ c: PostgresConnection, tenantId: String, id: String, status: TargetStatus, endReason: String? = nil) throws {
+        try c.execute("""
+            UPDATE targets SET status = $3, end_reason = COALESCE($4, end_reason),
+                   ended_at = CASE WHEN $3 IN ('ended', 'creation_failed') THEN COALESCE(ended_at, now()) ELSE ended_at END,
+                   updated_at = now()
+             WHERE tenant_id = $1 AND id = $2
+            """, [tenantId, id, status.rawValue, endReason])
+    }
+
+    /// Registers a (rotated) update push token; a waiting target becomes `ready`.
+    public static func setPushToken(_ c: PostgresConnection, tenantId: String, id: String, token: String) throws -> TargetRecord {
+        try TargetRecord(row: c.query("""
+            UPDATE targets SET push_token = $3, token_status = 'registered',
+                   status = CASE WHEN status IN ('reserved', 'starting', 'token_pending', 'start_unknown') THEN 'ready' ELSE status END,
+                   updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+            """, [tenantId, id, token])[0])
+    }
+
+    /// Targets matching `filter`, id order, keyset-paginated.
+    public static func list(_ c: PostgresConnection, tenantId: String, filter: TargetFilter, limit: Int, after: String?) throws -> Page<TargetRecord> {
+        let cov = filter.coverage
+        let rows = try c.query("""
+            SELECT \(columns) FROM targets
+             WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2)
+               AND ($3::text IS NULL OR status = $3) AND ($4::text IS NULL OR business_key = $4)
+               AND ($5::text IS NULL OR installation_id = $5) AND ($6::text IS NULL OR start_target_id = $6)
+               AND ($7::boolean IS NOT TRUE OR id = ANY($8::text[])
+                    OR (start_target_id = ANY($9::text[]) AND created_by_key_id = $10))
+             ORDER BY id LIMIT $11
+            """, [tenantId, after, filter.status, filter.businessKey, filter.installationId, filter.startTargetId,
+                  cov != nil, PostgresTextArray(Array(cov?.targets ?? [])), PostgresTextArray(Array(cov?.createdFrom ?? [])),
+                  cov?.keyId, limit + 1]).map(TargetRecord.init(row:))
+        return Page.from(rows, limit: limit, id: \.id)
+    }
+
+    /// The pinned schema of template version `id` of the installation (nil: none declared
+    /// or unknown version).
+    public static func templateSchema(_ c: PostgresConnection, tenantId: String, installationId: String, templateVersion: String) throws -> JSONValue? {
+        guard let text = try c.query("""
+            SELECT schema::text AS schema FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND id = $3 LIMIT 1
+            """, [tenantId, installationId, templateVersion]).first?.optionalString("schema") else { return nil }
+        return try JSONValue.parse(text, maxDepth: 128)
+    }
+}
