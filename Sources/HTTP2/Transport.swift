@@ -67,6 +67,9 @@ final class Transport {
         }
     }
 
+    /// Takes ownership of `ssl` (server side: created after accept, before the handshake).
+    func adoptSSL(_ ssl: OpaquePointer) { self.ssl = ssl }
+
     /// Sends close_notify best-effort (TLS) and closes the socket. Idempotent.
     func close() {
         if isClosed { return }
