@@ -95,6 +95,9 @@ extension HTTP2Connection {
         shared.withLock { $0.openStreams = streams.count }
         if errorCode == NGHTTP2_NO_ERROR.rawValue && stream.status >= 200 {
             stream.pending.complete(.success(HTTP2Response(status: stream.status, headers: stream.headers, body: stream.responseBody)))
+        } else if let last = goawayLastStreamID, id > last {
+            // nghttp2 closes these with REFUSED_STREAM itself; name the GOAWAY as the cause.
+            stream.pending.complete(.failure(classify(stream, id: id, reason: "stream \(id) closed after GOAWAY")))
         } else if errorCode == NGHTTP2_REFUSED_STREAM.rawValue {
             stream.pending.complete(.failure(.notProcessed(reason: "stream \(id) refused (REFUSED_STREAM)")))
         } else {

@@ -56,13 +56,14 @@ public struct HTTP2ServerFaults: Sendable, Equatable {
     }
 }
 
-/// Handles one complete request and returns its response. Called on a Dispatch worker
-/// thread, concurrently for concurrent streams; may block (e.g. to simulate latency).
+/// Handles one complete request and returns its response. Called on one of the server's
+/// worker threads (a new one is started when all are busy, up to 512), concurrently for
+/// concurrent streams; may block (e.g. to simulate latency).
 public typealias HTTP2Handler = @Sendable (HTTP2Request) -> HTTP2Response
 
 /// A small HTTP/2 server over TLS (ALPN "h2" only, TLS 1.2+), driven by nghttp2: the local
 /// APNs/FCM sandbox and tests. One accept thread, one I/O thread per connection, handlers on
-/// Dispatch workers. `@unchecked Sendable`: mutable state is behind `state` (a `Mutex`);
+/// worker threads. `@unchecked Sendable`: mutable state is behind `state` (a `Mutex`);
 /// `context` is written once in `start()` before any thread uses it.
 public final class HTTP2Server: @unchecked Sendable {
     struct State {
@@ -76,6 +77,8 @@ public final class HTTP2Server: @unchecked Sendable {
     let configuration: HTTP2ServerConfiguration
     let handler: HTTP2Handler
     let state = Mutex(State())
+    /// Threads that run `handler` (grow on demand; see `WorkerPool`).
+    let workers = WorkerPool(name: "HTTP2Server handler")
     private let wake = WakePipe()
     private let acceptDone = DispatchSemaphore(value: 0)
     private let connectionThreads = DispatchGroup()

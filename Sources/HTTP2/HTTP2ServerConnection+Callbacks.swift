@@ -92,10 +92,16 @@ extension HTTP2ServerConnection {
         let delay = faults.responseDelaySeconds
         let drop = faults.dropConnectionAfterRequest == completedRequests
         if drop { abortNow = true }
-        DispatchQueue.global().async { [self] in
-            if delay > 0 { Thread.sleep(forTimeInterval: delay) }
+        let workers = server.workers
+        let work: @Sendable () -> Void = { [self] in
             let response = handler(request)
             if !drop { complete(id, response) }
+        }
+        if delay > 0 {
+            // Wait without holding a worker thread.
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { workers.submit(work) }
+        } else {
+            workers.submit(work)
         }
     }
 }

@@ -17,7 +17,7 @@ final class ServerStream {
 }
 
 /// One accepted connection of `HTTP2Server`: TLS handshake, nghttp2 server session and the
-/// I/O loop on its own thread. Handlers run on Dispatch workers and hand responses back
+/// I/O loop on its own thread. Handlers run on the server's workers and hand responses back
 /// through `completions` + the wake pipe. `@unchecked Sendable`: only `completions`/`stopping`
 /// (mutex) are shared; everything else is confined to the I/O thread.
 final class HTTP2ServerConnection: @unchecked Sendable {

@@ -90,6 +90,32 @@ final class ClientServerTests: XCTestCase {
         }
     }
 
+    func testKeepalivePingsKeepAnIdleConnectionUsable() throws {
+        let server = try startServer()
+        defer { server.stop() }
+        var config = clientConfiguration(port: server.port)
+        config.pingIntervalSeconds = 0.1
+        let connection = try HTTP2Connection(configuration: config)
+        defer { connection.close() }
+        Thread.sleep(forTimeInterval: 0.8)  // several PING/ACK rounds while idle
+        XCTAssertTrue(connection.isUsable)
+        XCTAssertEqual(try connection.send(HTTP2Request(path: "/after-idle")).status, 200)
+    }
+
+    func testServerStopEndsClientConnection() throws {
+        let server = try startServer()
+        let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
+        defer { connection.close() }
+        XCTAssertEqual(try connection.send(HTTP2Request(path: "/")).status, 200)
+        server.stop()  // GOAWAY NO_ERROR, then close
+        let deadline = Date().addingTimeInterval(5)
+        while connection.isUsable && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        XCTAssertFalse(connection.isUsable)
+        guard case .failure(.notProcessed) = attempt({ try connection.send(HTTP2Request(path: "/")) }) else {
+            return XCTFail("a request on a closed connection must be notProcessed")
+        }
+    }
+
     func testConnectFailureIsNotProcessed() throws {
         let server = try startServer()
         let port = server.port

@@ -16,15 +16,19 @@ final class FaultTests: XCTestCase {
             attempt { try connection.send(HTTP2Request(method: "POST", path: "/g", headers: [("x-id", "\(i)")])) }
         }
         var pending: [Int] = []
+        var reasons: [String] = []
         for (i, result) in first.enumerated() {
             switch result {
             case .success(let response): XCTAssertEqual(response.header("x-id"), "\(i)")
-            case .failure(.notProcessed): pending.append(i)
+            case .failure(.notProcessed(let reason)):
+                pending.append(i)
+                reasons.append(reason)
             case .failure(let other): XCTFail("request \(i): unexpected \(other)")
             }
         }
         XCTAssertEqual(batch - pending.count, 5, "exactly the streams up to last_stream_id are answered")
         XCTAssertFalse(connection.isUsable)
+        XCTAssertTrue(reasons.contains { $0.contains("above GOAWAY last_stream_id") }, "\(reasons)")
         // Resend what was not processed through a pool; the fault stays on, so each new
         // connection again takes 5 streams and sends GOAWAY: resend until all are delivered.
         let pool = HTTP2ConnectionPool(configuration: clientConfiguration(port: server.port), maxConnections: 2)

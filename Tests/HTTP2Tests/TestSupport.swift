@@ -80,14 +80,21 @@ func clientConfiguration(port: Int, host: String = "127.0.0.1", requestTimeout: 
 func concurrently<T: Sendable>(_ count: Int, threads: Int, _ body: @Sendable @escaping (Int) -> T) -> [T] {
     let results = Mutex<[Int: T]>([:])
     let next = Atomic<Int>(0)
-    DispatchQueue.concurrentPerform(iterations: threads) { _ in
-        while true {
-            let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
-            if i >= count { return }
-            let value = body(i)
-            results.withLock { $0[i] = value }
-        }
+    // Real threads: Dispatch's pool on Linux is capped at the CPU count (2 here).
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+        group.enter()
+        Thread {
+            while true {
+                let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
+                if i >= count { break }
+                let value = body(i)
+                results.withLock { $0[i] = value }
+            }
+            group.leave()
+        }.start()
     }
+    group.wait()
     return results.withLock { dict in (0..<count).map { dict[$0]! } }
 }
 
