@@ -43,6 +43,7 @@ let package = Package(
         .testTarget(name: "PostgresTests", dependencies: ["Postgres"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "JSON", "Metrics"]),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "JSON"]),
+        .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "Crypto", "JSON"]),
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
         .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
     ]

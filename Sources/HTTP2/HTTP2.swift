@@ -1,1 +1,0 @@
-// HTTP2 module: see ARCHITECTURE.md for its role.

@@ -1,0 +1,199 @@
+import CNGHTTP2
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The I/O thread: poll, read into nghttp2, write what nghttp2 produces, open queued streams,
+/// enforce timeouts and keepalive.
+extension HTTP2Connection {
+    func run() {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var failure: String? = nil
+        while failure == nil {
+            if shared.withLock({ $0.closing }) { failure = "connection closed"; break }
+            let now = Socket.now()
+            openQueuedStreams(now: now)
+            expireStreams(now: now)
+            if let reason = keepalive(now: now) { failure = reason; break }
+            if let reason = flush() { failure = reason; break }
+            if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
+                && outboundHead == outbound.count { break }
+            var fds = [pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
+                       pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
+            if outboundHead < outbound.count { fds[0].events |= Int16(POLLOUT) }
+            _ = poll(&fds, 2, pollTimeoutMilliseconds(now: now))
+            if fds[1].revents != 0 { wake.drain() }
+            if fds[0].revents != 0 { failure = readAvailable(&buffer) }
+        }
+        finish(reason: failure)
+    }
+
+    /// Milliseconds until the earliest request deadline or keepalive check (at most 1 s).
+    private func pollTimeoutMilliseconds(now: Double) -> Int32 {
+        var next = now + 1
+        for stream in streams.values { next = min(next, stream.pending.deadline) }
+        if let first = shared.withLock({ $0.queue.first }) { next = min(next, first.deadline) }
+        return Int32(max(0, (next - now) * 1000).rounded(.up))
+    }
+
+    /// Reads until the socket would block, feeding nghttp2. Returns a failure reason, if any.
+    private func readAvailable(_ buffer: inout [UInt8]) -> String? {
+        while true {
+            let result = buffer.withUnsafeMutableBytes { transport.read($0.baseAddress!, $0.count) }
+            switch result {
+            case .bytes(let n):
+                lastActivity = Socket.now()
+                let rv = buffer.withUnsafeBytes {
+                    nghttp2_session_mem_recv(session, $0.baseAddress!.assumingMemoryBound(to: UInt8.self), n)
+                }
+                if rv < 0 { return "HTTP/2 protocol error: \(NGHTTP2.errorText(rv))" }
+            case .wouldBlock:
+                return nil
+            case .closed:
+                return nghttp2_session_want_read(session) == 0 ? nil : "connection closed by peer"
+            case .failed(let text):
+                return text
+            }
+        }
+    }
+
+    /// Writes buffered bytes, then pulls everything nghttp2 has to send. Returns a failure reason.
+    func flush() -> String? {
+        while true {
+            while outboundHead < outbound.count {
+                let result = outbound.withUnsafeBytes {
+                    transport.write($0.baseAddress! + outboundHead, outbound.count - outboundHead)
+                }
+                switch result {
+                case .bytes(let n):
+                    outboundHead += n
+                    writtenBytes += UInt64(n)
+                case .wouldBlock:
+                    return nil
+                case .closed:
+                    return "connection closed by peer"
+                case .failed(let text):
+                    return text
+                }
+            }
+            outbound.removeAll(keepingCapacity: true)
+            outboundHead = 0
+            var pulled = 0
+            while true {
+                var data: UnsafePointer<UInt8>? = nil
+                let n = nghttp2_session_mem_send(session, &data)
+                if n < 0 { return "HTTP/2 session error: \(NGHTTP2.errorText(n))" }
+                if n == 0 { break }
+                if let data { outbound.append(contentsOf: UnsafeBufferPointer(start: data, count: n)) }
+                producedBytes += UInt64(n)
+                pulled += n
+            }
+            if pulled == 0 { return nil }
+        }
+    }
+
+    /// Opens streams for queued requests while the peer's concurrency limit allows
+    /// (RFC 9113 §5.1.2); fails queued requests whose deadline passed (never sent).
+    private func openQueuedStreams(now: Double) {
+        let limit = Int(min(nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 10_000))
+        let goingAway = goawayLastStreamID != nil
+        let (ready, expired) = shared.withLock { state -> ([PendingRequest], [PendingRequest]) in
+            state.maxConcurrentStreams = limit
+            let expired = state.queue.filter { $0.deadline <= now || $0.isCompleted }
+            if !expired.isEmpty { state.queue.removeAll { $0.deadline <= now || $0.isCompleted } }
+            let free = goingAway ? 0 : max(0, limit - streams.count)
+            let take = min(free, state.queue.count)
+            let ready = Array(state.queue.prefix(take))
+            state.queue.removeFirst(take)
+            return (ready, expired)
+        }
+        for pending in expired {
+            pending.complete(.failure(.notProcessed(reason: "timed out waiting for a free stream")))
+        }
+        for pending in ready { submit(pending) }
+        shared.withLock { $0.openStreams = streams.count }
+    }
+
+    /// Submits HEADERS (and a DATA provider for the body) for one request.
+    private func submit(_ pending: PendingRequest) {
+        let request = pending.request
+        var fields = [(":method", request.method), (":scheme", scheme), (":authority", authority),
+                      (":path", request.path)]
+        fields.append(contentsOf: request.headers)
+        if !request.body.isEmpty && request.header("content-length") == nil {
+            fields.append(("content-length", String(request.body.count)))
+        }
+        var provider = nghttp2_data_provider(source: nghttp2_data_source(ptr: nil), read_callback: Self.readBody)
+        let id = NGHTTP2.withHeaders(fields) { nva, count in
+            request.body.isEmpty
+                ? nghttp2_submit_request(session, nil, nva, count, nil, nil)
+                : nghttp2_submit_request(session, nil, nva, count, &provider, nil)
+        }
+        if id < 0 {
+            pending.complete(.failure(.notProcessed(reason: "cannot submit request: \(NGHTTP2.errorText(Int(id)))")))
+            return
+        }
+        streams[id] = ClientStream(pending)
+    }
+
+    /// Times out open streams: RST_STREAM CANCEL (RFC 9113 §8.7) and the matching failure.
+    private func expireStreams(now: Double) {
+        for (id, stream) in streams where stream.pending.deadline <= now && !stream.pending.isCompleted {
+            stream.pending.complete(.failure(classify(stream, id: id, reason: "request timed out")))
+            _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_CANCEL.rawValue)
+        }
+    }
+
+    /// PING after `pingIntervalSeconds` of silence; the connection is lost when the ACK does not
+    /// arrive within another interval (RFC 9113 §6.7).
+    private func keepalive(now: Double) -> String? {
+        let interval = configuration.pingIntervalSeconds
+        guard interval > 0 else { return nil }
+        if let sent = pingSentAt {
+            return now - sent > interval ? "PING not acknowledged within \(interval) s" : nil
+        }
+        if now - lastActivity >= interval {
+            _ = nghttp2_submit_ping(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), nil)
+            pingSentAt = now
+        }
+        return nil
+    }
+
+    /// The failure for a stream that ends without a response: `.notProcessed` when the peer
+    /// provably did not process it, else `.possiblyProcessed` (SPEC §5).
+    func classify(_ stream: ClientStream, id: Int32, reason: String) -> HTTP2Failure {
+        if let last = goawayLastStreamID, id > last {
+            return .notProcessed(reason: "\(reason); stream \(id) is above GOAWAY last_stream_id \(last)")
+        }
+        guard let end = stream.headersEnd, writtenBytes >= end else {
+            return .notProcessed(reason: "\(reason); request was never written")
+        }
+        return .possiblyProcessed(reason: reason)
+    }
+
+    /// Ends the session: fails everything left, sends GOAWAY best-effort, closes the socket.
+    private func finish(reason: String?) {
+        let queued = shared.withLock { state -> [PendingRequest] in
+            state.usable = false
+            let queued = state.queue
+            state.queue.removeAll()
+            return queued
+        }
+        let text = reason ?? "connection ended"
+        for pending in queued { pending.complete(.failure(.notProcessed(reason: "\(text) before the request was sent"))) }
+        for (id, stream) in streams { stream.pending.complete(.failure(classify(stream, id: id, reason: text))) }
+        streams.removeAll()
+        if reason == "connection closed" {
+            _ = nghttp2_session_terminate_session(session, NGHTTP2_NO_ERROR.rawValue)
+            _ = flush()
+        }
+        transport.close()
+        settingsSignal.signal()
+        shared.withLock {
+            $0.finished = true
+            $0.openStreams = 0
+        }
+        finishedSignal.signal()
+    }
+}

@@ -1,0 +1,57 @@
+import Dispatch
+import Synchronization
+
+/// A request handed from a caller thread to a connection's I/O thread. The first `complete`
+/// wins; the caller blocks in `wait` until then.
+final class PendingRequest: Sendable {
+    let request: HTTP2Request
+    /// Monotonic seconds (`Socket.now()`) after which the request times out.
+    let deadline: Double
+    private let done = DispatchSemaphore(value: 0)
+    private let outcome = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
+
+    init(_ request: HTTP2Request, deadline: Double) {
+        self.request = request
+        self.deadline = deadline
+    }
+
+    /// Records the outcome unless one is already recorded; returns whether this call won.
+    @discardableResult
+    func complete(_ result: Result<HTTP2Response, HTTP2Failure>) -> Bool {
+        let won = outcome.withLock { current in
+            if current != nil { return false }
+            current = result
+            return true
+        }
+        if won { done.signal() }
+        return won
+    }
+
+    var isCompleted: Bool { outcome.withLock { $0 != nil } }
+
+    /// Blocks until completed. `backstopSeconds` guards against a stuck I/O thread: after it the
+    /// request fails `.possiblyProcessed` (its state is unknown).
+    func wait(backstopSeconds: Double) -> Result<HTTP2Response, HTTP2Failure> {
+        if done.wait(timeout: .now() + backstopSeconds) == .timedOut {
+            complete(.failure(.possiblyProcessed(reason: "connection I/O thread did not answer in time")))
+        }
+        return outcome.withLock { $0! }
+    }
+}
+
+/// Client-side state of one open stream; touched only by the I/O thread.
+final class ClientStream {
+    let pending: PendingRequest
+    let body: [UInt8]
+    var bodyOffset = 0
+    /// Outbound byte offset at which this stream's HEADERS frame ends, once serialized.
+    var headersEnd: UInt64?
+    var status = 0
+    var headers: [(String, String)] = []
+    var responseBody: [UInt8] = []
+
+    init(_ pending: PendingRequest) {
+        self.pending = pending
+        self.body = pending.request.body
+    }
+}

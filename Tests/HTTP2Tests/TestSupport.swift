@@ -1,0 +1,106 @@
+import Crypto
+import Foundation
+import HTTP2
+import Synchronization
+import XCTest
+
+/// Test PKI: a CA written to a temp file (the client's `extraCAFile`) and a server certificate
+/// for localhost/127.0.0.1 signed by it. Generated once per process.
+enum TestPKI {
+    struct Material: Sendable {
+        let ca: X509.Identity
+        let server: X509.Identity
+        let caFile: String
+    }
+
+    static let shared: Material = {
+        let ca = try! X509.makeCertificateAuthority(commonName: "HTTP2Tests CA")
+        let server = try! X509.issueServerCertificate(ca: ca, hosts: ["localhost", "127.0.0.1"])
+        let file = NSTemporaryDirectory() + "http2tests-ca-\(getpid()).pem"
+        try! ca.certificatePEM.write(toFile: file, atomically: true, encoding: .utf8)
+        return Material(ca: ca, server: server, caFile: file)
+    }()
+
+    /// Writes `text` to a fresh temp file and returns its path.
+    static func tempFile(_ name: String, _ text: String) -> String {
+        let path = NSTemporaryDirectory() + "http2tests-\(getpid())-\(name)"
+        try! text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+}
+
+/// Every request the handler saw, by its `x-id` header, plus a gauge of concurrent handlers.
+final class Recorder: Sendable {
+    private let ids = Mutex<[String]>([])
+    private let inFlight = Atomic<Int>(0)
+    private let peak = Atomic<Int>(0)
+
+    func enter(_ request: HTTP2Request) {
+        ids.withLock { $0.append(request.header("x-id") ?? "?") }
+        let now = inFlight.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+        var seen = peak.load(ordering: .sequentiallyConsistent)
+        while now > seen {
+            let (exchanged, original) = peak.compareExchange(expected: seen, desired: now, ordering: .sequentiallyConsistent)
+            if exchanged { break }
+            seen = original
+        }
+    }
+
+    func leave() { inFlight.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+
+    var received: [String] { ids.withLock { $0 } }
+    var peakConcurrency: Int { peak.load(ordering: .sequentiallyConsistent) }
+}
+
+/// A started server answering 200 with the request body echoed and `x-echo-path`, after
+/// `sleepSeconds`; stopped by the caller.
+func startServer(recorder: Recorder = Recorder(), maxConcurrentStreams: Int = 1000, sleepSeconds: Double = 0,
+                 identity: X509.Identity = TestPKI.shared.server) throws -> HTTP2Server {
+    let config = HTTP2ServerConfiguration(certificatePEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM,
+                                          maxConcurrentStreams: maxConcurrentStreams)
+    let server = HTTP2Server(configuration: config) { request in
+        recorder.enter(request)
+        defer { recorder.leave() }
+        if sleepSeconds > 0 { Thread.sleep(forTimeInterval: sleepSeconds) }
+        return HTTP2Response(status: 200, headers: [("x-echo-path", request.path), ("x-method", request.method),
+                                                    ("x-id", request.header("x-id") ?? "")],
+                             body: request.body)
+    }
+    try server.start()
+    return server
+}
+
+func clientConfiguration(port: Int, host: String = "127.0.0.1", requestTimeout: Double = 10,
+                         caFile: String? = TestPKI.shared.caFile) -> HTTP2ClientConfiguration {
+    HTTP2ClientConfiguration(baseURL: URL(string: "https://\(host):\(port)")!, extraCAFile: caFile,
+                             connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout)
+}
+
+/// Runs `count` calls of `body` on `threads` threads at once and returns results by index.
+func concurrently<T: Sendable>(_ count: Int, threads: Int, _ body: @Sendable @escaping (Int) -> T) -> [T] {
+    let results = Mutex<[Int: T]>([:])
+    let next = Atomic<Int>(0)
+    // Real threads: Dispatch's pool on Linux is capped at the CPU count (2 here).
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+        group.enter()
+        Thread {
+            while true {
+                let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
+                if i >= count { break }
+                let value = body(i)
+                results.withLock { $0[i] = value }
+            }
+            group.leave()
+        }.start()
+    }
+    group.wait()
+    return results.withLock { dict in (0..<count).map { dict[$0]! } }
+}
+
+/// `send` as a `Result`, with the failure typed.
+func attempt(_ body: () throws -> HTTP2Response) -> Result<HTTP2Response, HTTP2Failure> {
+    do { return .success(try body()) } catch let failure as HTTP2Failure { return .failure(failure) } catch {
+        return .failure(.possiblyProcessed(reason: "unexpected error \(error)"))
+    }
+}
