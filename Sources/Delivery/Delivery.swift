@@ -1,1 +1,0 @@
-// Delivery module: see ARCHITECTURE.md for its role.
