@@ -55,6 +55,9 @@ public enum APIRoutes {
         MasterKeyHandlers.register(r, ctx)
         SenderKeyHandlers.register(r, ctx)
         InstallationHandlers.register(r, ctx)
+        LifecycleHandlers.register(r, ctx)
+        TargetReadHandlers.register(r, ctx)
+        DeviceTargetHandlers.register(r, ctx)
         return r
     }
 }

@@ -26,7 +26,10 @@ enum ServeCommand {
         }
         let auth = Authenticator(db: db, log: log.with(["component": "auth"]))
         auth.startInvalidationListener(conninfo: rt.conninfo)
-        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator)
+        let events = EventWaiter(log: log.with(["component": "events"]))
+        events.start(conninfo: rt.conninfo)
+        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
+                             events: events, defaultExpirationSeconds: config.defaultExpirationSeconds)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: config.listenHost, port: config.listenPort,
                                                                        threads: config.httpThreads),
@@ -38,6 +41,7 @@ enum ServeCommand {
         log.info("shutting down", ["signal": .string(signal)])
         server.shutdown(drainTimeoutSeconds: 30)
         auth.stop()
+        events.stop()
         pool.close()
         log.info("stopped")
     }

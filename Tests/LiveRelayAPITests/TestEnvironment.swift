@@ -24,6 +24,7 @@ final class TestEnvironment: @unchecked Sendable {
     let db: Database
     let server: HTTPServer
     let auth: Authenticator
+    let events: EventWaiter
     let baseURL: String
     let logs = LogCapture()
 
@@ -37,22 +38,25 @@ final class TestEnvironment: @unchecked Sendable {
     private init(base: String) throws {
         dbName = "lr_test_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
         adminConninfo = base
-        let admin = try PostgresConnection(base)
-        try admin.execute("CREATE DATABASE \(dbName)")
-        admin.close()
-        conninfo = base + (base.contains("?") ? "&" : "?") + "dbname=\(dbName)"
-        pool = PostgresPool(conninfo: conninfo, maxConnections: 12, acquireTimeoutSeconds: 5)
         let repo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
             ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
         let migrator = try Migrator(directory: URL(fileURLWithPath: repo + "/Migrations"))
-        try migrator.migrate(pool: pool)
+        let template = try TestEnvironment.migratedTemplate(base: base, migrator: migrator)
+        let admin = try PostgresConnection(base)
+        try admin.execute("CREATE DATABASE \(dbName) TEMPLATE \(template)")
+        admin.close()
+        conninfo = TestEnvironment.conninfo(base, db: dbName)
+        pool = PostgresPool(conninfo: conninfo, maxConnections: 12, acquireTimeoutSeconds: 5)
         db = Database(pool: pool)
         let captured = logs
         let log = Logger(minimum: .debug, sink: { line in captured.append(line) })
         auth = Authenticator(db: db, log: log)
         auth.startInvalidationListener(conninfo: conninfo)
         let metrics = MetricsRegistry()
-        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator)
+        events = EventWaiter(log: log)
+        events.start(conninfo: conninfo)
+        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator,
+                             events: events)
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                             router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics,
                             log: { line in captured.append(line) })
@@ -60,10 +64,33 @@ final class TestEnvironment: @unchecked Sendable {
         baseURL = "http://127.0.0.1:\(server.port)"
     }
 
+    static func conninfo(_ base: String, db: String) -> String { base + (base.contains("?") ? "&" : "?") + "dbname=\(db)" }
+
+    private static let templateLock = NSLock()
+    nonisolated(unsafe) private static var templateName: String?
+
+    /// One migrated database per test process, cloned (`CREATE DATABASE … TEMPLATE`) for
+    /// each test: migrations run once instead of once per test.
+    static func migratedTemplate(base: String, migrator: Migrator) throws -> String {
+        templateLock.lock()
+        defer { templateLock.unlock() }
+        if let t = templateName { return t }
+        let name = "lr_tpl_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
+        let admin = try PostgresConnection(base)
+        try admin.execute("CREATE DATABASE \(name)")
+        admin.close()
+        let p = PostgresPool(conninfo: conninfo(base, db: name), maxConnections: 1)
+        try migrator.migrate(pool: p)
+        p.close()
+        templateName = name
+        return name
+    }
+
     /// Stops the server and drops the database.
     func tearDown() {
         server.shutdown(drainTimeoutSeconds: 5)
         auth.stop()
+        events.stop()
         pool.close()
         Thread.sleep(forTimeInterval: 0.3)  // let the listener connection close
         if let admin = try? PostgresConnection(adminConninfo) {
