@@ -49,8 +49,11 @@ enum DeviceTargetHandlers {
         }
     }
 
-    /// The installation's own target `tgt`, locked; another installation's → 404.
+    /// The installation's own target `tgt`, locked; another installation's → 404. The
+    /// installation's status is read from the database (not the credential cache), so a
+    /// disconnect is seen at once: retired → `410 INSTALLATION_RETIRED`.
     static func ownTarget(_ c: PostgresConnection, tenant: String, installation: String, id: String) throws -> TargetRecord {
+        if try InstallationStore.get(c, tenantId: tenant, id: installation)?.status != "active" { throw InstallationHandlers.retiredError() }
         guard Identifier.isValid(id, kind: .target), let t = try TargetStore.get(c, tenantId: tenant, id: id, forUpdate: true),
               t.installationId == installation else { throw Endpoint.notFound("target") }
         return t
