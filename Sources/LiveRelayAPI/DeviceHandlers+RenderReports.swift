@@ -25,6 +25,8 @@ extension DeviceHandlers {
         let report: JSONValue = .object(["revision": .int(revision), "template_version": .string(templateVersion),
                                          "stage_code": stageCode, "received_at": J.ts(now)])
         let (target, stored) = try ctx.db.tenant(me.tenant) { c -> (RenderReportTarget, JSONValue?) in
+            // The credential cache may not know about a disconnect yet; the row does.
+            if try InstallationStore.get(c, tenantId: me.tenant, id: me.id)?.status != "active" { throw InstallationHandlers.retiredError() }
             guard let t = try TemplateStore.renderReportTarget(c, tenantId: me.tenant, installationId: me.id, targetId: targetId) else {
                 throw Endpoint.notFound("target")
             }
