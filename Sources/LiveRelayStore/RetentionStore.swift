@@ -20,6 +20,12 @@ public struct CollectedVersion: Sendable, Equatable {
     public let createdAt: Date
     public let lastReferenceEndedAt: Date
     public let collectableAt: Date
+
+    public init(tenantId: String, installationId: String, bindingId: String, id: String, bytes: Int64, createdAt: Date,
+                lastReferenceEndedAt: Date, collectableAt: Date) {
+        self.tenantId = tenantId; self.installationId = installationId; self.bindingId = bindingId; self.id = id
+        self.bytes = bytes; self.createdAt = createdAt; self.lastReferenceEndedAt = lastReferenceEndedAt; self.collectableAt = collectableAt
+    }
 }
 
 /// SQL for template-version retention (SPEC §6): loads each version's pins and the time its
