@@ -138,6 +138,7 @@ enum InstallationHandlers {
         if me.retired { throw retiredError() }
         let inst = try ctx.db.tenant(me.tenant) { c -> InstallationRecord in
             try InstallationStore.setFCMToken(c, tenantId: me.tenant, id: me.id, token: token)
+            try StartTargetStore.refreshAndroidReadiness(c, tenantId: me.tenant, installationId: me.id)
             return try InstallationStore.get(c, tenantId: me.tenant, id: me.id)!
         }
         return .json(200, Encode.installation(inst))

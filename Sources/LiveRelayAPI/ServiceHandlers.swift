@@ -58,6 +58,7 @@ public enum APIRoutes {
         LifecycleHandlers.register(r, ctx)
         TargetReadHandlers.register(r, ctx)
         DeviceTargetHandlers.register(r, ctx)
+        DeviceHandlers.register(r, ctx)
         return r
     }
 }

@@ -17,6 +17,7 @@ public enum LiveRelayMain {
       api        the HTTP API only
       migrate    apply pending database migrations and exit
       admin      operator tasks straight on the database (see `liverelay admin --help`)
+      gc         delete collectable template versions now (`--dry-run` lists them)
       version    print the version
       help       this text
 
@@ -37,7 +38,7 @@ public enum LiveRelayMain {
         case "help", "--help", "-h":
             print(usage)
             exit(0)
-        case "serve", "api", "migrate", "admin":
+        case "serve", "api", "migrate", "admin", "gc":
             break
         default:
             FileHandle.standardError.write(Data("liverelay: unknown command \(command.debugDescription)\n\n\(usage)\n".utf8))
@@ -61,6 +62,8 @@ public enum LiveRelayMain {
                 let pool = try rt.openDatabase(poolSize: 2)
                 pool.close()
                 print("migrations current")
+            case "gc":
+                try GCCommand.run(rest, config: config, log: Logger(minimum: max(config.logLevel, .warning)))
             case "admin":
                 try AdminCommand.run(rest, config: config, log: Logger(minimum: max(config.logLevel, .warning)))
             default:
@@ -91,6 +94,8 @@ public enum LiveRelayMain {
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
         case "admin":
             print(AdminCommand.usage)
+        case "gc":
+            print(GCCommand.usage)
         default:
             print(usage)
         }

@@ -35,10 +35,13 @@ enum ServeCommand {
                                                                        threads: config.httpThreads),
                                 router: router, metrics: metrics, log: { line in log.raw(line) })
         try server.start()
+        let maintenance = log.context["component"] == "api" ? nil : MaintenanceService(db: db, log: log.with(["component": "maintenance"]))
+        maintenance?.start()
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
         let signal = waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
+        maintenance?.stop()
         server.shutdown(drainTimeoutSeconds: 30)
         auth.stop()
         events.stop()

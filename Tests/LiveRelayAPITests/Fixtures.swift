@@ -76,3 +76,59 @@ enum Fixtures {
         return seconds
     }
 }
+
+// MARK: device registry (prepare, start targets)
+
+extension Fixtures {
+    /// A delivery-tracking schema used by the device tests.
+    static let deliverySchema: JSONValue = .object([
+        "type": "object", "required": ["eta"],
+        "properties": .object(["eta": .object(["type": "string", "maxLength": 20]),
+                               "stops": .object(["type": "array", "items": .object(["type": "integer"])])]),
+    ])
+
+    /// A valid prepare body; `edit` changes it.
+    static func prepareBody(binding: String = "widget", activityType: String = "delivery", digest: String = "sha256:r1",
+                            schema: JSONValue? = Fixtures.deliverySchema, bundleBytes: Int = 1000,
+                            _ edit: (inout [String: JSONValue]) -> Void = { _ in }) -> JSONValue {
+        var o: [String: JSONValue] = [
+            "binding_id": .string(binding), "activity_type": .string(activityType), "attributes_type": "DeliveryAttributes",
+            "renderer_digest": .string(digest),
+            "bundle": .object(["bytes": .int(Int64(bundleBytes)), "modules": 3, "files": 4]),
+        ]
+        if let schema { o["schema"] = schema }
+        edit(&o)
+        return .object(o)
+    }
+
+    /// `POST /v1/installations/{id}/start-targets` as the installation.
+    static func prepare(_ env: TestEnvironment, _ inst: Installation, _ body: JSONValue) -> TestEnvironment.Reply {
+        env.call("POST", "/v1/installations/\(inst.id)/start-targets", body, as: inst.credential)
+    }
+
+    /// Prepares and returns (start_target_id, template_version); fails the test on a non-2xx.
+    static func prepared(_ env: TestEnvironment, _ inst: Installation, _ body: JSONValue,
+                         file: StaticString = #filePath, line: UInt = #line) throws -> (st: String, tv: String) {
+        let r = prepare(env, inst, body)
+        guard r.status == 200 || r.status == 201, let st = r["start_target_id"]?.stringValue, let tv = r["template_version"]?.stringValue else {
+            XCTFail("prepare failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))", file: file, line: line)
+            throw XCTSkip("prepare failed")
+        }
+        return (st, tv)
+    }
+
+    /// A live target row of `installation` using `templateVersion` (straight in the database;
+    /// the lifecycle endpoints make them in production).
+    static func liveTarget(_ env: TestEnvironment, tenant: String, installation: String, templateVersion: String,
+                           startTarget: String? = nil, revision: Int64 = 1, status: String = "ready") throws -> String {
+        let id = Identifier.make(.target)
+        try env.db.tenant(tenant) { c in
+            try c.execute("""
+                INSERT INTO targets (tenant_id, id, installation_id, start_target_id, origin, activity_type, template_version, status,
+                                     revision, state)
+                VALUES ($1, $2, $3, $4, $5, 'delivery', $6, $7, $8, '{}'::jsonb)
+                """, [tenant, id, installation, startTarget, startTarget == nil ? "local" : "remote", templateVersion, status, revision])
+        }
+        return id
+    }
+}
