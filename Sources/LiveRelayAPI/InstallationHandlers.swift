@@ -119,6 +119,11 @@ enum InstallationHandlers {
         let inst = try ctx.db.tenant(tenant) { c -> InstallationRecord in
             guard try InstallationStore.get(c, tenantId: tenant, id: id, forUpdate: true) != nil else { throw Endpoint.notFound("installation") }
             let retired = try InstallationStore.retireAll(c, tenantId: tenant, id: id)
+            // Cached verifications carry the installation's status: evict them everywhere, so
+            // its credentials get 410 INSTALLATION_RETIRED at once, not after the cache expires.
+            for cred in try InstallationStore.liveCredentialIds(c, tenantId: tenant, installationId: id) {
+                try CredentialLookup.announceInvalidation(c, subject: cred)
+            }
             if case .master(_, let actor) = p {
                 try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "installation.disconnect", objectType: "installation",
                                       objectId: id, requestId: req.requestId)
@@ -137,6 +142,11 @@ enum InstallationHandlers {
         try r.finish()
         if me.retired { throw retiredError() }
         let inst = try ctx.db.tenant(me.tenant) { c -> InstallationRecord in
+            // The cached principal's `retired` may predate a disconnect: the row decides.
+            guard let current = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
+                throw Endpoint.notFound("installation")
+            }
+            if current.status == "retired" { throw retiredError() }
             try InstallationStore.setFCMToken(c, tenantId: me.tenant, id: me.id, token: token)
             return try InstallationStore.get(c, tenantId: me.tenant, id: me.id)!
         }

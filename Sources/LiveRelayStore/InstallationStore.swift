@@ -82,6 +82,15 @@ public enum InstallationStore {
             """, [tenantId, id]).first.map(InstallationRecord.init(row:))
     }
 
+    /// Ids of the installation's credentials that still work (to evict them from every
+    /// node's verification cache when the installation changes state).
+    public static func liveCredentialIds(_ c: PostgresConnection, tenantId: String, installationId: String) throws -> [String] {
+        try c.query("""
+            SELECT id FROM installation_credentials
+             WHERE tenant_id = $1 AND installation_id = $2 AND (expires_at IS NULL OR expires_at > now())
+            """, [tenantId, installationId]).map { try $0.string("id") }
+    }
+
     /// Sets or clears the FCM registration token.
     public static func setFCMToken(_ c: PostgresConnection, tenantId: String, id: String, token: String?) throws {
         try c.execute("UPDATE installations SET fcm_token = $3, updated_at = now() WHERE tenant_id = $1 AND id = $2", [tenantId, id, token])
