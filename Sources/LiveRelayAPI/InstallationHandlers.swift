@@ -19,6 +19,14 @@ enum InstallationHandlers {
     /// re-registration (SPEC §4: "old one valid 5 min more"), seconds.
     static let renewalGraceSeconds = 300.0
 
+    /// The idempotency scope of registrations: endpoint, and the key prefix shared by every
+    /// registration of one (app, platform, install_id). Disconnect forgets these records so a
+    /// later registration makes a new installation instead of replaying the retired one.
+    static let registrationEndpoint = "POST /v1/installations"
+    static func registrationKeyPrefix(appId: String, platform: String, installId: String) -> String {
+        "install:\(appId):\(platform):\(installId.lowercased()):"
+    }
+
     /// `POST /v1/installations {platform, app_id, environment, install_id, fcm_token?}` →
     /// 201 `{installation_id, credential, …}`. Idempotent on `install_id`: the same request
     /// again within 24 h replays the same credential (stored sealed); a different request for
@@ -39,7 +47,7 @@ enum InstallationHandlers {
         try r.finish()
         if let keyApp, keyApp != appId { throw Endpoint.forbidden("this publishable key is for app \(keyApp)") }
         if let keyPlatform, keyPlatform != platform { throw Endpoint.forbidden("this publishable key is for \(keyPlatform)") }
-        let key = "install:\(appId):\(platform):\(installId.lowercased()):\(Digest.sha256Hex(json.serialized()))"
+        let key = registrationKeyPrefix(appId: appId, platform: platform, installId: installId) + Digest.sha256Hex(json.serialized())
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true) { c in
             let minted = try CredentialMint.make(.installation)
             let inst: InstallationRecord
@@ -124,6 +132,9 @@ enum InstallationHandlers {
             for cred in try InstallationStore.liveCredentialIds(c, tenantId: tenant, installationId: id) {
                 try CredentialLookup.announceInvalidation(c, subject: cred)
             }
+            try IdempotencyStore.forget(c, tenantId: tenant, endpoint: registrationEndpoint,
+                                        keyPrefix: registrationKeyPrefix(appId: retired.appId, platform: retired.platform,
+                                                                         installId: retired.installId))
             if case .master(_, let actor) = p {
                 try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "installation.disconnect", objectType: "installation",
                                       objectId: id, requestId: req.requestId)

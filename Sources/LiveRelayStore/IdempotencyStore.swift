@@ -76,6 +76,16 @@ public enum IdempotencyStore {
             """, [tenantId, endpoint, key, response.status, plain, sealed])
     }
 
+    /// Forgets the records of `endpoint` whose key starts with `keyPrefix`, so those requests
+    /// are no longer replayed (e.g. the registrations of an installation that was retired).
+    /// Returns how many went.
+    @discardableResult
+    public static func forget(_ c: PostgresConnection, tenantId: String, endpoint: String, keyPrefix: String) throws -> Int {
+        try c.execute("""
+            DELETE FROM idempotency_records WHERE tenant_id = $1 AND endpoint = $2 AND left(key, length($3)) = $3
+            """, [tenantId, endpoint, keyPrefix])
+    }
+
     /// Deletes records past their retention (system scope). Returns how many went.
     public static func purgeExpired(_ c: PostgresConnection) throws -> Int {
         try c.execute("DELETE FROM idempotency_records WHERE expires_at < now()")
