@@ -53,8 +53,7 @@ enum InstallationHandlers {
             let inst: InstallationRecord
             var status = 201
             if let existing = try InstallationStore.activeByInstallId(c, tenantId: tenant, appId: appId, platform: platform, installId: installId) {
-                try InstallationStore.setFCMToken(c, tenantId: tenant, id: existing.id, token: fcm ?? existing.fcmToken)
-                inst = try InstallationStore.get(c, tenantId: tenant, id: existing.id)!
+                inst = try InstallationStore.refresh(c, tenantId: tenant, id: existing.id, environment: environment, fcmToken: fcm)!
                 status = 200
             } else {
                 inst = try InstallationStore.insert(c, tenantId: tenant, id: Identifier.make(.installation), publishableKeyId: pkId,

@@ -82,6 +82,15 @@ public enum InstallationStore {
             """, [tenantId, id]).first.map(InstallationRecord.init(row:))
     }
 
+    /// A re-registration of an active installation (same install_id, different request):
+    /// takes the request's `environment` and, when given, its FCM token.
+    public static func refresh(_ c: PostgresConnection, tenantId: String, id: String, environment: String, fcmToken: String?) throws -> InstallationRecord? {
+        try c.query("""
+            UPDATE installations SET environment = $3, fcm_token = COALESCE($4, fcm_token), updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+            """, [tenantId, id, environment, fcmToken]).first.map(InstallationRecord.init(row:))
+    }
+
     /// Ids of the installation's credentials that still work (to evict them from every
     /// node's verification cache when the installation changes state).
     public static func liveCredentialIds(_ c: PostgresConnection, tenantId: String, installationId: String) throws -> [String] {
