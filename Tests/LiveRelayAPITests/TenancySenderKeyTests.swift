@@ -97,6 +97,36 @@ final class TenancySenderKeyTests: TenancyTestCase {
         XCTAssertEqual(replay["credential"]?.stringValue, credential)
     }
 
+    /// SPEC §3: the sealed replayable credential is purged after 24 h — an expired record,
+    /// even one no purge has removed yet, is never replayed; the key starts afresh.
+    func testExpiredIdempotencyRecordIsNeverReplayed() throws {
+        let t = try tenant()
+        let st = try Fixtures.startTarget(env, tenant: t.id)
+        let body: JSONValue = ["targets": [.string(st)], "permissions": ["activities:start"], "idempotency_key": "day-old"]
+        let first = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
+        XCTAssertEqual(first.status, 201, first.text)
+        _ = try env.db.system { c in
+            try c.execute("UPDATE idempotency_records SET created_at = now() - interval '25 hours', expires_at = now() - interval '1 hour' WHERE key = 'day-old'")
+        }
+        let later = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
+        XCTAssertEqual(later.status, 201, later.text)
+        XCTAssertNil(later.headers["idempotent-replayed"])
+        XCTAssertNotEqual(later["credential"]?.stringValue, first["credential"]?.stringValue, "a day-old sealed credential is not replayed")
+        XCTAssertEqual(try senderKeyCount(t.id), 2)
+        let fresh = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
+        XCTAssertEqual(fresh.headers["idempotent-replayed"], "true", "the key is live again for 24 h")
+        XCTAssertEqual(fresh["credential"]?.stringValue, later["credential"]?.stringValue)
+        // Another body under an expired key is a new request too, not 422.
+        _ = try env.db.system { c in try c.execute("UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE key = 'day-old'") }
+        var other = body.objectValue!
+        other["label"] = "new"
+        XCTAssertEqual(call("POST", "/v1/remote-updates/sender-keys", .object(other), as: t.master).status, 201)
+        // And the purge removes what is past its retention.
+        _ = try env.db.system { c in try c.execute("UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE key = 'day-old'") }
+        XCTAssertEqual(try env.db.system { c in try IdempotencyStore.purgeExpired(c) }, 1)
+        XCTAssertEqual(try env.db.system { c in try c.query("SELECT 1 AS one FROM idempotency_records WHERE key = 'day-old'").count }, 0)
+    }
+
     func testBadSenderKeyInputNamesTheField() throws {
         let t = try tenant()
         let other = try tenant(name: "Other")
