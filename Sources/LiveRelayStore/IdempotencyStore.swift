@@ -34,9 +34,16 @@ public enum IdempotencyStore {
         try c.execute("SELECT set_config('lock_timeout', $1, true)", ["\(waitSeconds)s"])
         let inserted: Bool
         do {
+            // A record past its retention is gone, purged or not: it is taken over as new,
+            // so a stored (sealed) response is never replayed after 24 h.
             inserted = try !c.query("""
                 INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, expires_at)
-                VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5)) ON CONFLICT DO NOTHING RETURNING 1 AS one
+                VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5))
+                ON CONFLICT (tenant_id, endpoint, key) DO UPDATE
+                   SET request_hash = EXCLUDED.request_hash, status_code = 0, response_body = NULL, response_sealed = NULL,
+                       created_at = now(), expires_at = EXCLUDED.expires_at
+                 WHERE idempotency_records.expires_at < now()
+                RETURNING 1 AS one
                 """, [tenantId, endpoint, key, requestHash, retentionSeconds]).isEmpty
         } catch let e as PostgresError where e.sqlState == "55P03" {
             throw DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
