@@ -28,7 +28,14 @@ public final class Authenticator: Sendable {
     let log: Logger
     let cacheSeconds: Double
     let cacheKey = SecureRandom.bytes(32)
-    let cache = Mutex<[String: Entry]>([:])
+    /// Cached verifications, and a generation bumped by every invalidation: a verification
+    /// is stored only if no invalidation happened since its database read began, so a NOTIFY
+    /// that arrives while argon2 runs cannot be overtaken by the stale result.
+    struct CacheState {
+        var entries: [String: Entry] = [:]
+        var generation: UInt64 = 0
+    }
+    let cache = Mutex<CacheState>(CacheState())
     let now: @Sendable () -> Date
     let stopping = Atomic<Bool>(false)
     let listenerDone = DispatchSemaphore(value: 0)
@@ -45,7 +52,7 @@ public final class Authenticator: Sendable {
     }
 
     /// Number of cached verifications (for tests and metrics).
-    public var cachedCount: Int { cache.withLock { $0.count } }
+    public var cachedCount: Int { cache.withLock { $0.entries.count } }
 
     /// The principal of `request`.
     /// - Throws: `HTTPError` 401 `UNAUTHENTICATED` (missing, malformed, unknown, revoked or
@@ -59,7 +66,8 @@ public final class Authenticator: Sendable {
         guard let token = CredentialToken.parse(tokenText) else { throw Self.unauthenticated("malformed credential") }
         let key = Digest.hmacSHA256(key: cacheKey, data: Array(tokenText.utf8)).map { String(format: "%02x", $0) }.joined()
         let t = now()
-        if let e = cache.withLock({ $0[key] }), e.usableUntil > t {
+        let (cached, generation) = cache.withLock { ($0.entries[key], $0.generation) }
+        if let e = cached, e.usableUntil > t {
             if e.tenantSuspended { throw Self.suspended() }
             return e.principal
         }
@@ -78,8 +86,9 @@ public final class Authenticator: Sendable {
         let until = min(t.addingTimeInterval(cacheSeconds), s.validUntil ?? .distantFuture)
         let suspended = s.tenantStatus == "suspended"
         cache.withLock { c in
-            if c.count >= Self.maxEntries { c.removeAll() }
-            c[key] = Entry(principal: principal, tenantSuspended: suspended, usableUntil: until)
+            guard c.generation == generation else { return }  // invalidated meanwhile: maybe stale, don't keep
+            if c.entries.count >= Self.maxEntries { c.entries.removeAll() }
+            c.entries[key] = Entry(principal: principal, tenantSuspended: suspended, usableUntil: until)
         }
         if suspended { throw Self.suspended() }
         return principal
@@ -103,13 +112,14 @@ public final class Authenticator: Sendable {
     /// Drops cached verifications for `subject`: a credential id, or `tenant:<id>`.
     public func invalidate(_ subject: String) {
         cache.withLock { c in
+            c.generation &+= 1
             if subject.hasPrefix("tenant:") {
                 let tenant = String(subject.dropFirst(7))
-                c = c.filter { $0.value.principal.tenantId != tenant }
+                c.entries = c.entries.filter { $0.value.principal.tenantId != tenant }
             } else if subject == "*" {
-                c.removeAll()
+                c.entries.removeAll()
             } else {
-                c = c.filter { $0.value.principal.keyId != subject }
+                c.entries = c.entries.filter { $0.value.principal.keyId != subject }
             }
         }
     }

@@ -19,6 +19,14 @@ enum InstallationHandlers {
     /// re-registration (SPEC §4: "old one valid 5 min more"), seconds.
     static let renewalGraceSeconds = 300.0
 
+    /// The idempotency scope of registrations: endpoint, and the key prefix shared by every
+    /// registration of one (app, platform, install_id). Disconnect forgets these records so a
+    /// later registration makes a new installation instead of replaying the retired one.
+    static let registrationEndpoint = "POST /v1/installations"
+    static func registrationKeyPrefix(appId: String, platform: String, installId: String) -> String {
+        "install:\(appId):\(platform):\(installId.lowercased()):"
+    }
+
     /// `POST /v1/installations {platform, app_id, environment, install_id, fcm_token?}` →
     /// 201 `{installation_id, credential, …}`. Idempotent on `install_id`: the same request
     /// again within 24 h replays the same credential (stored sealed); a different request for
@@ -39,14 +47,13 @@ enum InstallationHandlers {
         try r.finish()
         if let keyApp, keyApp != appId { throw Endpoint.forbidden("this publishable key is for app \(keyApp)") }
         if let keyPlatform, keyPlatform != platform { throw Endpoint.forbidden("this publishable key is for \(keyPlatform)") }
-        let key = "install:\(appId):\(platform):\(installId.lowercased()):\(Digest.sha256Hex(json.serialized()))"
+        let key = registrationKeyPrefix(appId: appId, platform: platform, installId: installId) + Digest.sha256Hex(json.serialized())
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true) { c in
             let minted = try CredentialMint.make(.installation)
             let inst: InstallationRecord
             var status = 201
             if let existing = try InstallationStore.activeByInstallId(c, tenantId: tenant, appId: appId, platform: platform, installId: installId) {
-                try InstallationStore.setFCMToken(c, tenantId: tenant, id: existing.id, token: fcm ?? existing.fcmToken)
-                inst = try InstallationStore.get(c, tenantId: tenant, id: existing.id)!
+                inst = try InstallationStore.refresh(c, tenantId: tenant, id: existing.id, environment: environment, fcmToken: fcm)!
                 status = 200
             } else {
                 inst = try InstallationStore.insert(c, tenantId: tenant, id: Identifier.make(.installation), publishableKeyId: pkId,
@@ -119,6 +126,14 @@ enum InstallationHandlers {
         let inst = try ctx.db.tenant(tenant) { c -> InstallationRecord in
             guard try InstallationStore.get(c, tenantId: tenant, id: id, forUpdate: true) != nil else { throw Endpoint.notFound("installation") }
             let retired = try InstallationStore.retireAll(c, tenantId: tenant, id: id)
+            // Cached verifications carry the installation's status: evict them everywhere, so
+            // its credentials get 410 INSTALLATION_RETIRED at once, not after the cache expires.
+            for cred in try InstallationStore.liveCredentialIds(c, tenantId: tenant, installationId: id) {
+                try CredentialLookup.announceInvalidation(c, subject: cred)
+            }
+            try IdempotencyStore.forget(c, tenantId: tenant, endpoint: registrationEndpoint,
+                                        keyPrefix: registrationKeyPrefix(appId: retired.appId, platform: retired.platform,
+                                                                         installId: retired.installId))
             if case .master(_, let actor) = p {
                 try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "installation.disconnect", objectType: "installation",
                                       objectId: id, requestId: req.requestId)
@@ -137,6 +152,11 @@ enum InstallationHandlers {
         try r.finish()
         if me.retired { throw retiredError() }
         let inst = try ctx.db.tenant(me.tenant) { c -> InstallationRecord in
+            // The cached principal's `retired` may predate a disconnect: the row decides.
+            guard let current = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
+                throw Endpoint.notFound("installation")
+            }
+            if current.status == "retired" { throw retiredError() }
             try InstallationStore.setFCMToken(c, tenantId: me.tenant, id: me.id, token: token)
             try StartTargetStore.refreshAndroidReadiness(c, tenantId: me.tenant, installationId: me.id)
             return try InstallationStore.get(c, tenantId: me.tenant, id: me.id)!

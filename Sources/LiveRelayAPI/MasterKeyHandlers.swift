@@ -55,13 +55,18 @@ enum MasterKeyHandlers {
         try r.finish()
         let k = try ctx.db.tenant(tenant) { c -> MasterKeyRecord in
             let unrevoked = try KeyStore.lockUnrevokedMasterKeyIds(c, tenantId: tenant)
-            guard let existing = try KeyStore.masterKey(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("master key") }
-            guard unrevoked.contains(id) else { return existing }  // already revoked: idempotent
-            if unrevoked == [id] {
-                throw DomainError(status: 409, code: "LAST_MASTER_KEY",
-                                  message: "this is the tenant's last active master key; create another before revoking it")
+            guard let existing = try KeyStore.masterKey(c, tenantId: tenant, id: id, forUpdate: true) else { throw Endpoint.notFound("master key") }
+            let expires = ctx.now().addingTimeInterval(Double(grace))
+            if unrevoked.contains(id) {
+                if unrevoked == [id] {
+                    throw DomainError(status: 409, code: "LAST_MASTER_KEY",
+                                      message: "this is the tenant's last active master key; create another before revoking it")
+                }
+            } else if !(existing.expiresAt.map { $0 > expires } ?? false) {
+                return existing  // already revoked, stopping no later than asked: idempotent
             }
-            let expires = Date(timeIntervalSinceNow: Double(grace))
+            // New revocation, or one that cuts a running grace period short (a key found leaked
+            // mid-rotation must be stoppable at once); a later expiry never extends an earlier one.
             guard let k = try KeyStore.revokeMasterKey(c, tenantId: tenant, id: id, expiresAt: expires) else { throw Endpoint.notFound("master key") }
             try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "master_key.revoke", objectType: "master_key",
                                   objectId: id, requestId: req.requestId, details: ["expires_in_seconds": .int(grace)])

@@ -34,9 +34,16 @@ public enum IdempotencyStore {
         try c.execute("SELECT set_config('lock_timeout', $1, true)", ["\(waitSeconds)s"])
         let inserted: Bool
         do {
+            // A record past its retention is gone, purged or not: it is taken over as new,
+            // so a stored (sealed) response is never replayed after 24 h.
             inserted = try !c.query("""
                 INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, expires_at)
-                VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5)) ON CONFLICT DO NOTHING RETURNING 1 AS one
+                VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5))
+                ON CONFLICT (tenant_id, endpoint, key) DO UPDATE
+                   SET request_hash = EXCLUDED.request_hash, status_code = 0, response_body = NULL, response_sealed = NULL,
+                       created_at = now(), expires_at = EXCLUDED.expires_at
+                 WHERE idempotency_records.expires_at < now()
+                RETURNING 1 AS one
                 """, [tenantId, endpoint, key, requestHash, retentionSeconds]).isEmpty
         } catch let e as PostgresError where e.sqlState == "55P03" {
             throw DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
@@ -74,6 +81,16 @@ public enum IdempotencyStore {
             UPDATE idempotency_records SET status_code = $4, response_body = $5, response_sealed = $6
              WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
             """, [tenantId, endpoint, key, response.status, plain, sealed])
+    }
+
+    /// Forgets the records of `endpoint` whose key starts with `keyPrefix`, so those requests
+    /// are no longer replayed (e.g. the registrations of an installation that was retired).
+    /// Returns how many went.
+    @discardableResult
+    public static func forget(_ c: PostgresConnection, tenantId: String, endpoint: String, keyPrefix: String) throws -> Int {
+        try c.execute("""
+            DELETE FROM idempotency_records WHERE tenant_id = $1 AND endpoint = $2 AND left(key, length($3)) = $3
+            """, [tenantId, endpoint, keyPrefix])
     }
 
     /// Deletes records past their retention (system scope). Returns how many went.

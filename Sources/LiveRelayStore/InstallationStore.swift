@@ -82,6 +82,24 @@ public enum InstallationStore {
             """, [tenantId, id]).first.map(InstallationRecord.init(row:))
     }
 
+    /// A re-registration of an active installation (same install_id, different request):
+    /// takes the request's `environment` and, when given, its FCM token.
+    public static func refresh(_ c: PostgresConnection, tenantId: String, id: String, environment: String, fcmToken: String?) throws -> InstallationRecord? {
+        try c.query("""
+            UPDATE installations SET environment = $3, fcm_token = COALESCE($4, fcm_token), updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+            """, [tenantId, id, environment, fcmToken]).first.map(InstallationRecord.init(row:))
+    }
+
+    /// Ids of the installation's credentials that still work (to evict them from every
+    /// node's verification cache when the installation changes state).
+    public static func liveCredentialIds(_ c: PostgresConnection, tenantId: String, installationId: String) throws -> [String] {
+        try c.query("""
+            SELECT id FROM installation_credentials
+             WHERE tenant_id = $1 AND installation_id = $2 AND (expires_at IS NULL OR expires_at > now())
+            """, [tenantId, installationId]).map { try $0.string("id") }
+    }
+
     /// Sets or clears the FCM registration token.
     public static func setFCMToken(_ c: PostgresConnection, tenantId: String, id: String, token: String?) throws {
         try c.execute("UPDATE installations SET fcm_token = $3, updated_at = now() WHERE tenant_id = $1 AND id = $2", [tenantId, id, token])
