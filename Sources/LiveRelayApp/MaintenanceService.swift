@@ -3,7 +3,8 @@ import JSON
 import LiveRelayStore
 import Logging
 
-/// The maintenance service of `liverelay serve` (SPEC §6, §9): runs the template-version GC
+/// The maintenance service of `liverelay serve` (SPEC §3, §6, §9): runs the template-version GC
+/// and the purge of expired idempotency records
 /// every `interval` on its own thread, logging each version it removed and a summary, until
 /// `stop()` (which waits for a pass in progress). The first pass runs one interval after start.
 ///
@@ -73,6 +74,17 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         condition.unlock()
     }
 
+    /// Deletes idempotency records past their retention (SPEC §3: sealed replayable
+    /// credentials are purged after 24 h).
+    func purgeIdempotencyRecords() {
+        do {
+            let n = try db.system { c in try IdempotencyStore.purgeExpired(c) }
+            if n > 0 { log.info("idempotency records purged", ["count": .int(Int64(n))]) }
+        } catch {
+            log.error("idempotency purge failed", ["error": .string("\(error)")])
+        }
+    }
+
     /// One GC pass: deletes every collectable template version, logs each and a summary.
     /// Returns what it removed.
     @discardableResult
@@ -84,6 +96,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
             }
             for v in removed { log.info("gc: template version removed", GCCommand.json(v, dryRun: false).objectValue ?? [:]) }
             log.info("gc: pass finished", ["removed": .int(Int64(removed.count)), "bytes": .int(removed.reduce(0) { $0 + $1.bytes })])
+            purgeIdempotencyRecords()
             return removed
         } catch {
             log.error("gc: pass failed", ["error": .string("\(error)")])
