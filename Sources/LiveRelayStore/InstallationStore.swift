@@ -108,7 +108,8 @@ public enum InstallationStore {
 
 extension InstallationStore {
     /// Retires the installation and everything hanging off it (SPEC §4 disconnect): bindings
-    /// and start targets retire, live targets end with reason `installation_retired`.
+    /// and start targets retire, live targets end with reason `installation_retired` and their
+    /// queued operations are cancelled.
     /// Idempotent. Returns the retired installation.
     public static func retireAll(_ c: PostgresConnection, tenantId: String, id: String) throws -> InstallationRecord {
         guard let inst = try retire(c, tenantId: tenantId, id: id) else {
@@ -122,10 +123,17 @@ extension InstallationStore {
             UPDATE start_targets SET status = 'retired', updated_at = now()
              WHERE tenant_id = $1 AND installation_id = $2 AND status <> 'retired'
             """, [tenantId, id])
-        try c.execute("""
+        let ended = try c.query("""
             UPDATE targets SET status = 'ended', end_reason = 'installation_retired', ended_at = now(), updated_at = now()
              WHERE tenant_id = $1 AND installation_id = $2 AND status NOT IN ('ended', 'creation_failed')
+            RETURNING id
             """, [tenantId, id])
+        // Their queued operations are cancelled (quota released) and long-polls woken.
+        for row in ended {
+            let target = try row.string("id")
+            try OperationStore.cancelQueued(c, tenantId: tenantId, targetId: target, reason: "installation_retired")
+            try c.notify(OperationStore.eventsChannel, payload: target)
+        }
         return inst
     }
 }

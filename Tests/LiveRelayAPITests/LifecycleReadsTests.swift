@@ -122,6 +122,9 @@ final class LifecycleReadsTests: XCTestCase {
         let target = env.call("GET", "/v1/remote-updates/live-activities/targets/\(t2)", as: w.sender.credential)
         XCTAssertEqual(target["status"], "ended")
         XCTAssertEqual(target["end_reason"], "installation_retired")
+        let ops2 = try env.db.tenant(w.tenant.id) { c in try OperationStore.listForTarget(c, tenantId: w.tenant.id, targetId: t2, limit: 10, before: nil).items }
+        XCTAssertEqual(ops2.map(\.status), [.cancelled], "disconnect cancels queued operations")
+        XCTAssertEqual(ops2.first?.pendingReason, "installation_retired")
     }
 
     func testCreationFailedThenRetryNeedsNewGeneration() throws {

@@ -25,10 +25,16 @@ final class TenancyRLSTests: TenancyTestCase {
         _ = try installation(t)               // installations, installation_credentials
         try env.db.tenant(t.id) { c in
             let inst = try c.query("SELECT installation_id FROM start_targets WHERE tenant_id = $1 AND id = $2", [t.id, st])[0].string("installation_id")
+            let target = Identifier.make(.target)
             try c.execute("""
                 INSERT INTO targets (tenant_id, id, installation_id, start_target_id, origin, activity_type, status, state)
                 VALUES ($1, $2, $3, $4, 'remote', 'delivery', 'reserved', '{}')
-                """, [t.id, Identifier.make(.target), inst, st])
+                """, [t.id, target, inst, st])
+            try c.execute("""
+                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, consumes_quota)
+                VALUES ($1, $2, $3, 1, 'start', 'queued', 1, false, false)
+                """, [t.id, Identifier.make(.operation), target])
+            try c.execute("INSERT INTO push_quota (tenant_id, day) VALUES ($1, current_date)", [t.id])
         }
     }
 
@@ -43,7 +49,7 @@ final class TenancyRLSTests: TenancyTestCase {
         let tables = try tenantTables()
         let expected: Set<String> = ["tenants", "master_keys", "sender_keys", "publishable_keys", "installations",
                                      "installation_credentials", "audit_events", "idempotency_records",
-                                     "bindings", "template_versions", "start_targets", "targets"]
+                                     "bindings", "template_versions", "start_targets", "targets", "operations", "push_quota"]
         XCTAssertTrue(expected.isSubset(of: Set(tables)), "tenant tables: \(tables)")
 
         // The service role can neither ignore nor bypass the policies.
