@@ -45,12 +45,16 @@ CREATE INDEX operations_queue ON operations (next_attempt_at) WHERE status = 'qu
 CREATE INDEX operations_sending ON operations (lease_expires_at) WHERE status = 'sending';
 
 -- Push quota per tenant and UTC day: reserved at commit, used on provider acceptance.
+-- Counters are spread over 16 shard rows per (tenant, day) so concurrent writes of one tenant
+-- do not queue on one row lock until their commits; only the sums over shards mean anything
+-- (a single shard may go negative when a unit reserved in one shard is released in another).
 CREATE TABLE push_quota (
   tenant_id  text COLLATE "C" NOT NULL REFERENCES tenants (tenant_id),
   day        date NOT NULL,
-  reserved   bigint NOT NULL DEFAULT 0 CHECK (reserved >= 0),
-  used       bigint NOT NULL DEFAULT 0 CHECK (used >= 0),
-  PRIMARY KEY (tenant_id, day)
+  shard      smallint NOT NULL DEFAULT 0 CHECK (shard BETWEEN 0 AND 15),
+  reserved   bigint NOT NULL DEFAULT 0,
+  used       bigint NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant_id, day, shard)
 );
 
 DO $$

@@ -84,7 +84,10 @@ enum LifecycleHandlers {
                     throw businessConflict(holder.id)
                 }
             }
-            if let schemaJSON = st.schema { try StateSchema.compile(schemaJSON).check(s.state) }
+            if let schemaJSON = st.schema {
+                try SchemaCache.shared.schema(tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion,
+                                              json: schemaJSON).check(s.state)
+            }
             let targetId = Identifier.make(.target)
             try DeliveryPayload.check(platform: st.platform, DeliveryPayload.Content(
                 event: .start, targetId: targetId, revision: 1, templateVersion: st.currentTemplateVersion, state: s.state, alert: alert,
@@ -115,7 +118,7 @@ enum LifecycleHandlers {
     static func reserveQuota(_ c: PostgresConnection, tenant: String, now: Date) throws -> String {
         let day = QuotaStore.day(now)
         let limit = try c.query("SELECT daily_push_quota FROM tenants WHERE tenant_id = $1", [tenant])[0].int64("daily_push_quota")
-        let usage = try QuotaStore.lockUsage(c, tenantId: tenant, day: day)
+        let usage = try QuotaStore.usage(c, tenantId: tenant, day: day)
         try WriteRules.checkQuota(limit: limit, reserved: usage.reserved, used: usage.used, now: now)
         try QuotaStore.reserve(c, tenantId: tenant, day: day)
         return day
@@ -172,7 +175,7 @@ enum LifecycleHandlers {
     static func checkState(_ c: PostgresConnection, tenant: String, target t: TargetRecord, state: JSONValue) throws {
         guard let tv = t.templateVersion,
               let schema = try TargetStore.templateSchema(c, tenantId: tenant, installationId: t.installationId, templateVersion: tv) else { return }
-        try StateSchema.compile(schema).check(state)
+        try SchemaCache.shared.schema(tenant: tenant, installation: t.installationId, templateVersion: tv, json: schema).check(state)
     }
 
     // MARK: end

@@ -15,14 +15,43 @@ public final class Database: Sendable {
     /// Retries on serialization failure/deadlock (see `PostgresPool.transaction`).
     public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
                           _ body: (PostgresConnection) throws -> T) throws -> T {
-        try pool.transaction(isolation: isolation, settings: [("app.tenant_id", tenantId)], body)
+        try run(isolation: isolation, settings: [("app.tenant_id", tenantId)], body)
     }
 
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
     /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try pool.transaction(isolation: isolation, settings: [("app.scope", "system")], body)
+        try run(isolation: isolation, settings: [("app.scope", "system")], body)
+    }
+
+    /// Runs the transaction with NOTIFYs deferred, then sends them after COMMIT in their own
+    /// `synchronous_commit = off` transaction (see `PostgresConnection.deferNotifications`).
+    /// Notifications are wake-up hints: every listener re-checks the database, so one lost to
+    /// a crash between the two commits costs at most a poll interval, never correctness.
+    func run<T>(isolation: IsolationLevel, settings: [(String, String)], _ body: (PostgresConnection) throws -> T) throws -> T {
+        var pending: [(channel: String, payload: String)] = []
+        let result = try pool.transaction(isolation: isolation, settings: settings) { c in
+            c.deferNotifications()
+            do {
+                let v = try body(c)
+                pending = c.takeDeferredNotifications()
+                return v
+            } catch {
+                _ = c.takeDeferredNotifications()
+                throw error
+            }
+        }
+        if !pending.isEmpty { sendNotifications(pending) }
+        return result
+    }
+
+    /// Sends `list` in one short transaction that does not wait for the WAL flush; failures
+    /// are ignored (the notifications are hints, see `run`).
+    public func sendNotifications(_ list: [(channel: String, payload: String)]) {
+        _ = try? pool.transaction(settings: [("synchronous_commit", "off")], maxAttempts: 1) { c in
+            for n in list { try c.notify(n.channel, payload: n.payload) }
+        }
     }
 }
 

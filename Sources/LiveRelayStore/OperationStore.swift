@@ -165,32 +165,47 @@ public enum OperationStore {
 
 /// Daily push quota per tenant (SPEC §5 "Quota"): reserve at commit, consume on provider
 /// acceptance, release on superseded/cancelled/failed/expired. Days are UTC dates (`YYYY-MM-DD`).
+///
+/// The counters live in 16 shard rows per (tenant, day) (migration 0003), each change going
+/// to a random shard, so one tenant's concurrent writes do not serialise on a row lock held
+/// until commit. The limit check reads the sums without locking: under concurrency a day may
+/// overshoot its quota by at most the number of writes committing at that instant.
 public enum QuotaStore {
+    /// Number of counter rows per (tenant, day).
+    public static let shards = 16
+
     /// The UTC date of `now` as `YYYY-MM-DD`.
     public static func day(_ now: Date) -> String { String(Timestamp.format(now).prefix(10)) }
 
-    /// (reserved, used) of the tenant's day, locking the row so concurrent writes count right.
-    public static func lockUsage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
-        try c.execute("INSERT INTO push_quota (tenant_id, day) VALUES ($1, $2::date) ON CONFLICT DO NOTHING", [tenantId, day])
-        let r = try c.query("SELECT reserved, used FROM push_quota WHERE tenant_id = $1 AND day = $2::date FOR UPDATE", [tenantId, day])[0]
-        return (try r.int64("reserved"), try r.int64("used"))
-    }
-
-    /// (reserved, used) without locking (reads).
+    /// (reserved, used) of the tenant's day: sums over the shards.
     public static func usage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
-        guard let r = try c.query("SELECT reserved, used FROM push_quota WHERE tenant_id = $1 AND day = $2::date", [tenantId, day]).first else { return (0, 0) }
-        return (try r.int64("reserved"), try r.int64("used"))
+        let r = try c.query("""
+            SELECT COALESCE(sum(reserved), 0)::bigint AS reserved, COALESCE(sum(used), 0)::bigint AS used
+              FROM push_quota WHERE tenant_id = $1 AND day = $2::date
+            """, [tenantId, day])[0]
+        return (max(0, try r.int64("reserved")), try r.int64("used"))
     }
 
+    static func add(_ c: PostgresConnection, tenantId: String, day: String, reserved: Int64, used: Int64) throws {
+        try c.execute("""
+            INSERT INTO push_quota (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, $3, $4, $5)
+            ON CONFLICT (tenant_id, day, shard) DO UPDATE
+               SET reserved = push_quota.reserved + EXCLUDED.reserved, used = push_quota.used + EXCLUDED.used
+            """, [tenantId, day, Int.random(in: 0..<shards), reserved, used])
+    }
+
+    /// Reserves one unit (a state-bearing write was committed).
     public static func reserve(_ c: PostgresConnection, tenantId: String, day: String) throws {
-        try c.execute("UPDATE push_quota SET reserved = reserved + 1 WHERE tenant_id = $1 AND day = $2::date", [tenantId, day])
+        try add(c, tenantId: tenantId, day: day, reserved: 1, used: 0)
     }
 
+    /// Gives `count` reserved units back (superseded, cancelled, failed, expired).
     public static func release(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {
-        try c.execute("UPDATE push_quota SET reserved = GREATEST(reserved - $3, 0) WHERE tenant_id = $1 AND day = $2::date", [tenantId, day, count])
+        try add(c, tenantId: tenantId, day: day, reserved: -count, used: 0)
     }
 
+    /// Turns one reserved unit into a used one (the provider accepted the push).
     public static func consume(_ c: PostgresConnection, tenantId: String, day: String) throws {
-        try c.execute("UPDATE push_quota SET reserved = GREATEST(reserved - 1, 0), used = used + 1 WHERE tenant_id = $1 AND day = $2::date", [tenantId, day])
+        try add(c, tenantId: tenantId, day: day, reserved: -1, used: 1)
     }
 }

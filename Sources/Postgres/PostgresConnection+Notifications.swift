@@ -20,9 +20,30 @@ extension PostgresConnection {
     }
 
     /// `SELECT pg_notify($1, $2)`: sends `payload` (under 8000 bytes) to listeners of `channel`.
-    /// Inside a transaction it is delivered at COMMIT. Throws as `query`.
+    /// Inside a transaction it is delivered at COMMIT. While `deferNotifications()` is in
+    /// effect the notification is only recorded (duplicates once) for the caller to send after
+    /// commit, see `takeDeferredNotifications()`. Throws as `query`.
     public func notify(_ channel: String, payload: String) throws {
+        if deferred != nil {
+            if !deferred!.contains(where: { $0.channel == channel && $0.payload == payload }) {
+                deferred!.append((channel, payload))
+            }
+            return
+        }
         try query("SELECT pg_notify($1, $2)", [channel, payload])
+    }
+
+    /// From now on `notify` records instead of sending. Why: a transaction that NOTIFYs takes
+    /// PostgreSQL's global notify lock at commit and holds it through the WAL flush, which
+    /// serialises every notifying commit of the cluster; sending wake-up hints after commit
+    /// in a tiny `synchronous_commit = off` transaction keeps commits concurrent.
+    public func deferNotifications() { deferred = [] }
+
+    /// The notifications recorded since `deferNotifications()`, in order; stops deferring.
+    public func takeDeferredNotifications() -> [(channel: String, payload: String)] {
+        let out = deferred ?? []
+        deferred = nil
+        return out
     }
 
     /// Waits up to `timeoutSeconds` seconds for notifications on the channels this session

@@ -16,6 +16,8 @@ public final class PostgresConnection {
     var hasListened = false
     /// The last server error on this connection, to rethrow when a transaction was found aborted.
     var lastError: PostgresError?
+    /// Notifications recorded while deferring (`deferNotifications()`); nil when not deferring.
+    var deferred: [(channel: String, payload: String)]?
 
     /// Connects synchronously.
     ///

@@ -127,6 +127,7 @@ public final class PostgresPool: @unchecked Sendable {
     }
 
     private func release(_ connection: PostgresConnection) {
+        connection.deferred = nil
         let reusable = connection.resetForPool()
         condition.lock()
         inUse -= 1
