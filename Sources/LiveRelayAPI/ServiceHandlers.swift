@@ -55,6 +55,7 @@ public enum APIRoutes {
         MasterKeyHandlers.register(r, ctx)
         SenderKeyHandlers.register(r, ctx)
         InstallationHandlers.register(r, ctx)
+        ProviderCredentialHandlers.register(r, ctx)
         return r
     }
 }

@@ -17,6 +17,7 @@ public enum LiveRelayMain {
       api        the HTTP API only
       migrate    apply pending database migrations and exit
       admin      operator tasks straight on the database (see `liverelay admin --help`)
+      sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
       version    print the version
       help       this text
 
@@ -39,6 +40,15 @@ public enum LiveRelayMain {
             exit(0)
         case "serve", "api", "migrate", "admin":
             break
+        case "sandbox":
+            do { try SandboxCommand.run(rest) } catch let e as UsageError {
+                FileHandle.standardError.write(Data("liverelay sandbox: \(e.message)\nsee `liverelay sandbox --help`\n".utf8))
+                exit(2)
+            } catch {
+                FileHandle.standardError.write(Data("liverelay sandbox: \(error)\n".utf8))
+                exit(1)
+            }
+            exit(0)
         default:
             FileHandle.standardError.write(Data("liverelay: unknown command \(command.debugDescription)\n\n\(usage)\n".utf8))
             exit(2)
@@ -91,6 +101,8 @@ public enum LiveRelayMain {
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
         case "admin":
             print(AdminCommand.usage)
+        case "sandbox":
+            print(SandboxCommand.usage)
         default:
             print(usage)
         }
