@@ -61,8 +61,8 @@ extension Sandbox {
         // Provider token.
         guard let auth = request.header("authorization") else { return answer(403, "MissingProviderToken") }
         guard auth.lowercased().hasPrefix("bearer ") else { return answer(403, "InvalidProviderToken", "authorization must be `bearer <JWT>`") }
-        let token = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
-        switch verifyProviderToken(token) {
+        let bearer = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+        switch verifyProviderToken(bearer) {
         case .failure(let reason, let detail):
             return answer(403, reason, detail)
         case .verified(let v):
@@ -71,10 +71,10 @@ extension Sandbox {
         guard let jwt else { return answer(403, "InvalidProviderToken") }
         let now = Int64(configuration.now().timeIntervalSince1970.rounded(.down))
         if now - jwt.iat >= 3600 {
-            state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(token) }
+            state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
             return answer(403, "ExpiredProviderToken", "iat is \(now - jwt.iat) s old (limit 3600)")
         }
-        if let churn = trackProviderToken(token, jwt) { return answer(429, "TooManyProviderTokenUpdates", churn) }
+        if let churn = trackProviderToken(bearer, jwt) { return answer(429, "TooManyProviderTokenUpdates", churn) }
 
         // Headers.
         guard let topic = request.header("apns-topic"), !topic.isEmpty else { return answer(400, "MissingTopic") }
@@ -104,7 +104,7 @@ extension Sandbox {
         if state.withLock({ $0.deadTokens.contains(token) }) { return answer(410, "Unregistered") }
         if let f = takeFault(provider: "apns", token: token), f.status != 0 {
             if f.status == 403 && f.reason == "ExpiredProviderToken" {
-                state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(token) }
+                state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
             }
             if (200..<300).contains(f.status) { return answer(f.status, nil) }
             return answer(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",

@@ -30,6 +30,7 @@ public struct SandboxFault: Sendable, Equatable {
         provider = o["provider"]?.stringValue
         if let p = provider, !["apns", "fcm", "oauth"].contains(p) { throw SandboxError("provider must be apns, fcm or oauth") }
         token = o["token"]?.stringValue
+        if let s = o["status"], s != .null, s.intValue == nil { throw SandboxError("status must be an integer") }
         status = Int(o["status"]?.intValue ?? 0)
         if status != 0 && !(200...599).contains(status) { throw SandboxError("status must be an HTTP status") }
         reason = o["reason"]?.stringValue
