@@ -93,7 +93,7 @@ public final class StaticProviderCredentialSource: ProviderCredentialSource {
 
 /// Credentials from PostgreSQL (migration 0004), decrypted with the KEK and cached per tenant
 /// for `ttlSeconds` (default 60; a replaced key is picked up within that time, or at once after
-/// `invalidate`). Health reports are coalesced in memory (latest success and latest failure per
+/// `invalidate`); a tenant with no credential at all is re-read after 5 s at most. Health reports are coalesced in memory (latest success and latest failure per
 /// credential) and written by `flush()`, which a background thread calls every
 /// `flushIntervalSeconds` once `start()` ran.
 public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @unchecked Sendable {
@@ -120,8 +120,10 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
 
     public func credentials(tenantId: String) throws -> TenantProviderCredentials {
         let t = now()
-        if let e = cache.withLock({ $0[tenantId] }), t.timeIntervalSince(e.loadedAt) < ttlSeconds, t >= e.loadedAt {
-            return e.credentials
+        if let e = cache.withLock({ $0[tenantId] }), t >= e.loadedAt {
+            // "Nothing configured" is cached briefly only, so a just-added credential works at once.
+            let empty = e.credentials.apns.isEmpty && e.credentials.fcm == nil
+            if t.timeIntervalSince(e.loadedAt) < (empty ? min(ttlSeconds, 5) : ttlSeconds) { return e.credentials }
         }
         let loaded = try load(tenantId)
         cache.withLock { $0[tenantId] = Entry(credentials: loaded, loadedAt: t) }

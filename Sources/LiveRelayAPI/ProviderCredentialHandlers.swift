@@ -59,9 +59,10 @@ enum ProviderCredentialHandlers {
                                     "topics": J.strs(topics), "fingerprint": .string(fingerprint), "created": .bool(created)])
             return (created ? 201 : 200, encodeAPNs(rec))
         }
+        let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
         ctx.log.info("apns credential stored", ["tenant_id": .string(tenant), "environment": .string(environment),
                                                 "fingerprint": .string(fingerprint)])
-        return try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
+        return response
     }
 
     static func putFCM(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
@@ -105,9 +106,10 @@ enum ProviderCredentialHandlers {
                                     "private_key_id": .string(privateKeyId), "fingerprint": .string(fingerprint), "created": .bool(created)])
             return (created ? 201 : 200, encodeFCM(rec))
         }
+        let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
         ctx.log.info("fcm credential stored", ["tenant_id": .string(tenant), "project_id": .string(projectId),
                                                "fingerprint": .string(fingerprint)])
-        return try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
+        return response
     }
 
     /// `GET /v1/provider-credentials` → `{"data": [apns_production?, apns_sandbox?, fcm?], "next_cursor": null}`.
