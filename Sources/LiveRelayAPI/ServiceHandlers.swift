@@ -59,6 +59,7 @@ public enum APIRoutes {
         TargetReadHandlers.register(r, ctx)
         DeviceTargetHandlers.register(r, ctx)
         DeviceHandlers.register(r, ctx)
+        ProviderCredentialHandlers.register(r, ctx)
         return r
     }
 }

@@ -18,6 +18,7 @@ public enum LiveRelayMain {
       migrate    apply pending database migrations and exit
       admin      operator tasks straight on the database (see `liverelay admin --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
+      sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
       version    print the version
       help       this text
 
@@ -40,6 +41,15 @@ public enum LiveRelayMain {
             exit(0)
         case "serve", "api", "migrate", "admin", "gc":
             break
+        case "sandbox":
+            do { try SandboxCommand.run(rest) } catch let e as UsageError {
+                FileHandle.standardError.write(Data("liverelay sandbox: \(e.message)\nsee `liverelay sandbox --help`\n".utf8))
+                exit(2)
+            } catch {
+                FileHandle.standardError.write(Data("liverelay sandbox: \(error)\n".utf8))
+                exit(1)
+            }
+            exit(0)
         default:
             FileHandle.standardError.write(Data("liverelay: unknown command \(command.debugDescription)\n\n\(usage)\n".utf8))
             exit(2)
@@ -96,6 +106,8 @@ public enum LiveRelayMain {
             print(AdminCommand.usage)
         case "gc":
             print(GCCommand.usage)
+        case "sandbox":
+            print(SandboxCommand.usage)
         default:
             print(usage)
         }

@@ -1,0 +1,123 @@
+import Foundation
+import Crypto
+import HTTP2
+import JSON
+import LiveRelayCore
+import Synchronization
+
+/// OAuth2 access tokens for FCM HTTP v1 (SPEC §8; Google "Using OAuth 2.0 for Server to Server
+/// Applications"): an RS256 JWT assertion `{iss: client_email, scope:
+/// https://www.googleapis.com/auth/firebase.messaging, aud: token_uri, iat, exp: iat + 3600}`
+/// (header `{alg: RS256, typ: JWT, kid: private_key_id}`) POSTed form-encoded
+/// (`grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=…`) to the service
+/// account's `token_uri`; the answer `{access_token, expires_in}` is cached until 5 minutes
+/// before it expires. One fetch at a time per service account: concurrent senders wait for it
+/// and share its token (100 sends → 1 token request).
+public final class FCMAccessTokenCache: Sendable {
+    struct Key: Hashable, Sendable { let clientEmail: String; let fingerprint: String; let tokenURI: String }
+    struct Entry { let token: String; let expiresAt: Date }
+    struct Origin: Hashable, Sendable { let scheme: String; let host: String; let port: Int }
+
+    /// Why no token could be had; the push itself was not sent.
+    enum Failure: Error {
+        /// The token endpoint could not be reached / did not answer.
+        case transport(HTTP2Failure)
+        /// The token endpoint answered without a token.
+        case rejected(status: Int, error: String?, retryAfter: String?)
+    }
+
+    public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
+    public static let grantType = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+    /// Tokens are used until this many seconds before `expires_in` ends.
+    public static let refreshMarginSeconds: Double = 300
+
+    let endpoints: ProviderEndpoints
+    let metrics: ProviderMetrics
+    let now: @Sendable () -> Date
+    private let entries = Mutex<[Key: Entry]>([:])
+    private let fetchLocks = Mutex<[Key: NSLock]>([:])
+    private let pools = PoolSet<Origin>()
+    private let requests = Atomic<Int>(0)
+
+    init(endpoints: ProviderEndpoints, metrics: ProviderMetrics, now: @escaping @Sendable () -> Date) {
+        self.endpoints = endpoints; self.metrics = metrics; self.now = now
+    }
+
+    /// Token requests sent so far (tests, diagnostics).
+    public var tokenRequestCount: Int { requests.load(ordering: .relaxed) }
+
+    /// A valid access token for `credential`; after a `401` pass the rejected token as
+    /// `replacing` to force a new one (unless another caller already replaced it).
+    func accessToken(_ credential: FCMCredential, replacing rejected: String? = nil) throws(Failure) -> String {
+        let key = Key(clientEmail: credential.clientEmail, fingerprint: credential.fingerprint, tokenURI: credential.tokenURI)
+        if let t = usable(key, rejected) { return t }
+        let lock = fetchLocks.withLock { l -> NSLock in
+            if let existing = l[key] { return existing }
+            let fresh = NSLock()
+            l[key] = fresh
+            return fresh
+        }
+        lock.lock()
+        defer { lock.unlock() }
+        if let t = usable(key, rejected) { return t }
+        let fetchedAt = now()
+        let (token, expiresIn) = try fetch(credential, at: fetchedAt)
+        let margin = min(Self.refreshMarginSeconds, expiresIn / 2)
+        entries.withLock { $0[key] = Entry(token: token, expiresAt: fetchedAt.addingTimeInterval(expiresIn - margin)) }
+        return token
+    }
+
+    private func usable(_ key: Key, _ rejected: String?) -> String? {
+        let t = now()
+        return entries.withLock { e in
+            guard let entry = e[key], t < entry.expiresAt, entry.token != rejected else { return nil }
+            return entry.token
+        }
+    }
+
+    private func fetch(_ c: FCMCredential, at date: Date) throws(Failure) -> (String, Double) {
+        guard let url = URL(string: c.tokenURI), let scheme = url.scheme?.lowercased(), let host = url.host else {
+            throw .rejected(status: 0, error: "invalid token_uri", retryAfter: nil)
+        }
+        let iat = Int64(date.timeIntervalSince1970.rounded(.down))
+        let assertion: String
+        do {
+            assertion = try JWT.sign(header: ["typ": "JWT", "kid": .string(c.privateKeyId)],
+                                     claims: ["iss": .string(c.clientEmail), "scope": .string(Self.scope), "aud": .string(c.tokenURI),
+                                              "iat": .int(iat), "exp": .int(iat + 3600)],
+                                     algorithm: .rs256(c.privateKey))
+        } catch {
+            throw .rejected(status: 0, error: "cannot sign assertion", retryAfter: nil)
+        }
+        let origin = Origin(scheme: scheme, host: host, port: url.port ?? (scheme == "https" ? 443 : 80))
+        let pool = pools.pool(origin) {
+            var base = URLComponents()
+            base.scheme = scheme; base.host = host; base.port = url.port
+            return HTTP2ConnectionPool(configuration: endpoints.configuration(base.url!), maxConnections: 1)
+        }
+        var path = url.path.isEmpty ? "/" : url.path
+        if let q = url.query { path += "?" + q }
+        // The assertion is base64url plus dots: nothing to percent-encode.
+        let form = "grant_type=" + Self.grantType.replacingOccurrences(of: ":", with: "%3A") + "&assertion=" + assertion
+        let request = HTTP2Request(method: "POST", path: path, headers: [("content-type", "application/x-www-form-urlencoded")],
+                                   body: Array(form.utf8))
+        requests.wrappingAdd(1, ordering: .relaxed)
+        let response: HTTP2Response
+        do { response = try pool.send(request) } catch let f as HTTP2Failure {
+            metrics.failure("fcm_oauth", f)
+            throw .transport(f)
+        } catch {
+            throw .transport(.notProcessed(reason: "\(error)"))
+        }
+        let json = try? JSONValue.parse(response.body, maxDepth: 8)
+        let error = json?["error"]?.stringValue
+        metrics.response("fcm_oauth", response.status, response.status < 300 ? nil : error)
+        guard (200..<300).contains(response.status), let token = json?["access_token"]?.stringValue, !token.isEmpty else {
+            throw .rejected(status: response.status, error: error ?? "no access_token", retryAfter: response.header("retry-after"))
+        }
+        let expiresIn = Double(json?["expires_in"]?.intValue ?? 3600)
+        return (token, max(1, expiresIn))
+    }
+
+    func close() { pools.closeAll() }
+}

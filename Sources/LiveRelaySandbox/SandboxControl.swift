@@ -1,0 +1,116 @@
+import Foundation
+import Crypto
+import HTTP2
+import HTTPServer
+import JSON
+
+/// The sandbox's JSON control endpoint (plain HTTP/1.1, default 127.0.0.1:8444):
+///
+/// | method & path | does |
+/// | --- | --- |
+/// | `GET /healthz` | `{"status": "ok"}` |
+/// | `GET /sandbox/info` | URLs, demo team/key ids, project, client email, files |
+/// | `GET /sandbox/deliveries?token=&provider=apns\|fcm&accepted=true` | `{"data": [delivery…]}` oldest first |
+/// | `DELETE /sandbox/deliveries` | forget deliveries |
+/// | `GET /sandbox/stats` | request counters, token requests, provider tokens seen |
+/// | `GET /sandbox/faults` | faults and connection faults |
+/// | `POST /sandbox/faults` | add a fault (`SandboxFault` JSON) → `{"id"}` |
+/// | `DELETE /sandbox/faults` | remove every fault (and connection fault) |
+/// | `PUT /sandbox/connection-faults` | `{"goaway_after_streams"?, "drop_connection_after_request"?, "refuse_streams_after"?, "response_delay_seconds"?}` |
+/// | `POST /sandbox/dead-tokens` | `{"token"}`: APNs 410 Unregistered / FCM 404 UNREGISTERED from now on |
+/// | `POST /sandbox/oauth/revoke` | every issued access token stops working (FCM 401) |
+/// | `POST /sandbox/apns-keys` | `{"team_id", "key_id", "public_key" \| "private_key" (PEM), "topics"?}` trust another APNs key |
+/// | `POST /sandbox/service-accounts` | `{"client_email", "project_id", "public_key" \| "private_key"}` trust another service account |
+/// | `POST /sandbox/reset` | forget deliveries, stats, faults, dead tokens, access tokens |
+enum SandboxControl {
+    static func bad(_ m: String) -> HTTPError { HTTPError(status: 400, code: "INVALID_REQUEST", message: m) }
+
+    static func body(_ req: HTTPRequest) throws -> [String: JSONValue] {
+        guard let o = (try? req.jsonBody())?.objectValue else { throw bad("the body must be a JSON object") }
+        return o
+    }
+
+    static func router(_ sandbox: Sandbox) -> Router {
+        let r = Router()
+        r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
+        r.add("GET", "/sandbox/info") { _ in
+            .json(200, .object([
+                "base_url": .string(sandbox.baseURL), "token_uri": .string(sandbox.tokenURI), "control_url": .string(sandbox.controlURL),
+                "team_id": .string(sandbox.teamId), "key_id": .string(sandbox.keyId), "project_id": .string(sandbox.projectId),
+                "client_email": .string(sandbox.clientEmail), "files": .object(sandbox.files.mapValues(JSONValue.string)),
+                "env": .array(sandbox.environmentLines(caFile: sandbox.files["ca.pem"]).map(JSONValue.string)),
+            ]))
+        }
+        r.add("GET", "/sandbox/deliveries") { req in
+            var list = sandbox.deliveries(token: req.query["token"], provider: req.query["provider"])
+            if req.query["accepted"] == "true" { list = list.filter(\.accepted) }
+            return .json(200, .object(["data": .array(list.map(\.json))]))
+        }
+        r.add("DELETE", "/sandbox/deliveries") { _ in
+            sandbox.state.withLock { $0.deliveries.removeAll() }
+            return .json(200, ["status": "ok"])
+        }
+        r.add("GET", "/sandbox/stats") { _ in .json(200, sandbox.stats.json) }
+        r.add("GET", "/sandbox/faults") { _ in .json(200, sandbox.faultsJSON) }
+        r.add("POST", "/sandbox/faults") { req in
+            let fault: SandboxFault
+            do { fault = try SandboxFault(json: .object(try body(req))) } catch let e as SandboxError { throw bad(e.description) }
+            return .json(201, .object(["id": .int(Int64(sandbox.addFault(fault)))]))
+        }
+        r.add("DELETE", "/sandbox/faults") { _ in
+            sandbox.clearFaults()
+            return .json(200, ["status": "ok"])
+        }
+        r.add("PUT", "/sandbox/connection-faults") { req in
+            let o = try body(req)
+            func int(_ k: String) throws -> Int? {
+                guard let v = o[k], v != .null else { return nil }
+                guard let i = v.intValue, i >= 0 else { throw bad("\(k) must be a non-negative integer") }
+                return Int(i)
+            }
+            let delay = o["response_delay_seconds"]?.doubleValue ?? 0
+            sandbox.setConnectionFaults(HTTP2ServerFaults(goawayAfterStreams: try int("goaway_after_streams"),
+                                                          dropConnectionAfterRequest: try int("drop_connection_after_request"),
+                                                          refuseStreamsAfter: try int("refuse_streams_after"),
+                                                          responseDelaySeconds: min(max(delay, 0), 120)))
+            return .json(200, sandbox.faultsJSON)
+        }
+        r.add("POST", "/sandbox/dead-tokens") { req in
+            guard let t = try body(req)["token"]?.stringValue, !t.isEmpty else { throw bad("token is required") }
+            sandbox.markDead(t)
+            return .json(200, ["status": "ok"])
+        }
+        r.add("POST", "/sandbox/oauth/revoke") { _ in
+            sandbox.revokeAccessTokens()
+            return .json(200, ["status": "ok"])
+        }
+        r.add("POST", "/sandbox/apns-keys") { req in
+            let o = try body(req)
+            guard let team = o["team_id"]?.stringValue, let kid = o["key_id"]?.stringValue else { throw bad("team_id and key_id are required") }
+            let key: P256PublicKey
+            if let pub = o["public_key"]?.stringValue, let k = try? P256PublicKey(pem: pub) { key = k }
+            else if let priv = o["private_key"]?.stringValue, let k = try? P256PrivateKey(pem: priv) { key = k.publicKey }
+            else { throw bad("public_key or private_key must be a P-256 PEM") }
+            sandbox.registerAPNsKey(teamId: team, keyId: kid, publicKey: key,
+                                    topics: o["topics"]?.arrayValue?.compactMap(\.stringValue))
+            return .json(200, ["status": "ok", "fingerprint": .string(key.fingerprint)])
+        }
+        r.add("POST", "/sandbox/service-accounts") { req in
+            let o = try body(req)
+            guard let email = o["client_email"]?.stringValue, let project = o["project_id"]?.stringValue else {
+                throw bad("client_email and project_id are required")
+            }
+            let key: RSAPublicKey
+            if let pub = o["public_key"]?.stringValue, let k = try? RSAPublicKey(pem: pub) { key = k }
+            else if let priv = o["private_key"]?.stringValue, let k = try? RSAPrivateKey(pem: priv) { key = k.publicKey }
+            else { throw bad("public_key or private_key must be an RSA PEM") }
+            sandbox.registerServiceAccount(clientEmail: email, projectId: project, publicKey: key)
+            return .json(200, ["status": "ok", "fingerprint": .string(key.fingerprint)])
+        }
+        r.add("POST", "/sandbox/reset") { _ in
+            sandbox.reset()
+            return .json(200, ["status": "ok"])
+        }
+        return r
+    }
+}

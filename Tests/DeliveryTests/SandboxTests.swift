@@ -1,0 +1,235 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Crypto
+import Delivery
+import HTTP2
+import JSON
+import LiveRelayCore
+import LiveRelaySandbox
+import Logging
+import Metrics
+import Synchronization
+import XCTest
+
+/// A lock-protected value shared between threads (a class, so closures can capture it).
+final class Locked<T>: @unchecked Sendable {
+    private var value: T
+    private let lock = NSLock()
+    init(_ v: T) { value = v }
+    func withLock<R>(_ body: (inout T) -> R) -> R { lock.lock(); defer { lock.unlock() }; return body(&value) }
+}
+
+/// A settable clock shared by the sender and (optionally offset) the sandbox.
+final class SimClock: Sendable {
+    private let value: Mutex<Date>
+    init(_ start: Date = Date()) { value = Mutex(start) }
+    func now() -> Date { value.withLock { $0 } }
+    func advance(_ seconds: Double) { value.withLock { $0 = $0.addingTimeInterval(seconds) } }
+}
+
+/// A sandbox on ephemeral loopback ports plus a `ProviderSender` pointed at it over real TLS
+/// and HTTP/2, with the sandbox's demo credentials for tenant `ten_test`.
+final class ProviderHarness: @unchecked Sendable {
+    static let tenant = "ten_test"
+    static let topics = ["com.example.app", "com.example.b", "com.example.c"]
+    let clock = SimClock()
+    let sandboxOffset = Locked<Double>(0)
+    let sandbox: Sandbox
+    let source = StaticProviderCredentialSource()
+    let metrics = MetricsRegistry()
+    let sender: ProviderSender
+    let directory: URL
+    let endpoints: ProviderEndpoints
+    let logs = Locked<[String]>([])
+
+    init(tokenUpdatesPer20Minutes: Int = 4, maxConnections: Int = 4, requestTimeout: Double = 5) throws {
+        directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("lr-sandbox-\(UUID().uuidString)")
+        let clock = self.clock, offset = self.sandboxOffset
+        sandbox = try Sandbox(configuration: SandboxConfiguration(
+            port: 0, controlPort: 0, directory: directory, providerTokenUpdatesPer20Minutes: tokenUpdatesPer20Minutes,
+            now: { clock.now().addingTimeInterval(offset.withLock { $0 }) }))
+        try sandbox.start()
+        let base = URL(string: sandbox.baseURL)!
+        endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+                                      connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
+        source.set(Self.tenant, TenantProviderCredentials(
+            apns: ["sandbox": APNsCredential(teamId: sandbox.teamId, keyId: sandbox.keyId, topics: Self.topics, environment: "sandbox",
+                                             privateKey: sandbox.apnsKey)],
+            fcm: FCMCredential(projectId: sandbox.projectId, clientEmail: sandbox.clientEmail, privateKeyId: sandbox.privateKeyId,
+                               tokenURI: sandbox.tokenURI, privateKey: sandbox.serviceAccountKey)))
+        let captured = logs
+        sender = ProviderSender(source: source, endpoints: endpoints, metrics: metrics,
+                                log: Logger(minimum: .debug, sink: { line in captured.withLock { $0.append(line) } }),
+                                now: { clock.now() })
+    }
+
+    func tearDown() {
+        sender.close()
+        sandbox.stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
+
+    static func hexToken(_ seed: String = UUID().uuidString) -> String {
+        Digest.sha256Hex(Array(seed.utf8)) + Digest.sha256Hex(Array((seed + "x").utf8))
+    }
+
+    func iosPush(token: String = ProviderHarness.hexToken(), appId: String = "com.example.app", environment: String = "sandbox",
+                 tenant: String = ProviderHarness.tenant, body: [UInt8]? = nil, event: PushEvent = .update) -> OutgoingPush {
+        let payload = body ?? APNsPayload(event: event, timestamp: clock.now(), contentState: ["progress": .double(0.5), "status": "en route"]).bytes()
+        return OutgoingPush(tenantId: tenant, operationId: "op_\(UUID().uuidString.prefix(8))", platform: "ios", environment: environment,
+                            appId: appId, deviceToken: token, apnsBody: payload, fcmBody: nil, priority: 10,
+                            expiration: clock.now().addingTimeInterval(3600), apnsId: UUID().uuidString.lowercased())
+    }
+
+    func androidPush(token: String = "fcm-" + UUID().uuidString, body: [UInt8]? = nil, tenant: String = ProviderHarness.tenant) -> OutgoingPush {
+        let payload = body ?? FCMMessage(token: token, targetId: "tgt_x", event: .update, revision: 2, timestamp: clock.now(),
+                                         state: ["progress": .double(0.5)], templateVersion: "tv_x", ttlSeconds: 3600).bytes()
+        return OutgoingPush(tenantId: tenant, operationId: "op_\(UUID().uuidString.prefix(8))", platform: "android", environment: "production",
+                            appId: "com.example.app", deviceToken: token, apnsBody: nil, fcmBody: payload, priority: 10,
+                            expiration: clock.now().addingTimeInterval(3600), apnsId: UUID().uuidString.lowercased())
+    }
+
+    var logText: String { logs.withLock { $0.joined(separator: "\n") } }
+}
+
+/// Runs `count` calls of `body` on `threads` threads; results by index.
+func concurrently<T: Sendable>(_ count: Int, threads: Int, _ body: @Sendable @escaping (Int) -> T) -> [T] {
+    let results = Mutex<[Int: T]>([:])
+    let next = Atomic<Int>(0)
+    let group = DispatchGroup()
+    for _ in 0..<threads {
+        group.enter()
+        let t = Thread {
+            while true {
+                let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
+                if i >= count { break }
+                let r = body(i)
+                results.withLock { $0[i] = r }
+            }
+            group.leave()
+        }
+        t.start()
+    }
+    group.wait()
+    return results.withLock { r in (0..<count).map { r[$0]! } }
+}
+
+/// The sandbox by itself: files, the control endpoint, and its checks against raw requests.
+final class SandboxTests: XCTestCase {
+    var h: ProviderHarness!
+    override func setUpWithError() throws { h = try ProviderHarness() }
+    override func tearDown() { h?.tearDown() }
+
+    func testWritesFilesThatDescribeTheDemoCredentials() throws {
+        for name in ["ca.pem", "ca-key.pem", "apns-key.p8", "apns.json", "fcm-service-account.json", "env"] {
+            XCTAssertNotNil(h.sandbox.files[name], name)
+        }
+        let apns = try JSONValue.parse(String(contentsOfFile: h.sandbox.files["apns.json"]!, encoding: .utf8))
+        XCTAssertEqual(apns["team_id"]?.stringValue, h.sandbox.teamId)
+        XCTAssertEqual(apns["key_id"]?.stringValue?.count, 10)
+        let p8 = try String(contentsOfFile: h.sandbox.files["apns-key.p8"]!, encoding: .utf8)
+        XCTAssertEqual(try P256PrivateKey(pem: p8).publicKey.fingerprint, h.sandbox.apnsKey.publicKey.fingerprint)
+        let sa = try JSONValue.parse(String(contentsOfFile: h.sandbox.files["fcm-service-account.json"]!, encoding: .utf8))
+        XCTAssertEqual(sa["type"]?.stringValue, "service_account")
+        XCTAssertEqual(sa["token_uri"]?.stringValue, "https://127.0.0.1:\(h.sandbox.port)/token")
+        XCTAssertNoThrow(try RSAPrivateKey(pem: sa["private_key"]!.stringValue!))
+        let env = try String(contentsOfFile: h.sandbox.files["env"]!, encoding: .utf8)
+        XCTAssertTrue(env.contains("LIVERELAY_EXTRA_CA_FILE=\(h.sandbox.files["ca.pem"]!)"), env)
+        // A second sandbox on the same directory reuses the keys (stored credentials stay valid).
+        let again = try Sandbox(configuration: SandboxConfiguration(port: 0, controlPort: -1, directory: h.directory))
+        XCTAssertEqual(again.keyId, h.sandbox.keyId)
+        XCTAssertEqual(again.apnsKey.publicKey.fingerprint, h.sandbox.apnsKey.publicKey.fingerprint)
+        XCTAssertEqual(again.serviceAccountKey.publicKey.fingerprint, h.sandbox.serviceAccountKey.publicKey.fingerprint)
+    }
+
+    /// Raw HTTP/2 requests the way a sloppy client would make them: each documented check answers.
+    func testChecksRequestsTheWayAppleDocuments() throws {
+        let conn = try HTTP2Connection(configuration: HTTP2ClientConfiguration(
+            baseURL: URL(string: h.sandbox.baseURL)!, extraCAFile: h.sandbox.files["ca.pem"], connectTimeoutSeconds: 5, requestTimeoutSeconds: 5))
+        defer { conn.close() }
+        let iat = Int64(h.clock.now().timeIntervalSince1970)
+        let jwt = try JWT.sign(header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat)],
+                               algorithm: .es256(h.sandbox.apnsKey))
+        let good = APNsPayload(event: .update, timestamp: h.clock.now(), contentState: ["a": 1]).bytes()
+        func send(_ headers: [(String, String)], body: [UInt8] = good, token: String = ProviderHarness.hexToken()) throws -> (Int, String?) {
+            let r = try conn.send(HTTP2Request(method: "POST", path: "/3/device/\(token)", headers: headers, body: body))
+            return (r.status, ProviderOutcome.apnsReason(r.body))
+        }
+        let base: [(String, String)] = [("authorization", "bearer \(jwt)"), ("apns-topic", "com.example.app.push-type.liveactivity"),
+                                        ("apns-push-type", "liveactivity"), ("apns-priority", "10")]
+        XCTAssertEqual(try send(base).0, 200)
+        XCTAssertEqual(try send(Array(base.dropFirst())).1, "MissingProviderToken")
+        let otherKey = try JWT.sign(header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat)],
+                                    algorithm: .es256(P256PrivateKey.generate()))
+        XCTAssertEqual(try send([("authorization", "bearer \(otherKey)")] + base.dropFirst()).1, "InvalidProviderToken")
+        let old = try JWT.sign(header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat - 3601)],
+                               algorithm: .es256(h.sandbox.apnsKey))
+        XCTAssertEqual(try send([("authorization", "bearer \(old)")] + base.dropFirst()).1, "ExpiredProviderToken")
+        XCTAssertEqual(try send([base[0], ("apns-topic", "com.example.app"), base[2], base[3]]).1, "TopicDisallowed")
+        XCTAssertEqual(try send([base[0], base[1], ("apns-push-type", "alert"), base[3]]).1, "InvalidPushType")
+        XCTAssertEqual(try send([base[0], base[1], base[2], ("apns-priority", "1")]).1, "BadPriority")
+        XCTAssertEqual(try send(base, body: Array(repeating: 0x20, count: 4097)).0, 413)
+        XCTAssertEqual(try send(base, body: Array(#"{"aps":{"event":"update","timestamp":1}}"#.utf8)).1, "BadPayload")
+        XCTAssertEqual(try send(base, body: []).1, "PayloadEmpty")
+        XCTAssertEqual(try send(base, token: "not-hex").1, "BadDeviceToken")
+        let dead = ProviderHarness.hexToken()
+        h.sandbox.markDead(dead)
+        XCTAssertEqual(try send(base, token: dead).0, 410)
+        // Apple's strict rule (1 new token per 20 min) catches a client minting per request.
+        let strict = try ProviderHarness(tokenUpdatesPer20Minutes: 1)
+        defer { strict.tearDown() }
+        let c2 = try HTTP2Connection(configuration: HTTP2ClientConfiguration(
+            baseURL: URL(string: strict.sandbox.baseURL)!, extraCAFile: strict.sandbox.files["ca.pem"], connectTimeoutSeconds: 5))
+        defer { c2.close() }
+        var statuses: [Int] = []
+        for k in 0..<2 {
+            let t = try JWT.sign(header: ["kid": .string(strict.sandbox.keyId)],
+                                 claims: ["iss": .string(strict.sandbox.teamId), "iat": .int(iat + Int64(k) * 60)],
+                                 algorithm: .es256(strict.sandbox.apnsKey))
+            statuses.append(try c2.send(HTTP2Request(method: "POST", path: "/3/device/\(ProviderHarness.hexToken())",
+                                                     headers: [("authorization", "bearer \(t)")] + base.dropFirst(), body: good)).status)
+        }
+        XCTAssertEqual(statuses, [200, 429])
+        XCTAssertEqual(strict.sandbox.stats.tooManyProviderTokenUpdates, 1)
+    }
+
+    func testControlEndpointListsDeliveriesAndSetsFaults() throws {
+        let token = ProviderHarness.hexToken()
+        func call(_ method: String, _ path: String, _ body: JSONValue? = nil) throws -> (Int, JSONValue) {
+            var req = URLRequest(url: URL(string: h.sandbox.controlURL + path)!)
+            req.httpMethod = method
+            if let body { req.httpBody = Data(body.serialized()); req.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+            let done = DispatchSemaphore(value: 0)
+            let out = Mutex<(Int, [UInt8])>((0, []))
+            URLSession.shared.dataTask(with: req) { d, r, _ in
+                out.withLock { $0 = ((r as? HTTPURLResponse)?.statusCode ?? -1, Array(d ?? Data())) }
+                done.signal()
+            }.resume()
+            done.wait()
+            let (s, b) = out.withLock { $0 }
+            return (s, (try? JSONValue.parse(b)) ?? .null)
+        }
+        XCTAssertEqual(try call("POST", "/sandbox/faults", ["token": .string(token), "status": 429, "reason": "TooManyRequests",
+                                                            "retry_after": 7, "times": 1]).0, 201)
+        XCTAssertEqual(h.sender.send(h.iosPush(token: token)), .outcome(.retry(after: 7)))
+        if case .outcome(.accepted(let id)) = h.sender.send(h.iosPush(token: token)) { XCTAssertNotNil(id) } else { XCTFail("not accepted") }
+        let (status, list) = try call("GET", "/sandbox/deliveries?token=\(token)")
+        XCTAssertEqual(status, 200)
+        let data = list["data"]?.arrayValue ?? []
+        XCTAssertEqual(data.map { $0["status"]?.intValue }, [429, 200])
+        XCTAssertEqual(data.first?["headers"]?["apns-topic"]?.stringValue, "com.example.app.push-type.liveactivity")
+        XCTAssertEqual(data.last?["payload"]?["aps"]?["event"]?.stringValue, "update")
+        XCTAssertEqual(try call("GET", "/sandbox/deliveries?token=\(token)&accepted=true").1["data"]?.arrayValue?.count, 1)
+        XCTAssertEqual(try call("POST", "/sandbox/dead-tokens", ["token": .string(token)]).0, 200)
+        if case .outcome(.tokenDead(410, "Unregistered")) = h.sender.send(h.iosPush(token: token)) {} else { XCTFail("dead token not 410") }
+        XCTAssertEqual(try call("GET", "/sandbox/stats").1["apns_requests"]?.intValue, 3)
+        XCTAssertEqual(try call("PUT", "/sandbox/connection-faults", ["refuse_streams_after": 0]).0, 200)
+        if case .notProcessed = h.sender.send(h.iosPush()) {} else { XCTFail("refused stream must be notProcessed") }
+        XCTAssertEqual(try call("DELETE", "/sandbox/faults").0, 200)
+        if case .outcome(.accepted) = h.sender.send(h.iosPush()) {} else { XCTFail("faults not cleared") }
+        XCTAssertEqual(try call("POST", "/sandbox/faults", ["status": "x"]).0, 400)
+    }
+}
+
