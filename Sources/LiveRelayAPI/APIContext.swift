@@ -54,6 +54,10 @@ enum Endpoint {
             return try body()
         } catch let e as DomainError {
             throw e.http
+        } catch let e as PostgresError where e.sqlState == "55P03" {
+            ctx.log.warning("lock wait timed out", ["request_id": .string(req.requestId)])
+            throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the object is busy with other writes; retry shortly",
+                            headers: [("Retry-After", "1")])
         } catch let e as PostgresError where e.kind == .connection || e.kind == .poolTimeout || e.kind == .closed {
             ctx.log.error("database unavailable", ["request_id": .string(req.requestId), "error": .string(e.message)])
             throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
@@ -114,13 +118,16 @@ enum Endpoint {
     /// replays the stored response with `Idempotent-Replayed: true` (a replayed creation
     /// answers 200, SPEC §3 "replays and reads 200"), `422 IDEMPOTENCY_KEY_REUSED` for a
     /// different request under the same key. `seal` stores the response encrypted (it holds
-    /// a secret). `work` runs inside the tenant's transaction and returns status and body.
+    /// a secret). `before` (optional) runs first in the same transaction, for the rules that
+    /// precede idempotency; `work` runs inside the tenant's transaction and returns status and body.
     static func idempotent(_ ctx: APIContext, _ req: HTTPRequest, tenantId: String, key: String, body: JSONValue, seal: Bool,
                            retentionSeconds: Double = IdempotencyStore.retentionSeconds,
+                           before: ((PostgresConnection) throws -> Void)? = nil,
                            work: (PostgresConnection) throws -> (Int, JSONValue)) throws -> HTTPResponse {
         let endpoint = "\(req.method) \(req.path)"
         let hash = Digest.sha256Hex(body.serialized())
         return try ctx.db.tenant(tenantId) { c in
+            try before?(c)  // rules that precede idempotency (SPEC §5 rules 1–2), in the same transaction
             if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek,
                                                        retentionSeconds: retentionSeconds) {
                 let status = stored.status == 201 ? 200 : stored.status

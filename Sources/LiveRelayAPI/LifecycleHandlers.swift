@@ -131,19 +131,26 @@ enum LifecycleHandlers {
         let body = try req.jsonBody()
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
-        // Rule 1 before rule 2: coverage is decided on the target named in the body.
-        _ = try ctx.db.tenant(tenant) { c in try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .update) }
-        let u = try WriteRequests.update(body)
         let now = ctx.now()
-        try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
-        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: u.idempotencyKey, body: body, seal: false,
-                                           retentionSeconds: writeKeyRetentionSeconds) { c in
-            let t = try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .update)
+        var parsed: UpdateRequest?
+        var locked: TargetRecord?
+        // One transaction: rule 1 (coverage, on the target named in the body), rule 2 (shape),
+        // rule 3 (idempotency), then the rest.
+        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: body["idempotency_key"]?.stringValue ?? "", body: body, seal: false,
+                                           retentionSeconds: writeKeyRetentionSeconds, before: { c in
+            locked = try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .update)
+            let u = try WriteRequests.update(body)
+            try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
+            parsed = u
+        }) { c in
+            let u = parsed!, t = locked!
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: u.expectedRevision, current: t.revision)
             try WriteRules.checkSourceVersion(u.sourceVersion, last: t.sourceVersion)
             try checkState(c, tenant: tenant, target: t, state: u.state)
-            let platform = try TargetStore.installationPlatform(c, tenantId: tenant, installationId: t.installationId)
+            let platform = try SchemaCache.shared.platform(tenant: tenant, installation: t.installationId) {
+                try TargetStore.installationPlatform(c, tenantId: tenant, installationId: t.installationId)
+            }
             let revision = t.revision + 1
             try DeliveryPayload.check(platform: platform, DeliveryPayload.Content(
                 event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
@@ -174,8 +181,10 @@ enum LifecycleHandlers {
     /// Rule 8 state: the pinned schema of the target's template version, when it has one.
     static func checkState(_ c: PostgresConnection, tenant: String, target t: TargetRecord, state: JSONValue) throws {
         guard let tv = t.templateVersion,
-              let schema = try TargetStore.templateSchema(c, tenantId: tenant, installationId: t.installationId, templateVersion: tv) else { return }
-        try SchemaCache.shared.schema(tenant: tenant, installation: t.installationId, templateVersion: tv, json: schema).check(state)
+              let schema = try SchemaCache.shared.schema(tenant: tenant, installation: t.installationId, templateVersion: tv, load: {
+                  try TargetStore.templateSchema(c, tenantId: tenant, installationId: t.installationId, templateVersion: tv)
+              }) else { return }
+        try schema.check(state)
     }
 
     // MARK: end
@@ -191,17 +200,21 @@ enum LifecycleHandlers {
         let body = try req.jsonBody()
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
-        _ = try ctx.db.tenant(tenant) { c in try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .end) }
-        let e = try WriteRequests.end(body)
-        if scope == nil && e.state != nil {
-            throw Endpoint.forbidden("a master key may only end without new state (cleanup); use a sender key to send a final state")
-        }
         let now = ctx.now()
-        try WriteRules.checkDismissAt(e.dismissAt, now: now)
-        try WriteRules.checkExpiresAt(e.expiresAt, now: now)
-        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: e.idempotencyKey, body: body, seal: false,
-                                           retentionSeconds: writeKeyRetentionSeconds) { c in
-            let t = try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .end)
+        var parsed: EndRequest?
+        var locked: TargetRecord?
+        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: body["idempotency_key"]?.stringValue ?? "", body: body, seal: false,
+                                           retentionSeconds: writeKeyRetentionSeconds, before: { c in
+            locked = try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .end)
+            let e = try WriteRequests.end(body)
+            if scope == nil && e.state != nil {
+                throw Endpoint.forbidden("a master key may only end without new state (cleanup); use a sender key to send a final state")
+            }
+            try WriteRules.checkDismissAt(e.dismissAt, now: now)
+            try WriteRules.checkExpiresAt(e.expiresAt, now: now)
+            parsed = e
+        }) { c in
+            let e = parsed!, t = locked!
             let opId = Identifier.make(.operation)
             guard let state = e.state else {
                 // Rule 9: cleanup. Already over → 200 with a cancelled operation that sends nothing.

@@ -8,21 +8,26 @@ public final class Database: Sendable {
     /// The shared connection pool.
     public let pool: PostgresPool
 
-    public init(pool: PostgresPool) { self.pool = pool }
+    let notifier: Notifier
+
+    public init(pool: PostgresPool) {
+        self.pool = pool
+        self.notifier = Notifier(conninfo: pool.conninfo)
+    }
 
     /// Runs `body` in a transaction that sees only `tenantId`'s rows
     /// (`set_config('app.tenant_id', tenantId, true)`, i.e. SET LOCAL).
     /// Retries on serialization failure/deadlock (see `PostgresPool.transaction`).
     public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
                           _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.tenant_id", tenantId)], body)
+        try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout)], body)
     }
 
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
     /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.scope", "system")], body)
+        try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout)], body)
     }
 
     /// Runs the transaction with NOTIFYs deferred, then sends them after COMMIT in their own
@@ -46,12 +51,16 @@ public final class Database: Sendable {
         return result
     }
 
-    /// Sends `list` in one short transaction that does not wait for the WAL flush; failures
-    /// are ignored (the notifications are hints, see `run`).
+    /// How long any statement waits for a row lock before failing with SQLSTATE 55P03
+    /// (`lock_timeout`): a request that waited this long is answered with a retryable error
+    /// instead of holding a pool connection indefinitely.
+    public static let lockTimeout = "10s"
+
+    /// Sends `list` as one statement on a dedicated session with `synchronous_commit = off`
+    /// (the commit does not wait for the WAL flush); failures are ignored (the notifications
+    /// are hints, see `run`).
     public func sendNotifications(_ list: [(channel: String, payload: String)]) {
-        _ = try? pool.transaction(settings: [("synchronous_commit", "off")], maxAttempts: 1) { c in
-            for n in list { try c.notify(n.channel, payload: n.payload) }
-        }
+        notifier.send(list)
     }
 }
 
@@ -89,4 +98,34 @@ public struct Page<T: Sendable>: Sendable {
         }
         return Page(items: rows, nextCursor: nil)
     }
+}
+
+/// The session that sends post-commit notifications: one connection (made on first use,
+/// remade after a failure), `synchronous_commit = off`, all of a batch in one statement.
+final class Notifier: @unchecked Sendable {  // `conn` only under `lock`
+    let conninfo: String
+    private let lock = NSLock()
+    private var conn: PostgresConnection?
+
+    init(conninfo: String) { self.conninfo = conninfo }
+
+    func send(_ list: [(channel: String, payload: String)]) {
+        guard !list.isEmpty else { return }
+        lock.lock()
+        defer { lock.unlock() }
+        do {
+            if conn == nil {
+                let c = try PostgresConnection(conninfo, connectTimeoutSeconds: 2)
+                try c.execute("SET synchronous_commit = off")
+                conn = c
+            }
+            let calls = list.indices.map { "pg_notify($\($0 * 2 + 1), $\($0 * 2 + 2))" }.joined(separator: ", ")
+            try conn!.query("SELECT " + calls, list.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
+        } catch {
+            conn?.close()
+            conn = nil
+        }
+    }
+
+    deinit { conn?.close() }
 }

@@ -31,7 +31,7 @@ public enum IdempotencyStore {
     ///   409 `IDEMPOTENCY_KEY_IN_USE` (a concurrent holder did not finish in `waitSeconds`).
     public static func claim(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String, requestHash: String,
                              kek: AESGCM, retentionSeconds: Double = retentionSeconds) throws -> StoredResponse? {
-        try c.execute("SELECT set_config('lock_timeout', $1, true)", ["\(waitSeconds)s"])
+        // lock_timeout (Database.lockTimeout, 10 s) bounds the wait for a concurrent holder.
         let inserted: Bool
         do {
             // A record past its retention is gone, purged or not: it is taken over as new,
@@ -50,7 +50,6 @@ public enum IdempotencyStore {
                               message: "another request with this idempotency_key is still being processed; retry shortly",
                               details: ["field": "idempotency_key"])
         }
-        try c.execute("SELECT set_config('lock_timeout', '0', true)")
         if inserted { return nil }
         guard let row = try c.query("""
             SELECT request_hash, status_code, response_body, response_sealed FROM idempotency_records

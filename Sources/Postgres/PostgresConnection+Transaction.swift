@@ -4,7 +4,7 @@ extension PostgresConnection {
     /// Runs `body` in one transaction on this connection, once (no retry; `PostgresPool.transaction`
     /// adds retries on serialization failures).
     ///
-    /// `BEGIN ISOLATION LEVEL …`; for each setting `SELECT set_config(name, value, true)`
+    /// `BEGIN ISOLATION LEVEL …`; `SELECT set_config(name, value, true), …` for all settings at once
     /// (transaction-local, like `SET LOCAL`, e.g. `("app.tenant_id", id)` for row-level security);
     /// `body`; `COMMIT`. Any error rolls back and is rethrown as-is (non-Postgres body errors
     /// included). If `body` swallowed a server error, leaving the transaction aborted, that
@@ -17,8 +17,9 @@ extension PostgresConnection {
         try execute("BEGIN ISOLATION LEVEL " + isolation.sql)
         lastError = nil
         do {
-            for (name, value) in settings {
-                try query("SELECT set_config($1, $2, true)", [name, value])
+            if !settings.isEmpty {  // one round trip for all of them
+                let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
+                try query("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
             }
             let result = try body(self)
             if transactionStatus == PQTRANS_INERROR {
