@@ -43,11 +43,14 @@ CREATE INDEX operations_target ON operations (tenant_id, target_id, id);
 -- The dispatch queue: queued operations by due time.
 CREATE INDEX operations_queue ON operations (next_attempt_at) WHERE status = 'queued';
 CREATE INDEX operations_sending ON operations (lease_expires_at) WHERE status = 'sending';
+-- Reserved quota is derived from the operations themselves (no shared counter row to lock at
+-- write time): state-bearing operations of the day still queued, sending or unknown.
+CREATE INDEX operations_quota_reserved ON operations (tenant_id, quota_day)
+  WHERE consumes_quota AND status IN ('queued', 'sending', 'unknown');
 
--- Push quota per tenant and UTC day: reserved at commit, used on provider acceptance.
--- Counters are spread over 16 shard rows per (tenant, day) so concurrent writes of one tenant
--- do not queue on one row lock until their commits; only the sums over shards mean anything
--- (a single shard may go negative when a unit reserved in one shard is released in another).
+-- Push quota per tenant and UTC day: units used (accepted by the provider). The reserved units
+-- are counted from operations (index above). Counters are spread over 16 shard rows per
+-- (tenant, day) so concurrent dispatchers do not queue on one row lock; only sums mean anything.
 CREATE TABLE push_quota (
   tenant_id  text COLLATE "C" NOT NULL REFERENCES tenants (tenant_id),
   day        date NOT NULL,

@@ -114,20 +114,18 @@ public enum OperationStore {
             """, [tenantId, targetId]).map(OperationRecord.init(row:))
     }
 
-    /// Marks `ids` superseded by `by` and releases their quota reservations.
+    /// Marks `ids` superseded by `by` (which releases their quota reservations, see `QuotaStore`).
     public static func supersede(_ c: PostgresConnection, tenantId: String, ids: [String], by: String) throws {
         guard !ids.isEmpty else { return }
-        let rows = try c.query("""
+        try c.execute("""
             UPDATE operations SET status = 'superseded', superseded_by = $3, updated_at = now()
              WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'queued'
-            RETURNING id, consumes_quota, quota_day::text AS quota_day
             """, [tenantId, PostgresTextArray(ids), by])
-        try releaseQuota(c, tenantId: tenantId, rows: rows)
         for id in ids { try c.notify(eventsChannel, payload: id) }
     }
 
     /// Cancels every queued operation of the target (local end, creation failure, expiry,
-    /// retirement), releasing quota. Returns how many.
+    /// retirement), which releases their quota (see `QuotaStore`). Returns how many.
     @discardableResult
     public static func cancelQueued(_ c: PostgresConnection, tenantId: String, targetId: String, reason: String) throws -> Int {
         let rows = try c.query("""
@@ -135,17 +133,8 @@ public enum OperationStore {
              WHERE tenant_id = $1 AND target_id = $2 AND status = 'queued'
             RETURNING id, consumes_quota, quota_day::text AS quota_day
             """, [tenantId, targetId, reason])
-        try releaseQuota(c, tenantId: tenantId, rows: rows)
         for r in rows { try c.notify(eventsChannel, payload: try r.string("id")) }
         return rows.count
-    }
-
-    static func releaseQuota(_ c: PostgresConnection, tenantId: String, rows: [PostgresRow]) throws {
-        var perDay: [String: Int64] = [:]
-        for r in rows where try r.bool("consumes_quota") {
-            if let d = try r.optionalString("quota_day") { perDay[d, default: 0] += 1 }
-        }
-        for (day, n) in perDay { try QuotaStore.release(c, tenantId: tenantId, day: day, count: n) }
     }
 
     /// Operation `id` of the tenant.
@@ -166,10 +155,13 @@ public enum OperationStore {
 /// Daily push quota per tenant (SPEC §5 "Quota"): reserve at commit, consume on provider
 /// acceptance, release on superseded/cancelled/failed/expired. Days are UTC dates (`YYYY-MM-DD`).
 ///
-/// The counters live in 16 shard rows per (tenant, day) (migration 0003), each change going
-/// to a random shard, so one tenant's concurrent writes do not serialise on a row lock held
-/// until commit. The limit check reads the sums without locking: under concurrency a day may
-/// overshoot its quota by at most the number of writes committing at that instant.
+/// A reservation is the operation row itself: reserved = the day's state-bearing operations
+/// still `queued`, `sending` or `unknown` (an unknown outcome may have reached the device, so
+/// it keeps counting). Superseding, cancelling, failing or expiring an operation therefore
+/// releases its unit with no extra write, and writes never lock a shared counter row.
+/// Used units are counted in 16 shard rows per (tenant, day) (migration 0003). The limit check
+/// reads without locking: under concurrency a day may overshoot its quota by at most the
+/// number of writes committing at that instant.
 public enum QuotaStore {
     /// Number of counter rows per (tenant, day).
     public static let shards = 16
@@ -177,35 +169,28 @@ public enum QuotaStore {
     /// The UTC date of `now` as `YYYY-MM-DD`.
     public static func day(_ now: Date) -> String { String(Timestamp.format(now).prefix(10)) }
 
-    /// (reserved, used) of the tenant's day: sums over the shards.
+    /// (reserved, used) of the tenant's day.
     public static func usage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
         let r = try c.query("""
-            SELECT COALESCE(sum(reserved), 0)::bigint AS reserved, COALESCE(sum(used), 0)::bigint AS used
-              FROM push_quota WHERE tenant_id = $1 AND day = $2::date
+            SELECT (SELECT count(*) FROM operations WHERE tenant_id = $1 AND quota_day = $2::date AND consumes_quota
+                       AND status IN ('queued', 'sending', 'unknown'))::bigint AS reserved,
+                   (SELECT COALESCE(sum(used), 0) FROM push_quota WHERE tenant_id = $1 AND day = $2::date)::bigint AS used
             """, [tenantId, day])[0]
-        return (max(0, try r.int64("reserved")), try r.int64("used"))
+        return (try r.int64("reserved"), try r.int64("used"))
     }
 
-    static func add(_ c: PostgresConnection, tenantId: String, day: String, reserved: Int64, used: Int64) throws {
-        try c.execute("""
-            INSERT INTO push_quota (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, $3, $4, $5)
-            ON CONFLICT (tenant_id, day, shard) DO UPDATE
-               SET reserved = push_quota.reserved + EXCLUDED.reserved, used = push_quota.used + EXCLUDED.used
-            """, [tenantId, day, Int.random(in: 0..<shards), reserved, used])
-    }
+    /// Reserving is inserting the state-bearing operation (see the type documentation): nothing to do.
+    public static func reserve(_ c: PostgresConnection, tenantId: String, day: String) throws {}
 
-    /// Reserves one unit (a state-bearing write was committed).
-    public static func reserve(_ c: PostgresConnection, tenantId: String, day: String) throws {
-        try add(c, tenantId: tenantId, day: day, reserved: 1, used: 0)
-    }
+    /// Releasing is the operation leaving `queued`/`sending`/`unknown`: nothing to do.
+    public static func release(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {}
 
-    /// Gives `count` reserved units back (superseded, cancelled, failed, expired).
-    public static func release(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {
-        try add(c, tenantId: tenantId, day: day, reserved: -count, used: 0)
-    }
-
-    /// Turns one reserved unit into a used one (the provider accepted the push).
+    /// Counts one used unit (the provider accepted the push); call in the transaction that
+    /// marks the operation `accepted`.
     public static func consume(_ c: PostgresConnection, tenantId: String, day: String) throws {
-        try add(c, tenantId: tenantId, day: day, reserved: -1, used: 1)
+        try c.execute("""
+            INSERT INTO push_quota (tenant_id, day, shard, used) VALUES ($1, $2::date, $3, 1)
+            ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = push_quota.used + 1
+            """, [tenantId, day, Int.random(in: 0..<shards)])
     }
 }

@@ -84,7 +84,7 @@ final class TenancyRLSTests: TenancyTestCase {
                         SELECT count(*)::int AS n, count(*) FILTER (WHERE tenant_id <> $1)::int AS foreign_rows FROM \(t)
                         """, [me])[0]
                     XCTAssertEqual(try r.int("foreign_rows"), 0, "\(t): another tenant's rows visible")
-                    XCTAssertGreaterThan(try r.int("n"), 0, "\(t): own rows visible")
+                    if expected.contains(t) { XCTAssertGreaterThan(try r.int("n"), 0, "\(t): own rows visible") }
                 }
                 // A filter naming the other tenant finds nothing, and cannot change anything.
                 XCTAssertEqual(try c.query("SELECT 1 AS one FROM master_keys WHERE tenant_id = $1", [other]).count, 0)
