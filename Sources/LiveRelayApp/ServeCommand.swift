@@ -1,5 +1,6 @@
 import Foundation
 import Crypto
+import Delivery
 import Dispatch
 import HTTPServer
 import JSON
@@ -13,7 +14,7 @@ import Postgres
 /// one process until SIGTERM or SIGINT, then a graceful drain in reverse start order
 /// (ARCHITECTURE "Services with a lifecycle").
 enum ServeCommand {
-    static func run(config: Configuration, log: Logger) throws {
+    static func run(config: Configuration, log: Logger, withDispatcher: Bool = false) throws {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: config.databasePoolSize)
@@ -32,11 +33,19 @@ enum ServeCommand {
                                                                        threads: config.httpThreads),
                                 router: router, metrics: metrics, log: { line in log.raw(line) })
         try server.start()
+        var dispatcher: Dispatcher?
+        if withDispatcher {
+            let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: WorkerCommand.makePushSender(config: config, log: log),
+                               configuration: try WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
+            d.start()
+            dispatcher = d
+        }
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
         let signal = waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         server.shutdown(drainTimeoutSeconds: 30)
+        dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
         auth.stop()
         pool.close()
         log.info("stopped")
