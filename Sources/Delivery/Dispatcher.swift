@@ -300,7 +300,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                                                                    policy: configuration.retryPolicy)) }
             var applied: [Bool] = []
             do {
-                applied = try db.system { c in try decided.map { try apply(c, $0.0, $0.1) } }
+                applied = try db.system { c in try applyBatch(c, decided) }
             } catch {
                 // One bad row must not hold the others back: apply one by one.
                 log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
@@ -323,6 +323,28 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             wakeRequested = true  // a finished operation may unblock the next one of its target
             cond.broadcast()
             cond.unlock()
+        }
+    }
+
+    /// Applies a batch in the caller's transaction: plain acceptances in bulk
+    /// (`DispatchStore.applyAccepted`), everything else one by one (`DispatchStore.apply`).
+    private func applyBatch(_ c: PostgresConnection, _ decided: [(Completion, DispatchDecision)]) throws -> [Bool] {
+        var bulk: [DispatchStore.Acceptance] = []
+        for (comp, d) in decided {
+            if case .accepted(let pid) = d.operation, d.target == .none, d.cancelQueued == nil, d.deadToken == nil {
+                bulk.append(DispatchStore.Acceptance(op: comp.op, providerId: pid, apnsId: comp.apnsId))
+            }
+        }
+        let bulkIds = Set(bulk.map(\.op.id))
+        let done = try DispatchStore.applyAccepted(c, bulk, owner: configuration.workerId)
+        return try decided.map { comp, d in
+            if bulkIds.contains(comp.op.id) {
+                if !done.contains(comp.op.id) {
+                    log.warning("result discarded: the operation's lease was taken over", ["operation_id": .string(comp.op.id)])
+                }
+                return done.contains(comp.op.id)
+            }
+            return try apply(c, comp, d)
         }
     }
 

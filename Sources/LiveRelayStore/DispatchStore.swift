@@ -336,6 +336,55 @@ public enum DispatchStore {
         return true
     }
 
+    /// One accepted result for `applyAccepted`.
+    public struct Acceptance: Sendable {
+        public let op: DispatchOperation
+        public let providerId: String?
+        public let apnsId: String?
+        public init(op: DispatchOperation, providerId: String?, apnsId: String?) { self.op = op; self.providerId = providerId; self.apnsId = apnsId }
+    }
+
+    /// The common case in bulk: accepted operations whose decision touches nothing but the
+    /// operation and the quota (accepted updates: `DispatchDecision` with `target == .none`,
+    /// no cancel, no dead token). Same effect as `apply` for each, in three statements.
+    /// Returns the ids applied (others were taken over by another worker: fenced off).
+    public static func applyAccepted(_ c: PostgresConnection, _ items: [Acceptance], owner: String) throws -> Set<String> {
+        guard !items.isEmpty else { return [] }
+        let rows = try c.query("""
+            UPDATE operations o SET status = 'accepted', accepted_at = now(), apns_id = COALESCE(NULLIF(x.provider_id, ''), NULLIF(x.apns_id, ''), o.apns_id),
+                   pending_reason = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+              FROM unnest($2::text[], $3::text[], $4::text[]::int[], $5::text[], $6::text[]) AS x(tenant_id, id, attempts, provider_id, apns_id)
+             WHERE o.tenant_id = x.tenant_id AND o.id = x.id
+               AND o.status = 'sending' AND o.lease_owner = $1 AND o.attempts = x.attempts
+            RETURNING o.tenant_id, o.id, o.target_id, o.consumes_quota, o.quota_day::text AS quota_day
+            """, [owner, PostgresTextArray(items.map(\.op.tenantId)), PostgresTextArray(items.map(\.op.id)),
+                  PostgresTextArray(items.map { String($0.op.attempts) }), PostgresTextArray(items.map { $0.providerId ?? "" }),
+                  PostgresTextArray(items.map { $0.apnsId ?? "" })])
+        var applied = Set<String>()
+        var perDay: [String: (tenant: String, day: String, n: Int64)] = [:]
+        var events: [String] = []
+        for r in rows {
+            let id = try r.string("id"), tenant = try r.string("tenant_id")
+            applied.insert(id)
+            events.append(id); events.append(try r.string("target_id"))
+            if try r.bool("consumes_quota"), let day = try r.optionalString("quota_day") {
+                perDay["\(tenant)|\(day)", default: (tenant, day, 0)].n += 1
+            }
+        }
+        if !perDay.isEmpty {
+            let v = Array(perDay.values)
+            try c.execute("""
+                UPDATE push_quota q SET reserved = GREATEST(q.reserved - x.n, 0), used = q.used + x.n
+                  FROM unnest($1::text[], $2::text[]::date[], $3::text[]::bigint[]) AS x(tenant_id, day, n)
+                 WHERE q.tenant_id = x.tenant_id AND q.day = x.day
+                """, [PostgresTextArray(v.map(\.tenant)), PostgresTextArray(v.map(\.day)), PostgresTextArray(v.map { String($0.n) })])
+        }
+        if !events.isEmpty {
+            try c.query("SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x", [OperationStore.eventsChannel, PostgresTextArray(events)])
+        }
+        return applied
+    }
+
     // MARK: rescue and expiry
 
     /// `sending` operations whose lease expired (their worker died or hung), locked with their

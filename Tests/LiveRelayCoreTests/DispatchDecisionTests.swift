@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-@testable import LiveRelayCore
+import LiveRelayCore
 
 /// The dispatcher's transition table (SPEC §5, §8), row by row.
 final class DispatchDecisionTests: XCTestCase {
