@@ -24,8 +24,10 @@ public struct DispatcherConfiguration: Sendable {
     public var heartbeatSeconds: Double
     /// Longest sleep without a NOTIFY before looking for due work again.
     public var pollSeconds: Double
-    /// Rescue of expired leases, expiry of queued operations, token-pending sweep, queue depth.
+    /// Rescue of expired leases, expiry of queued operations, queue depth.
     public var maintenanceSeconds: Double
+    /// The token-pending safety net (the 0005 triggers un-park at once).
+    public var unparkSweepSeconds: Double
     /// The 8 h lifetime sweep.
     public var lifetimeSweepSeconds: Double
     /// `apns-expiration` = now + this when a write had no `expires_at` (SPEC §8).
@@ -38,13 +40,14 @@ public struct DispatcherConfiguration: Sendable {
 
     public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
                 applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
-                pollSeconds: Double = 1, maintenanceSeconds: Double = 1, lifetimeSweepSeconds: Double = 60,
+                pollSeconds: Double = 1, maintenanceSeconds: Double = 1, unparkSweepSeconds: Double = 30, lifetimeSweepSeconds: Double = 60,
                 defaultExpirationSeconds: Int = 3600, retryPolicy: RetryPolicy = .standard,
                 random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil) {
         self.workerId = workerId; self.senderThreads = max(1, senderThreads); self.claimBatchSize = max(1, claimBatchSize)
         self.applyBatchSize = max(1, applyBatchSize); self.maxOutstanding = max(1, maxOutstanding ?? 2 * max(1, senderThreads))
         self.leaseSeconds = leaseSeconds; self.heartbeatSeconds = heartbeatSeconds ?? leaseSeconds / 3
-        self.pollSeconds = pollSeconds; self.maintenanceSeconds = maintenanceSeconds; self.lifetimeSweepSeconds = lifetimeSweepSeconds
+        self.pollSeconds = pollSeconds; self.maintenanceSeconds = maintenanceSeconds
+        self.unparkSweepSeconds = unparkSweepSeconds; self.lifetimeSweepSeconds = lifetimeSweepSeconds
         self.defaultExpirationSeconds = defaultExpirationSeconds; self.retryPolicy = retryPolicy; self.random = random
         self.lagObserver = lagObserver
     }
@@ -77,6 +80,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     let lag: Histogram
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlightValue = LockedValue<Double>(0)
+    private let lastUnpark = LockedValue<Date>(.distantPast)
 
     struct Job { let op: DispatchOperation }
     struct Completion { let op: DispatchOperation; let result: DispatchAttemptResult; let apnsId: String?; let token: String? }
@@ -388,8 +392,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         }
     }
 
-    /// One maintenance pass: rescue expired leases, expire queued operations, park/un-park
-    /// token-pending work, cancel work of terminal targets, sample the queue depth.
+    /// One maintenance pass: rescue expired leases, expire queued operations, un-park
+    /// token-pending work whose token arrived (every `unparkSweepSeconds`), sample the queue depth.
     public func maintenance() {
         do {
             let rescued = try db.system { c -> [(DispatchOperation, DispatchDecision)] in
@@ -417,9 +421,10 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             }
             for (op, d) in expired { operationsTotal.increment([op.kind.rawValue, d.operation.status.rawValue]) }
             if !expired.isEmpty { wake() }
-            let (_, unparked) = try db.system { c in try DispatchStore.sweepTokenPending(c) }
-            let cancelled = try db.system { c in try DispatchStore.cancelQueuedOfTerminalTargets(c) }
-            if unparked > 0 || cancelled > 0 { wake() }
+            if Date().timeIntervalSince(lastUnpark.get()) >= configuration.unparkSweepSeconds {
+                lastUnpark.set(Date())
+                if try db.system({ c in try DispatchStore.unparkTokenPending(c) }) > 0 { wake() }
+            }
             queueDepthValue.set(Double(try db.system { c in try DispatchStore.queueDepth(c) }))
         } catch {
             if isRunningLocked() { log.warning("maintenance failed", ["error": .string("\(error)")]) }

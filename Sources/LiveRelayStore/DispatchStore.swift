@@ -148,17 +148,57 @@ public enum DispatchStore {
     /// `sending` under `worker`'s lease, counts the attempt and assigns the APNs `timestamp`
     /// (max(now, target.last_timestamp + 1), kept on resends) to the operation and the target.
     /// Call inside one transaction.
-    public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date) throws -> [DispatchOperation] {
-        let rows = try c.query("""
-            SELECT \(selectColumns)
-            \(joins)
-             WHERE o.status = 'queued' AND o.next_attempt_at <= now()
-               AND (o.pending_reason IS NULL OR o.pending_reason <> 'token_pending')
-               AND \(isHead) AND \(tokenReady)
-             ORDER BY o.next_attempt_at
-             LIMIT $1
-               FOR UPDATE OF o, t SKIP LOCKED
-            """, [limit]).map(DispatchOperation.init(row:))
+    ///
+    /// The queue is read in windows of `window` due operations in `next_attempt_at` order
+    /// (the `operations_queue` index; at most `maxWindows` per call), and each head operation
+    /// seen is handled: token registered → claimed; token missing → parked (`pending_reason =
+    /// 'token_pending'`, skipped until a token trigger or the un-park sweep clears it); target
+    /// already over → its queued work cancelled.
+    public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
+                             window: Int? = nil, maxWindows: Int = 8) throws -> [DispatchOperation] {
+        let w = max(window ?? 2 * limit, 1)
+        var rows: [DispatchOperation] = []
+        var seen = Set<String>()
+        for k in 0..<maxWindows where rows.count < limit {
+            // The window, straight from the partial queue index (row-level security hides the
+            // selectivity from the planner, which would otherwise sort the whole queue).
+            try c.execute("SET LOCAL enable_seqscan = off")
+            let window = try c.query("""
+                SELECT tenant_id, id FROM operations
+                 WHERE status = 'queued' AND next_attempt_at <= now() AND (pending_reason IS NULL OR pending_reason <> 'token_pending')
+                 ORDER BY next_attempt_at OFFSET $1 LIMIT $2
+                """, [k * w, w])
+            try c.execute("SET LOCAL enable_seqscan = on")
+            if window.isEmpty { break }
+            let found = try c.query("""
+                SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
+                  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tenant_id, id, ord)
+                  JOIN operations o ON o.tenant_id = x.tenant_id AND o.id = x.id
+                  JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
+                  JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
+                  LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
+                 WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND \(isHead)
+                 ORDER BY x.ord
+                   FOR UPDATE OF o, t SKIP LOCKED
+                """, [PostgresTextArray(try window.map { try $0.string("tenant_id") }), PostgresTextArray(try window.map { try $0.string("id") })])
+            var park: [DispatchOperation] = [], over: [DispatchOperation] = []
+            for r in found {
+                let op = try DispatchOperation(row: r)
+                guard seen.insert(op.id).inserted else { continue }
+                if try r.bool("target_over") { over.append(op) }
+                else if !(try r.bool("token_ready")) { park.append(op) }
+                else if rows.count < limit { rows.append(op) }
+            }
+            if !park.isEmpty {
+                try c.execute("""
+                    UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
+                      FROM unnest($1::text[], $2::text[]) AS x(tenant_id, id)
+                     WHERE o.tenant_id = x.tenant_id AND o.id = x.id AND o.status = 'queued'
+                    """, [PostgresTextArray(park.map(\.tenantId)), PostgresTextArray(park.map(\.id))])
+            }
+            for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
+            if window.count < w { break }  // the queue holds no more due operations
+        }
         guard !rows.isEmpty else { return [] }
         let nowS = Timestamp.epochSeconds(now)
         let claimed = rows.map { o in o.claimed(providerTimestamp: o.providerTimestamp ?? max(nowS, o.lastTimestamp + 1)) }
@@ -413,23 +453,11 @@ public enum DispatchStore {
 
     // MARK: token pending
 
-    /// Parks the head operation of every target whose token is missing (`pending_reason =
-    /// 'token_pending'`; claims skip it) and un-parks those whose token is now registered
-    /// (migration 0005's triggers do that at once; this is the safety net).
-    /// Returns (parked, unparked).
+    /// Un-parks `token_pending` operations whose token is registered now. Migration 0005's
+    /// triggers do this the moment a token is stored; this sweep is the safety net.
     @discardableResult
-    public static func sweepTokenPending(_ c: PostgresConnection) throws -> (parked: Int, unparked: Int) {
-        let parked = try c.execute("""
-            UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
-              FROM targets t
-              JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
-              LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-             WHERE t.tenant_id = o.tenant_id AND t.id = o.target_id
-               AND o.status = 'queued' AND o.pending_reason IS NULL AND o.next_attempt_at <= now()
-               AND t.status NOT IN ('ended', 'creation_failed')
-               AND \(isHead) AND NOT \(tokenReady)
-            """)
-        let unparked = try c.execute("""
+    public static func unparkTokenPending(_ c: PostgresConnection) throws -> Int {
+        try c.execute("""
             UPDATE operations o SET pending_reason = NULL, updated_at = now()
               FROM targets t
               JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
@@ -437,23 +465,6 @@ public enum DispatchStore {
              WHERE t.tenant_id = o.tenant_id AND t.id = o.target_id
                AND o.status = 'queued' AND o.pending_reason = 'token_pending' AND \(tokenReady)
             """)
-        return (parked, unparked)
-    }
-
-    /// Cancels queued operations of targets that are already over (`ended`/`creation_failed`
-    /// by any path): nothing will ever be delivered to them. Returns how many.
-    @discardableResult
-    public static func cancelQueuedOfTerminalTargets(_ c: PostgresConnection, limit: Int = 500) throws -> Int {
-        let rows = try c.query("""
-            SELECT DISTINCT o.tenant_id, o.target_id FROM operations o
-              JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-             WHERE o.status = 'queued' AND t.status IN ('ended', 'creation_failed') LIMIT $1
-            """, [limit])
-        var n = 0
-        for r in rows {
-            n += try OperationStore.cancelQueued(c, tenantId: try r.string("tenant_id"), targetId: try r.string("target_id"), reason: "target_ended")
-        }
-        return n
     }
 
     // MARK: lifetime
