@@ -411,13 +411,9 @@ public enum DispatchStore {
                 perDay["\(tenant)|\(day)", default: (tenant, day, 0)].n += 1
             }
         }
-        if !perDay.isEmpty {
-            let v = Array(perDay.values)
-            try c.execute("""
-                UPDATE push_quota q SET reserved = GREATEST(q.reserved - x.n, 0), used = q.used + x.n
-                  FROM unnest($1::text[], $2::text[]::date[], $3::text[]::bigint[]) AS x(tenant_id, day, n)
-                 WHERE q.tenant_id = x.tenant_id AND q.day = x.day
-                """, [PostgresTextArray(v.map(\.tenant)), PostgresTextArray(v.map(\.day)), PostgresTextArray(v.map { String($0.n) })])
+        // Through QuotaStore, whatever its bookkeeping (counters, shards): one call per unit.
+        for v in perDay.values {
+            for _ in 0..<v.n { try QuotaStore.consume(c, tenantId: v.tenant, day: v.day) }
         }
         if !events.isEmpty {
             try c.query("SELECT pg_notify($1, x) FROM unnest($2::text[]) AS x", [OperationStore.eventsChannel, PostgresTextArray(events)])
