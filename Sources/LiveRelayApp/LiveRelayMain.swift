@@ -17,6 +17,7 @@ public enum LiveRelayMain {
       api        the HTTP API only
       migrate    apply pending database migrations and exit
       admin      operator tasks straight on the database (see `liverelay admin --help`)
+      remote     a client of the sender API for scripts (see `liverelay remote --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
       version    print the version
       help       this text
@@ -38,6 +39,8 @@ public enum LiveRelayMain {
         case "help", "--help", "-h":
             print(usage)
             exit(0)
+        case "remote":
+            exit(RemoteCommand.main(rest))
         case "serve", "api", "migrate", "admin", "gc":
             break
         default:
@@ -94,6 +97,8 @@ public enum LiveRelayMain {
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
         case "admin":
             print(AdminCommand.usage)
+        case "remote":
+            print(RemoteCommand.usage)
         case "gc":
             print(GCCommand.usage)
         default:
