@@ -45,6 +45,7 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "JSON"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "Crypto", "JSON"]),
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
+        .testTarget(name: "CLITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
         .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
     ]
 )
