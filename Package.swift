@@ -24,7 +24,7 @@ let package = Package(
         .target(name: "JSON"),
         .target(name: "Metrics"),
         .target(name: "Logging", dependencies: ["JSON"]),
-        .target(name: "Postgres", dependencies: ["CLibPQ", "CShims"]),
+        .target(name: "Postgres", dependencies: ["CLibPQ", "CShims", "Crypto"]),
         .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON", "Metrics"]),
         .target(name: "Crypto", dependencies: ["COpenSSL", "CArgon2", "CShims", "JSON"]),
         .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CShims", "Crypto"]),
@@ -40,7 +40,7 @@ let package = Package(
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
         .testTarget(name: "JSONTests", dependencies: ["JSON"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres"]),
+        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Crypto"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "JSON", "Metrics"]),
         .testTarget(name: "CryptoTests", dependencies: ["Crypto", "JSON"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "Crypto", "JSON"]),

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 
 /// Applies numbered SQL files to a database, once each, in order (`liverelay migrate`, and
@@ -40,7 +41,7 @@ public struct Migrator: Sendable {
             guard let sql = String(validating: bytes, as: UTF8.self) else {
                 throw MigrationError.badFileName(fileName)
             }
-            numbered.append((number, File(name: name, sha256: SHA256.hex(bytes), sql: sql)))
+            numbered.append((number, File(name: name, sha256: Digest.sha256Hex(bytes), sql: sql)))
         }
         numbered.sort { $0.number < $1.number }
         for (previous, next) in zip(numbered, numbered.dropFirst()) where previous.number == next.number {

@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import XCTest
 @testable import Postgres
 
@@ -38,7 +39,7 @@ final class MigratorTests: XCTestCase {
     func testFreshDatabaseAppliesAllInOrderThenReRunIsNoOp() throws {
         let migrator = try Migrator(directory: directory)
         XCTAssertEqual(migrator.migrations.map(\.name), names)
-        XCTAssertEqual(migrator.migrations[1].sha256, SHA256.hex(Array(Self.files["0002_insert.sql"]!.utf8)))
+        XCTAssertEqual(migrator.migrations[1].sha256, Digest.sha256Hex(Array(Self.files["0002_insert.sql"]!.utf8)))
         let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
         defer { pool.close() }
         XCTAssertEqual(try migrator.pending(pool: pool), names)

@@ -2,25 +2,8 @@ import Foundation
 import XCTest
 @testable import Postgres
 
-/// Pure text-format helpers: SHA-256 vectors, timestamps, bytea, array literals. No database.
+/// Pure text-format helpers: timestamps, bytea, array literals. No database.
 final class TextFormatTests: XCTestCase {
-    func testSHA256KnownVectors() {
-        XCTAssertEqual(SHA256.hex([]), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        XCTAssertEqual(SHA256.hex(Array("abc".utf8)), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        XCTAssertEqual(SHA256.hex(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)),
-                       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
-        XCTAssertEqual(SHA256.hex(Array(("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmno"
-                                         + "ijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu").utf8)),
-                       "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1")
-        XCTAssertEqual(SHA256.hex([UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000)),
-                       "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
-        // Padding edge: 55 and 56 bytes (one vs two final blocks).
-        XCTAssertEqual(SHA256.hex([UInt8](repeating: 0x61, count: 55)),
-                       "9f4390f8d30c2dd92ec9f095b65e2b9ae9b0a925a5258e241c9f1e910f734318")
-        XCTAssertEqual(SHA256.hex([UInt8](repeating: 0x61, count: 56)),
-                       "b35439a4ac6f0948b6d6f9e3c6af0f5f590ce20f1bde7090ef7970686ec6738a")
-    }
-
     func testTimestampFormatKeepsMicrosecondsInUTC() {
         XCTAssertEqual(PostgresTimestamp.format(Date(timeIntervalSince1970: 1_714_564_800.123456)),
                        "2024-05-01T12:00:00.123456Z")
