@@ -47,5 +47,6 @@ let package = Package(
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
         .testTarget(name: "DeliveryTests", dependencies: ["Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
         .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
     ]
 )
