@@ -15,6 +15,7 @@ public enum LiveRelayMain {
     commands:
       serve      API + dispatcher + maintenance in one process (the default)
       api        the HTTP API only
+      worker     the dispatcher only (any number may share one database)
       migrate    apply pending database migrations and exit
       admin      operator tasks straight on the database (see `liverelay admin --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
@@ -40,7 +41,7 @@ public enum LiveRelayMain {
         case "help", "--help", "-h":
             print(usage)
             exit(0)
-        case "serve", "api", "migrate", "admin", "gc":
+        case "serve", "api", "worker", "migrate", "admin", "gc":
             break
         case "sandbox":
             do { try SandboxCommand.run(rest) } catch let e as UsageError {
@@ -74,7 +75,10 @@ public enum LiveRelayMain {
             switch command {
             case "serve", "api":
                 if !rest.isEmpty { throw UsageError("\(command) takes no arguments") }
-                try ServeCommand.run(config: config, log: log)
+                try ServeCommand.run(config: config, log: log, withDispatcher: command == "serve")
+            case "worker":
+                if !rest.isEmpty { throw UsageError("worker takes no arguments") }
+                try WorkerCommand.run(config: config, log: log)
             case "migrate":
                 if !rest.isEmpty { throw UsageError("migrate takes no arguments") }
                 let rt = try Runtime(config: config, log: log)
@@ -109,6 +113,15 @@ public enum LiveRelayMain {
             Runs \(command == "serve" ? "the API, dispatcher and maintenance" : "the HTTP API") until SIGTERM/SIGINT, then drains
             in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080). Without DATABASE_URL it
             starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
+            """)
+        case "worker":
+            print("""
+            usage: liverelay worker
+
+            Runs the dispatcher (claims queued operations, sends them to APNs/FCM, rescues expired leases,
+            expires operations, ends activities after 8 h) until SIGTERM/SIGINT. Any number of workers may
+            share one DATABASE_URL. LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
+            LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it.
             """)
         case "migrate":
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")

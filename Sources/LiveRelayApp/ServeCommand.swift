@@ -1,5 +1,6 @@
 import Foundation
 import Crypto
+import Delivery
 import Dispatch
 import HTTPServer
 import JSON
@@ -13,7 +14,7 @@ import Postgres
 /// one process until SIGTERM or SIGINT, then a graceful drain in reverse start order
 /// (ARCHITECTURE "Services with a lifecycle").
 enum ServeCommand {
-    static func run(config: Configuration, log: Logger) throws {
+    static func run(config: Configuration, log: Logger, withDispatcher: Bool = false) throws {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: config.databasePoolSize)
@@ -37,12 +38,24 @@ enum ServeCommand {
         try server.start()
         let maintenance = log.context["component"] == "api" ? nil : MaintenanceService(db: db, log: log.with(["component": "maintenance"]))
         maintenance?.start()
+        var dispatcher: Dispatcher?
+        var stopSender: (() -> Void)?
+        if withDispatcher {
+            let push = try WorkerCommand.makePushSender(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+            let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
+                               configuration: try WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
+            d.start()
+            dispatcher = d
+            stopSender = push.stop
+        }
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
         let signal = waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance?.stop()
         server.shutdown(drainTimeoutSeconds: 30)
+        dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
+        stopSender?()
         auth.stop()
         events.stop()
         pool.close()

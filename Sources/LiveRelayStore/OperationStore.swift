@@ -185,12 +185,12 @@ public enum QuotaStore {
     /// Releasing is the operation leaving `queued`/`sending`/`unknown`: nothing to do.
     public static func release(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {}
 
-    /// Counts one used unit (the provider accepted the push); call in the transaction that
-    /// marks the operation `accepted`.
-    public static func consume(_ c: PostgresConnection, tenantId: String, day: String) throws {
+    /// Counts `count` used units (the provider accepted the pushes); call in the transaction
+    /// that marks the operations `accepted`.
+    public static func consume(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {
         try c.execute("""
-            INSERT INTO push_quota (tenant_id, day, shard, used) VALUES ($1, $2::date, $3, 1)
-            ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = push_quota.used + 1
-            """, [tenantId, day, Int.random(in: 0..<shards)])
+            INSERT INTO push_quota (tenant_id, day, shard, used) VALUES ($1, $2::date, $3, $4)
+            ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = push_quota.used + EXCLUDED.used
+            """, [tenantId, day, Int.random(in: 0..<shards), count])
     }
 }
