@@ -4,9 +4,14 @@ import LiveRelayStore
 import Logging
 import Metrics
 
-/// Starts the dispatcher for the harness; nil while this build has none.
+/// Starts the dispatcher for the harness the way `serve` does (production settings; woken by
+/// NOTIFY after each commit), with the harness's provider sender.
 enum EndToEndDispatch {
     static func start(db: Database, conninfo: String, sender: ProviderSender, metrics: MetricsRegistry, log: Logger) -> (() -> Void)? {
-        nil
+        let d = Dispatcher(db: db, conninfo: conninfo, sender: sender,
+                           configuration: DispatcherConfiguration(workerId: "e2e-\(UUID().uuidString.prefix(8))", senderThreads: 4),
+                           metrics: metrics, log: log)
+        d.start()
+        return { d.stop(timeoutSeconds: 10) }
     }
 }
