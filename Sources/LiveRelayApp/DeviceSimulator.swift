@@ -151,7 +151,9 @@ public struct DeviceSimulator: Sendable, Equatable {
     public mutating func localStart(targetId: String, activityType: String, templateVersion: String?, businessKey: String?,
                                     state s: JSONValue, now: Date, updateToken: String?) -> DeviceEvent {
         var a = SimulatedActivity(targetId: targetId, activityType: activityType, origin: "local", templateVersion: templateVersion,
-                                  businessKey: businessKey, state: s, revision: 1, timestamp: 0, phase: .active)
+                                  businessKey: businessKey, state: s, revision: nil, timestamp: 0, phase: .active)
+        // Only FCM data messages carry revisions; an iOS device never learns them.
+        if state.platform == .android { a.revision = 1 }
         a.updateToken = state.platform == .ios ? updateToken : nil
         a.placeholder = placeholderReason(templateVersion: templateVersion, state: s)
         state.activities.removeAll { $0.targetId == targetId }

@@ -214,5 +214,6 @@ final class TourTests: XCTestCase {
         XCTAssertEqual(usage["used"]?.intValue, 3, "\(usage)")
         XCTAssertEqual(usage["reserved"]?.intValue, 0, "\(usage)")
         XCTAssertNil(device.lastError)
+        if ProcessInfo.processInfo.environment["LIVERELAY_E2E_VERBOSE"] != nil { print(h.deviceOutput.text) }
     }
 }
