@@ -44,9 +44,9 @@ CREATE INDEX operations_target ON operations (tenant_id, target_id, id);
 CREATE INDEX operations_queue ON operations (next_attempt_at) WHERE status = 'queued';
 CREATE INDEX operations_sending ON operations (lease_expires_at) WHERE status = 'sending';
 -- Reserved quota is derived from the operations themselves (no shared counter row to lock at
--- write time): state-bearing operations of the day still queued, sending or unknown.
+-- write time): state-bearing operations of the day still queued or sending.
 CREATE INDEX operations_quota_reserved ON operations (tenant_id, quota_day)
-  WHERE consumes_quota AND status IN ('queued', 'sending', 'unknown');
+  WHERE consumes_quota AND status IN ('queued', 'sending');
 
 -- Push quota per tenant and UTC day: units used (accepted by the provider). The reserved units
 -- are counted from operations (index above). Counters are spread over 16 shard rows per

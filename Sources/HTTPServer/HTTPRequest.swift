@@ -61,12 +61,37 @@ public struct HTTPRequest: Sendable {
         if body.isEmpty {
             throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "malformed JSON: empty request body")
         }
+        let value: JSONValue
         do {
-            return try JSONValue.parse(body, maxDepth: 64)
+            value = try JSONValue.parse(body, maxDepth: 64)
         } catch let error as JSONParseError {
             throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "malformed JSON: \(error.description)")
         } catch {
             throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "malformed JSON")
+        }
+        // PostgreSQL text and jsonb cannot hold U+0000; refuse it here rather than fail later.
+        if let path = Self.nulPath(value, "") {
+            throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "strings may not contain U+0000 (NUL)",
+                            details: ["field": .string(path.isEmpty ? "body" : path)])
+        }
+        return value
+    }
+
+    /// Dotted path of the first string or key holding U+0000, nil when there is none.
+    static func nulPath(_ v: JSONValue, _ path: String) -> String? {
+        func join(_ k: String) -> String { path.isEmpty ? k : "\(path).\(k)" }
+        switch v {
+        case .string(let s): return s.utf8.contains(0) ? path : nil
+        case .array(let a):
+            for (i, e) in a.enumerated() { if let p = nulPath(e, join(String(i))) { return p } }
+            return nil
+        case .object(let o):
+            for k in o.keys.sorted() {
+                if k.utf8.contains(0) { return join(k) }
+                if let p = nulPath(o[k]!, join(k)) { return p }
+            }
+            return nil
+        default: return nil
         }
     }
 }

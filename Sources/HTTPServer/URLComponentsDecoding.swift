@@ -53,6 +53,7 @@ enum URLDecoding {
                 i += 1
             }
         }
+        if out.contains(0) { return nil }  // U+0000 cannot be stored or compared in PostgreSQL text
         return String(validating: out, as: UTF8.self)
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -25,10 +26,23 @@ enum OperatorHandlers {
         var (r, _) = try Endpoint.reader(req)
         let name = try r.string("name", maxLength: 200)
         let quota = try r.optionalInt("daily_push_quota", 0...maxQuota) ?? defaultQuota
-        _ = try r.optionalString("idempotency_key", maxLength: 255)
+        let key = try r.optionalString("idempotency_key", minLength: 1, maxLength: 255)
         try r.finish()
-        let created = try TenantProvisioning.create(ctx.db, name: name, dailyPushQuota: quota, actorId: op, requestId: req.requestId)
-        return .json(201, created.json(now: ctx.now()))
+        guard let key else {
+            let created = try TenantProvisioning.create(ctx.db, name: name, dailyPushQuota: quota, actorId: op, requestId: req.requestId)
+            return .json(201, created.json(now: ctx.now()))
+        }
+        // SPEC §3: the same key replays the same tenant and the same (sealed) credentials.
+        let hash = Digest.sha256Hex(try req.jsonBody().serialized())
+        return try ctx.db.system { c in
+            if let stored = try IdempotencyStore.claimOperator(c, endpoint: "POST /v1/operator/tenants", key: key, requestHash: hash, kek: ctx.kek) {
+                return HTTPResponse(status: 200, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
+            }
+            let created = try TenantProvisioning.create(c, name: name, dailyPushQuota: quota, actorId: op, requestId: req.requestId)
+            let body = created.json(now: ctx.now()).serialized()
+            try IdempotencyStore.completeOperator(c, endpoint: "POST /v1/operator/tenants", key: key, response: StoredResponse(status: 201, body: body), kek: ctx.kek)
+            return HTTPResponse(status: 201, headers: [("Content-Type", "application/json")], body: body)
+        }
     }
 
     static func list(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
@@ -94,10 +108,15 @@ public enum TenantProvisioning {
     /// Creates the tenant, its first master key and an any-app publishable key in one
     /// transaction, with audit events naming `actorId`.
     public static func create(_ db: Database, name: String, dailyPushQuota: Int64, actorId: String, requestId: String) throws -> Created {
+        try db.system { c in try create(c, name: name, dailyPushQuota: dailyPushQuota, actorId: actorId, requestId: requestId) }
+    }
+
+    /// The same inside the caller's system-scope transaction.
+    public static func create(_ c: PostgresConnection, name: String, dailyPushQuota: Int64, actorId: String, requestId: String) throws -> Created {
         let master = try CredentialMint.make(.master)
         let publishable = try CredentialMint.make(.publishable)
         let tenantId = Identifier.make(.tenant)
-        return try db.system { c in
+        do {
             let t = try TenantStore.insert(c, id: tenantId, name: name, dailyPushQuota: dailyPushQuota)
             let mk = try KeyStore.insertMasterKey(c, tenantId: tenantId, id: master.id, label: "first master key",
                                                   secretHash: master.secretHash, createdBy: actorId)

@@ -18,6 +18,7 @@ public enum LiveRelayMain {
       worker     the dispatcher only (any number may share one database)
       migrate    apply pending database migrations and exit
       admin      operator tasks straight on the database (see `liverelay admin --help`)
+      remote     a client of the sender API for scripts (see `liverelay remote --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
       sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
       simulate-device  one app installation receiving pushes from the sandbox (see `liverelay simulate-device --help`)
@@ -41,6 +42,8 @@ public enum LiveRelayMain {
         case "help", "--help", "-h":
             print(usage)
             exit(0)
+        case "remote":
+            exit(RemoteCommand.main(rest))
         case "serve", "api", "worker", "migrate", "admin", "gc":
             break
         case "sandbox":
@@ -127,6 +130,8 @@ public enum LiveRelayMain {
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
         case "admin":
             print(AdminCommand.usage)
+        case "remote":
+            print(RemoteCommand.usage)
         case "gc":
             print(GCCommand.usage)
         case "sandbox":

@@ -92,9 +92,49 @@ public enum IdempotencyStore {
             """, [tenantId, endpoint, keyPrefix])
     }
 
+    /// `claim` for operator requests (no tenant): table `operator_idempotency_records`, the
+    /// response always sealed. Returns the stored response to replay, or nil (do the work).
+    /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED`, 409 `IDEMPOTENCY_KEY_IN_USE`.
+    public static func claimOperator(_ c: PostgresConnection, endpoint: String, key: String, requestHash: String, kek: AESGCM) throws -> StoredResponse? {
+        let inserted: Bool
+        do {
+            inserted = try !c.query("""
+                INSERT INTO operator_idempotency_records (key, endpoint, request_hash, status_code, expires_at)
+                VALUES ($1, $2, $3, 0, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING RETURNING 1 AS one
+                """, ["\(endpoint)|\(key)", endpoint, requestHash, retentionSeconds]).isEmpty
+        } catch let e as PostgresError where e.sqlState == "55P03" {
+            throw DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+                              message: "another request with this idempotency_key is still being processed; retry shortly",
+                              details: ["field": "idempotency_key"])
+        }
+        if inserted { return nil }
+        guard let row = try c.query("""
+            SELECT request_hash, status_code, response_sealed, expires_at < now() AS expired FROM operator_idempotency_records WHERE key = $1
+            """, ["\(endpoint)|\(key)"]).first else { throw PostgresError.retryable }
+        if try row.bool("expired") {
+            try c.execute("DELETE FROM operator_idempotency_records WHERE key = $1", ["\(endpoint)|\(key)"])
+            throw PostgresError.retryable
+        }
+        guard try row.string("request_hash") == requestHash else {
+            throw DomainError(status: 422, code: "IDEMPOTENCY_KEY_REUSED", message: "idempotency_key was already used with a different request",
+                              details: ["field": "idempotency_key"])
+        }
+        guard let sealed = try row.optionalBytes("response_sealed") else { throw PostgresError.retryable }
+        return StoredResponse(status: try row.int("status_code"),
+                              body: try kek.open(sealed, associatedData: Array("operator-idempotency|\(endpoint)|\(key)".utf8)))
+    }
+
+    /// Stores the operator response of a claimed key, sealed.
+    public static func completeOperator(_ c: PostgresConnection, endpoint: String, key: String, response: StoredResponse, kek: AESGCM) throws {
+        let sealed = try kek.seal(response.body, associatedData: Array("operator-idempotency|\(endpoint)|\(key)".utf8))
+        try c.execute("UPDATE operator_idempotency_records SET status_code = $2, response_sealed = $3 WHERE key = $1",
+                      ["\(endpoint)|\(key)", response.status, sealed])
+    }
+
     /// Deletes records past their retention (system scope). Returns how many went.
     public static func purgeExpired(_ c: PostgresConnection) throws -> Int {
-        try c.execute("DELETE FROM idempotency_records WHERE expires_at < now()")
+        let operatorRecords = try c.execute("DELETE FROM operator_idempotency_records WHERE expires_at < now()")
+        return operatorRecords + (try c.execute("DELETE FROM idempotency_records WHERE expires_at < now()"))
     }
 
     static func aad(_ t: String, _ e: String, _ k: String) -> [UInt8] { Array("idempotency|\(t)|\(e)|\(k)".utf8) }

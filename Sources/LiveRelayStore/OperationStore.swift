@@ -156,8 +156,8 @@ public enum OperationStore {
 /// acceptance, release on superseded/cancelled/failed/expired. Days are UTC dates (`YYYY-MM-DD`).
 ///
 /// A reservation is the operation row itself: reserved = the day's state-bearing operations
-/// still `queued`, `sending` or `unknown` (an unknown outcome may have reached the device, so
-/// it keeps counting). Superseding, cancelling, failing or expiring an operation therefore
+/// still `queued` or `sending`. The dispatcher counts a unit used on acceptance and on an
+/// unknown outcome (it may have reached the device). Superseding, cancelling, failing or expiring an operation therefore
 /// releases its unit with no extra write, and writes never lock a shared counter row.
 /// Used units are counted in 16 shard rows per (tenant, day) (migration 0003). The limit check
 /// reads without locking: under concurrency a day may overshoot its quota by at most the
@@ -173,7 +173,7 @@ public enum QuotaStore {
     public static func usage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
         let r = try c.query("""
             SELECT (SELECT count(*) FROM operations WHERE tenant_id = $1 AND quota_day = $2::date AND consumes_quota
-                       AND status IN ('queued', 'sending', 'unknown'))::bigint AS reserved,
+                       AND status IN ('queued', 'sending'))::bigint AS reserved,
                    (SELECT COALESCE(sum(used), 0) FROM push_quota WHERE tenant_id = $1 AND day = $2::date)::bigint AS used
             """, [tenantId, day])[0]
         return (try r.int64("reserved"), try r.int64("used"))

@@ -69,8 +69,17 @@ public struct Logger: Sendable {
     public func warning(_ m: String, _ f: [String: JSONValue] = [:]) { log(.warning, m, f) }
     public func error(_ m: String, _ f: [String: JSONValue] = [:]) { log(.error, m, f) }
 
-    /// Writes a raw, already-formatted line (e.g. an access-log line) when `info` is enabled.
-    public func raw(_ line: String) { if minimum <= .info { sink(line) } }
+    /// Writes a raw, already-formatted JSON line (e.g. from the HTTP server: access-log lines
+    /// at `info`, handler errors at `error`) when its own `"level"` is enabled; a line without a
+    /// recognisable level counts as `info`.
+    public func raw(_ line: String) {
+        var level = LogLevel.info
+        if let r = line.range(of: "\"level\":\"") {
+            let rest = line[r.upperBound...]
+            if let end = rest.firstIndex(of: "\""), let l = LogLevel(name: String(rest[..<end])) { level = l }
+        }
+        if level >= minimum { sink(line) }
+    }
 
     static let lock = Mutex(())
     /// Writes `line` + newline to standard error atomically with respect to other log lines.

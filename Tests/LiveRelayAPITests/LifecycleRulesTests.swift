@@ -69,6 +69,18 @@ final class LifecycleRulesTests: XCTestCase {
         XCTAssertEqual(r["error"]?["details"]?["field"], "stale_at")
     }
 
+    /// PostgreSQL cannot store U+0000: it is refused as bad input (400 naming the field), never a 500.
+    func testNulCharacterIsRejectedWithTheField() throws {
+        let w = try LifecycleWorld.make(env)
+        let r = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(["note": "a\u{0}b"]), as: w.sender.credential)
+        XCTAssertEqual(r.status, 400)
+        XCTAssertEqual(r["error"]?["details"]?["field"], "state.note")
+        let q = env.call("GET", "/v1/remote-updates/live-activities/targets?business_key=%00", as: w.sender.credential)
+        XCTAssertLessThan(q.status, 500)
+        let p = env.call("GET", "/v1/remote-updates/sender-keys/sk_%00", as: w.tenant.master)
+        XCTAssertLessThan(p.status, 500)
+    }
+
     func testUnknownFieldsAreRejected() throws {
         let w = try LifecycleWorld.make(env)
         let r = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(extra: ["colour": "red"]), as: w.sender.credential)

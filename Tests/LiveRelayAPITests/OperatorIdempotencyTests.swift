@@ -1,0 +1,31 @@
+import Foundation
+import XCTest
+import JSON
+
+/// SPEC §3 for the operator's tenant creation: the same idempotency_key replays the same tenant
+/// and the same credentials (stored sealed), another body under it is 422.
+final class OperatorIdempotencyTests: XCTestCase {
+    func testTenantCreationReplaysTheSameCredentials() throws {
+        let env = try TestEnvironment.make()
+        defer { env.tearDown() }
+        let op = try env.operatorKey()
+        let body: JSONValue = ["name": "Replay Inc", "daily_push_quota": 50, "idempotency_key": "tenant-1"]
+        let a = env.call("POST", "/v1/operator/tenants", body, as: op)
+        XCTAssertEqual(a.status, 201)
+        let b = env.call("POST", "/v1/operator/tenants", body, as: op)
+        XCTAssertEqual(b.status, 200)
+        XCTAssertEqual(b.headers["idempotent-replayed"], "true")
+        XCTAssertEqual(a.raw, b.raw)
+        let master = b["master_key"]?["credential"]?.stringValue ?? ""
+        XCTAssertEqual(env.call("GET", "/v1/master-keys", as: master).status, 200, "the replayed credential works")
+        let list = env.call("GET", "/v1/operator/tenants?limit=200", as: op)
+        XCTAssertEqual(list["data"]?.arrayValue?.filter { $0["name"] == "Replay Inc" }.count, 1, "one tenant, not two")
+        let c = env.call("POST", "/v1/operator/tenants", ["name": "Other", "idempotency_key": "tenant-1"], as: op)
+        XCTAssertEqual(c.status, 422)
+        XCTAssertEqual(c.errorCode, "IDEMPOTENCY_KEY_REUSED")
+        let stored = try env.db.system { c in
+            try c.query("SELECT response_sealed FROM operator_idempotency_records")[0].bytes("response_sealed")
+        }
+        XCTAssertNil(String(decoding: stored, as: UTF8.self).range(of: master), "the stored response is sealed")
+    }
+}
