@@ -151,6 +151,10 @@ enum ProviderCredentialHandlers {
                   parsed.objectValue != nil else {
                 throw DomainError.invalid("service_account", "service_account must be the service-account JSON object (or its text)")
             }
+            // The outer body was checked for U+0000 (HTTPRequest.jsonBody); this inner document was not.
+            if parsed.jsonString.contains("\\u0000") {
+                throw DomainError.invalid("service_account", "service_account may not contain U+0000 (NUL)")
+            }
             return try RequestReader(parsed, path: "service_account")
         }
         return try RequestReader(v, path: "service_account")
