@@ -48,5 +48,6 @@ let package = Package(
         .testTarget(name: "DeliveryTests", dependencies: ["Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
         .testTarget(name: "CLITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
         .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
     ]
 )

@@ -21,6 +21,7 @@ public enum LiveRelayMain {
       remote     a client of the sender API for scripts (see `liverelay remote --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
       sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
+      simulate-device  one app installation receiving pushes from the sandbox (see `liverelay simulate-device --help`)
       version    print the version
       help       this text
 
@@ -51,6 +52,15 @@ public enum LiveRelayMain {
                 exit(2)
             } catch {
                 FileHandle.standardError.write(Data("liverelay sandbox: \(error)\n".utf8))
+                exit(1)
+            }
+            exit(0)
+        case "simulate-device":
+            do { try SimulateDeviceCommand.run(rest) } catch let e as UsageError {
+                FileHandle.standardError.write(Data("liverelay simulate-device: \(e.message)\nsee `liverelay simulate-device --help`\n".utf8))
+                exit(2)
+            } catch {
+                FileHandle.standardError.write(Data("liverelay simulate-device: \(error)\n".utf8))
                 exit(1)
             }
             exit(0)
@@ -126,6 +136,8 @@ public enum LiveRelayMain {
             print(GCCommand.usage)
         case "sandbox":
             print(SandboxCommand.usage)
+        case "simulate-device":
+            print(SimulateDeviceCommand.usage)
         default:
             print(usage)
         }
