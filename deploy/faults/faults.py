@@ -276,7 +276,13 @@ class Run:
         rng = random.Random(self.args.seed * 7919 + w * 31 + ord(self.scenario))
         active = []  # [target_id, revision]
         devs = [d for d in self.devices if not d["mute"]]
+        interval = self.args.writers / self.args.rate  # a steady total of `rate` writes/s over all writers
+        next_at = time.time() + rng.random() * interval
         while not self.stop_load.is_set():
+            next_at += interval
+            pause = next_at - time.time()
+            if pause > 0: time.sleep(pause)
+            else: next_at = time.time()  # behind (faults): no catch-up burst
             if len(active) < 2 or (len(active) < 5 and rng.random() < 0.12):
                 dev = rng.choice(devs)
                 r = self.write("/v1/remote-updates/live-activities/start", self.start_body(dev, f"w{w}"), "start")
@@ -309,7 +315,6 @@ class Run:
                         t[1] = resp["error"]["details"]["current_revision"]
                     elif code == "TARGET_ENDED":
                         active.remove(t)
-            time.sleep(rng.uniform(0.01, 0.04))
 
     # ---- simulated devices -----------------------------------------------------------------
 
@@ -604,7 +609,9 @@ class Run:
             res["drained"] = drained
             return res
         finally:
-            self.stop_all()
+            old = [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]
+            self.stop_all()  # never interrupted half-way: nothing started here outlives the suite
+            for s, h in zip((signal.SIGINT, signal.SIGTERM), old): signal.signal(s, h)
 
 
 def count_by(items, key):
@@ -662,17 +669,20 @@ def main():
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     a = ap.parse_args()
+    def on_term(*_): raise KeyboardInterrupt("SIGTERM")
+    signal.signal(signal.SIGTERM, on_term)  # `timeout` in deploy/faults/run: clean up, then exit
     full = not a.short
     a.kills = 20 if full else 3
     a.pg_restarts = 3 if full else 1
     a.terminates = 4 if full else 1
     a.pools = 2 if full else 1
     a.sandbox_faults = 2 if full else 1
-    a.writers = 6 if full else 4
+    a.writers = 4
+    a.rate = 40.0  # writes/s offered in total (2 shared cores run PostgreSQL, LiveRelay, the sandbox and this driver)
     a.devices = 4 if full else 3
     a.pool_writes = 12 if full else 8
     a.pool_polls = 40 if full else 24
-    a.lease = 8 if full else 6
+    a.lease = 12 if full else 8
     a.drain_seconds = 120 if full else 50
     a.max_seconds = 600 if full else 75
     workdir = a.workdir or __import__("tempfile").mkdtemp(prefix="liverelay-faults.")
