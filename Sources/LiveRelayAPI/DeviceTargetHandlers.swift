@@ -62,6 +62,8 @@ enum DeviceTargetHandlers {
     /// `PUT …/targets/{tgt}/push-token {token}`: a new update token replaces the old one
     /// (tokens rotate); a waiting target becomes `ready`. An ended target never takes one
     /// (`409 TARGET_ENDED`), a retired installation neither (`410 INSTALLATION_RETIRED`).
+    /// An `ending` target does take it (and stays `ending`): its queued end goes to that token,
+    /// and without it the end would wait for a token forever (SPEC §5 excludes only `ended`).
     static func pushToken(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let me = try InstallationHandlers.requireInstallation(ctx, req)
         var (r, _) = try Endpoint.reader(req)
@@ -72,7 +74,7 @@ enum DeviceTargetHandlers {
         if me.retired { throw InstallationHandlers.retiredError() }
         let t = try ctx.db.tenant(me.tenant) { c -> TargetRecord in
             let t = try ownTarget(c, tenant: me.tenant, installation: me.id, id: req.pathParameters["tgt"] ?? "")
-            if t.status.isTerminal || t.status == .ending {
+            if t.status.isTerminal {
                 throw DomainError(status: 409, code: "TARGET_ENDED", message: "target \(t.id) is \(t.status.rawValue); its token is not replaced",
                                   details: ["status": .string(t.status.rawValue)])
             }
