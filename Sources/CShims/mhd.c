@@ -78,13 +78,18 @@ struct MHD_Daemon *lr_mhd_start(int listen_fd,
     if (target == NULL) return NULL;
     target->fn = log_fn;
     target->cls = log_cls;
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    unsigned int pool = thread_pool_size > 1 ? thread_pool_size : 0;
+    // One thread per connection (up to `thread_pool_size` × 64 connections): handlers block
+    // (database calls, long-polls of up to 60 s), and in thread-pool mode a blocked handler
+    // stalls every other connection its thread polls (found by deploy/faults/run).
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL
+                       | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned int limit = (thread_pool_size > 1 ? thread_pool_size : 1) * 64;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, access_cls,
                             // The logger must come first, or early messages go to stderr.
                             MHD_OPTION_EXTERNAL_LOGGER, lr_mhd_logger, (void *)target,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
-                            MHD_OPTION_THREAD_POOL_SIZE, pool,
+                            MHD_OPTION_CONNECTION_LIMIT, limit,
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(2 * 1024 * 1024),
                             MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
                             MHD_OPTION_URI_LOG_CALLBACK, uri_log, uri_log_cls,
