@@ -35,7 +35,7 @@ public final class P256PrivateKey: @unchecked Sendable {
         P256PrivateKey(key: generateKey { cshim_evp_ec_gen("P-256") })
     }
 
-    /// Unencrypted PKCS#8 PEM ("-----BEGIN PRIVATE KEY-----", the `.p8` shape). Secret:
+    /// Unencrypted PKCS#8 PEM (a "BEGIN PRIVATE KEY" block, the `.p8` shape). Secret:
     /// never log it.
     public var pkcs8PEM: String { key.pkcs8PEM() }
 

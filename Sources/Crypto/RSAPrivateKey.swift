@@ -39,7 +39,7 @@ public final class RSAPrivateKey: @unchecked Sendable {
         return RSAPrivateKey(key: generateKey { cshim_evp_rsa_gen(UInt32(bits)) })
     }
 
-    /// Unencrypted PKCS#8 PEM ("-----BEGIN PRIVATE KEY-----"). Secret: never log it.
+    /// Unencrypted PKCS#8 PEM (a "BEGIN PRIVATE KEY" block). Secret: never log it.
     public var pkcs8PEM: String { key.pkcs8PEM() }
 
     /// Modulus size in bits.

@@ -15,7 +15,7 @@ public enum X509 {
     public struct Identity: Sendable {
         /// "-----BEGIN CERTIFICATE-----" PEM.
         public let certificatePEM: String
-        /// "-----BEGIN PRIVATE KEY-----" PKCS#8 PEM of the certificate's key.
+        /// PKCS#8 PEM ("BEGIN PRIVATE KEY" block) of the certificate's key.
         public let privateKeyPEM: String
 
         /// Pairs a certificate with its key (no consistency check here; `issueServerCertificate`
