@@ -172,7 +172,10 @@ final class APNsSenderTests: XCTestCase {
         }
         XCTAssertGreaterThanOrEqual(accepted.count, 5, "streams 2…6 of the first connection are answered")
         XCTAssertFalse(pending.isEmpty, "streams above last_stream_id are not processed")
-        XCTAssertTrue(reasons.contains { $0.contains("GOAWAY") }, "\(reasons)")
+        // "above GOAWAY last_stream_id", or, for a thread that only submitted after the GOAWAY
+        // arrived (a loaded machine), "not usable"/"before the request was sent": all not processed.
+        XCTAssertTrue(reasons.allSatisfy { $0.contains("GOAWAY") || $0.contains("not usable") || $0.contains("before the request was sent")
+                                           || $0.contains("never written") }, "\(reasons)")
         for p in pending { XCTAssertEqual(one.sandbox.deliveries(token: p.deviceToken).count, 0, "notProcessed means the sandbox never saw it") }
         one.sandbox.clearFaults()
         for p in pending { assertAccepted(one.sender.send(p)) }
@@ -188,6 +191,10 @@ final class APNsSenderTests: XCTestCase {
         h.sandbox.setConnectionFaults(HTTP2ServerFaults(dropConnectionAfterRequest: 2))
         let push = h.iosPush()
         if case .possiblyProcessed = h.sender.send(push) {} else { XCTFail("dropped connection must be possiblyProcessed") }
+        // The sandbox's handler records the delivery on its own thread, racing the dropped
+        // connection that the client saw: wait (bounded) for the record.
+        let deadline = Date().addingTimeInterval(5)
+        while h.sandbox.deliveries(token: push.deviceToken).isEmpty && Date() < deadline { Thread.sleep(forTimeInterval: 0.02) }
         XCTAssertEqual(h.sandbox.deliveries(token: push.deviceToken).count, 1, "the sandbox did process it")
         h.sandbox.clearFaults()
         if case .outcome(.accepted) = h.sender.send(h.iosPush()) {} else { XCTFail("a new connection after the drop") }

@@ -28,7 +28,11 @@ final class FaultTests: XCTestCase {
         }
         XCTAssertEqual(batch - pending.count, 5, "exactly the streams up to last_stream_id are answered")
         XCTAssertFalse(connection.isUsable)
-        XCTAssertTrue(reasons.contains { $0.contains("above GOAWAY last_stream_id") }, "\(reasons)")
+        // Requests submitted before the GOAWAY arrived fail "above GOAWAY last_stream_id"; on a
+        // loaded machine some threads only submit after it, and fail before being sent. Both are
+        // "not processed"; which one each request sees depends on scheduling.
+        XCTAssertTrue(reasons.allSatisfy { $0.contains("GOAWAY") || $0.contains("not usable") || $0.contains("before the request was sent")
+                                           || $0.contains("never written") }, "\(reasons)")
         // Resend what was not processed through a pool; the fault stays on, so each new
         // connection again takes 5 streams and sends GOAWAY: resend until all are delivered.
         let pool = HTTP2ConnectionPool(configuration: clientConfiguration(port: server.port), maxConnections: 2)
