@@ -44,6 +44,9 @@ public final class Authenticator: Sendable {
     /// Maximum cached verifications; past it the cache is cleared (bounded memory).
     static let maxEntries = 100_000
 
+    /// - Parameters:
+    ///   - cacheSeconds: how long a verified credential is cached, in seconds (SPEC §2: at most 60).
+    ///   - now: the clock (injected in tests).
     public init(db: Database, log: Logger, cacheSeconds: Double = 60, now: @escaping @Sendable () -> Date = Date.init) {
         self.db = db
         self.log = log

@@ -300,7 +300,8 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         } while deadline.map { Date() < $0 } ?? true
     }
 
-    /// Runs the poll loop on a background thread until `stop()`.
+    /// Runs the poll loop on a background thread until `stop()`, reading the sandbox's
+    /// delivery log every `interval` seconds (default 0.05 s, for tests).
     public func startBackground(interval: Double = 0.05) {
         let t = Thread { [self] in run(once: false, timeout: nil, interval: interval) }
         t.name = "simulate-device"
@@ -308,6 +309,7 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         t.start()
     }
 
+    /// Ends the poll loop (`run` or `startBackground`) after its current read.
     public func stop() {
         cond.lock()
         stopped = true
