@@ -131,6 +131,25 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try counters(tenant), try truth(tenant), "a local end cancels and releases")
     }
 
+    /// Post-commit hints are queued for the notifier thread (many callers at once, duplicates
+    /// among them); every distinct hint arrives.
+    func testQueuedNotificationsAllArrive() throws {
+        let listener = try PostgresConnection(env.conninfo)
+        defer { listener.close() }
+        try listener.listen("lr_test_hints")
+        let db = env.db
+        DispatchQueue.concurrentPerform(iterations: 8) { i in
+            db.sendNotifications([("lr_test_hints", "same"), ("lr_test_hints", "p\(i)")])
+        }
+        env.db.flushNotifications()
+        var got: [String] = []
+        let deadline = Date(timeIntervalSinceNow: 5)
+        while Set(got).count < 9 && Date() < deadline {
+            got += try listener.waitForNotifications(timeoutSeconds: 0.5).map(\.payload)
+        }
+        XCTAssertEqual(Set(got), Set(["same"] + (0..<8).map { "p\($0)" }))
+    }
+
     /// (reserved, used) summed over the counter shards of the tenant's days.
     func counters(_ tenant: String) throws -> Counts {
         try env.db.system { c in
