@@ -8,7 +8,7 @@ import Foundation
 /// finds every slot taken waits at most `maxWaitSeconds` (seconds) for one, and is then refused with `Argon2idLimiter.Busy` instead of queueing without bound.
 ///
 /// Thread-safe; blocking (callers run on worker threads).
-/// `@unchecked Sendable`: the only mutable state, `runningCount`, is read and written under `condition`.
+/// `@unchecked Sendable`: the only mutable state, the two counters, is read and written under `condition`.
 public final class Argon2idLimiter: @unchecked Sendable {
     /// Thrown by `run` when no slot freed within `maxWaitSeconds`.
     public struct Busy: Error, Sendable, Equatable {
@@ -20,9 +20,10 @@ public final class Argon2idLimiter: @unchecked Sendable {
     public let maxConcurrent: Int
     /// Longest wait for a slot, in seconds (0 = refuse at once when full).
     public let maxWaitSeconds: Double
-    /// Guards `runningCount`.
+    /// Guards `runningCount` and `admittedCount`.
     private let condition = NSCondition()
     nonisolated(unsafe) private var runningCount = 0
+    nonisolated(unsafe) private var admittedCount = 0
 
     /// The default bound: one less than the active core count (at least 1), so argon2 alone can
     /// never take every core away from requests whose credential is already cached.
@@ -43,6 +44,13 @@ public final class Argon2idLimiter: @unchecked Sendable {
         return runningCount
     }
 
+    /// Runs admitted so far (for tests and metrics).
+    public var totalRuns: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return admittedCount
+    }
+
     /// Runs `body` in a slot.
     /// - Throws: `Busy` when every slot stayed taken for `maxWaitSeconds`; whatever `body` throws.
     public func run<T>(_ body: () throws -> T) throws -> T {
@@ -59,6 +67,7 @@ public final class Argon2idLimiter: @unchecked Sendable {
             if !condition.wait(until: deadline), runningCount >= maxConcurrent { throw Busy(retryAfterSeconds: 1) }
         }
         runningCount += 1
+        admittedCount += 1
     }
 
     private func release() {

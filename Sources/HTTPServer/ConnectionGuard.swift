@@ -19,6 +19,9 @@ final class ConnectionState: @unchecked Sendable {
     var handling = false
     /// Set once the deadline cut the connection off.
     var cut = false
+    /// Bumped whenever the connection becomes idle again (so a sweep's unlocked byte-count
+    /// read is applied only to the idle period it was taken in).
+    var idleGeneration = 0
 
     init(fd: Int32) { self.fd = fd }
 }
@@ -27,7 +30,7 @@ final class ConnectionState: @unchecked Sendable {
 /// request line, headers and body — within `deadlineSeconds` of its first byte, however
 /// slowly the bytes trickle in (libmicrohttpd's own idle timeout is reset by every byte, so a
 /// slowloris client never meets it). A sweep thread looks at every connection each
-/// `sweepSeconds`: a connection idle between requests whose kernel byte count
+/// `sweepSeconds` (0.5 s): a connection idle between requests whose kernel byte count
 /// (`TCP_INFO tcpi_bytes_received`) grew has started a request; one past its deadline is
 /// `shutdown(2)` (libmicrohttpd then sees end-of-stream and closes it). Precision: the
 /// deadline is met within one sweep interval.
@@ -42,23 +45,27 @@ final class ConnectionGuard: Sendable {
     let cutOff = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
     private let done = DispatchSemaphore(value: 0)
+    private let wakeUp = DispatchSemaphore(value: 0)
+    private let running = Atomic<Bool>(false)
     private let onCut: @Sendable (Int) -> Void
 
     /// - Parameters:
     ///   - deadlineSeconds: seconds allowed to read one request (≤ 0 disables the deadline).
     ///   - sweepSeconds: interval between sweeps, in seconds.
     ///   - onCut: called (outside the lock) with the number of connections a sweep cut off.
-    init(deadlineSeconds: Double, sweepSeconds: Double = 0.25, onCut: @escaping @Sendable (Int) -> Void) {
+    init(deadlineSeconds: Double, sweepSeconds: Double = 0.5, onCut: @escaping @Sendable (Int) -> Void) {
         self.deadlineSeconds = deadlineSeconds
         self.sweepSeconds = max(0.01, sweepSeconds)
         self.onCut = onCut
     }
 
     func start() {
+        running.store(true, ordering: .relaxed)
         let t = Thread { [self] in
             defer { done.signal() }
             while !stopping.load(ordering: .relaxed) {
-                Thread.sleep(forTimeInterval: sweepSeconds)
+                _ = wakeUp.wait(timeout: .now() + sweepSeconds)
+                if stopping.load(ordering: .relaxed) { break }
                 let n = sweep(now: .now)
                 if n > 0 { onCut(n) }
             }
@@ -69,6 +76,8 @@ final class ConnectionGuard: Sendable {
 
     func stop() {
         stopping.store(true, ordering: .relaxed)
+        guard running.load(ordering: .relaxed) else { return }
+        wakeUp.signal()
         _ = done.wait(timeout: .now() + 2)
     }
 
@@ -102,27 +111,43 @@ final class ConnectionGuard: Sendable {
         connections.withLock { _ in
             state.handling = false
             state.requestStarted = nil
+            state.idleGeneration += 1
             if known { state.baselineBytes = bytes }
         }
     }
 
     /// One pass: starts deadlines of connections that received bytes, cuts off those past
-    /// theirs. Returns how many it cut off.
+    /// theirs. Returns how many it cut off. The kernel byte counts are read outside the lock
+    /// (the polling thread takes it for every request), `shutdown` only under it.
     func sweep(now: ContinuousClock.Instant) -> Int {
         guard deadlineSeconds > 0 else { return 0 }
         let limit = Duration.milliseconds(Int64(deadlineSeconds * 1000))
         var cut = 0
+        var idle: [(ConnectionState, Int32, UInt64, Int)] = []
         connections.withLock { all in
+            idle.reserveCapacity(all.count)
             for state in all.values where !state.handling && !state.cut {
-                if state.requestStarted == nil {
-                    var bytes: UInt64 = 0
-                    if lr_tcp_bytes_received(state.fd, &bytes) == 0, bytes > state.baselineBytes { state.requestStarted = now }
-                    continue
+                if let started = state.requestStarted {
+                    if now - started > limit {
+                        state.cut = true
+                        _ = shutdown(state.fd, Int32(SHUT_RDWR))
+                        cut += 1
+                    }
+                } else {
+                    idle.append((state, state.fd, state.baselineBytes, state.idleGeneration))
                 }
-                if let started = state.requestStarted, now - started > limit {
-                    state.cut = true
-                    _ = shutdown(state.fd, Int32(SHUT_RDWR))
-                    cut += 1
+            }
+        }
+        var started: [(ConnectionState, Int)] = []
+        for (state, fd, baseline, generation) in idle {
+            var bytes: UInt64 = 0
+            if lr_tcp_bytes_received(fd, &bytes) == 0, bytes > baseline { started.append((state, generation)) }
+        }
+        if !started.isEmpty {
+            connections.withLock { all in
+                for (state, generation) in started where all[ObjectIdentifier(state)] === state
+                    && state.idleGeneration == generation && state.requestStarted == nil && !state.handling {
+                    state.requestStarted = now
                 }
             }
         }

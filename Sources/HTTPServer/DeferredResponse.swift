@@ -36,10 +36,10 @@ public final class ResponseCompletion: Sendable {
         finish(produce)
     }
 
-    /// Runs `job` on the server's worker pool (for checks between wake-ups that may block).
-    /// Does nothing once the request is completed.
+    /// Runs `job` on the server's worker pool (for checks between wake-ups that may block);
+    /// on the calling thread once the pool has stopped. Jobs run even after completion, so
+    /// whatever waits can finish its own bookkeeping.
     public func run(_ job: @escaping @Sendable () -> Void) {
-        guard !isCompleted else { return }
         runner(job)
     }
 }

@@ -58,18 +58,27 @@ struct FailureTracker: Sendable {
         return false
     }
 
-    /// nil when `address` may try another verification, else the whole seconds (≥ 1) until it may.
-    func retryAfter(address: String, at now: Date) -> Int? {
+    /// Takes one unit of `address`'s bucket for a verification about to read the database:
+    /// nil when taken, else the whole seconds (≥ 1) until one is available (nothing taken).
+    mutating func reserve(address: String, at now: Date) -> Int? {
+        if failures.count >= limits.maxTrackedEntries || buckets.count >= limits.maxTrackedEntries { prune(at: now) }
         let tokens = available(address, at: now)
-        if tokens >= 1 { return nil }
-        return max(1, Int(((1 - tokens) * limits.failureRefillSeconds).rounded(.up)))
+        guard tokens >= 1 else { return max(1, Int(((1 - tokens) * limits.failureRefillSeconds).rounded(.up))) }
+        buckets[address] = Bucket(tokens: tokens - 1, updated: now)
+        return nil
     }
 
-    /// Records one failed authentication from `address` (and remembers `key` when given).
-    mutating func recordFailure(address: String, key: String?, at now: Date) {
-        if failures.count >= limits.maxTrackedEntries || buckets.count >= limits.maxTrackedEntries { prune(at: now) }
-        if let key { failures[key] = now.addingTimeInterval(limits.failureCacheSeconds) }
-        buckets[address] = Bucket(tokens: max(0, available(address, at: now) - 1), updated: now)
+    /// Gives back the unit `reserve` took: the verification succeeded, or never ran (busy,
+    /// database down), so it was no failed authentication.
+    mutating func refund(address: String, at now: Date) {
+        let capacity = Double(limits.failuresPerAddress)
+        buckets[address] = Bucket(tokens: min(capacity, available(address, at: now) + 1), updated: now)
+    }
+
+    /// Remembers that the token with HMAC `key` failed (its unit stays taken).
+    mutating func rememberFailure(key: String, at now: Date) {
+        if failures.count >= limits.maxTrackedEntries { prune(at: now) }
+        failures[key] = now.addingTimeInterval(limits.failureCacheSeconds)
     }
 
     private func available(_ address: String, at now: Date) -> Double {

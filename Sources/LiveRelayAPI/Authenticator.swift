@@ -64,6 +64,9 @@ public final class Authenticator: Sendable {
         self.now = now
     }
 
+    /// Failed verifications remembered right now (for tests and metrics).
+    public var rememberedFailures: Int { failures.withLock { t in t.failures.values.filter { $0 > now() }.count } }
+
     /// Number of cached verifications (for tests and metrics).
     public var cachedCount: Int { cache.withLock { $0.entries.count } }
 
@@ -71,8 +74,9 @@ public final class Authenticator: Sendable {
     ///
     /// A credential in the verification cache is answered at once, before any limit below is
     /// consulted. Otherwise (docs/http-limits.md, "Credential verification"): a client address
-    /// whose failure bucket is empty gets 429; a token that failed within
-    /// `limits.failureCacheSeconds` gets 401 again without a database read; concurrent
+    /// whose failure bucket is empty gets 429 (a bucket loses one unit per verification that
+    /// read the database and failed); a token that failed within `limits.failureCacheSeconds`
+    /// gets 401 again without a database read (and costs its address nothing); concurrent
     /// requests with one token share one verification (single flight); argon2id runs under
     /// `limits.argon2`.
     /// - Throws: `HTTPError` 401 `UNAUTHENTICATED` (missing, malformed, unknown, revoked or
@@ -97,10 +101,7 @@ public final class Authenticator: Sendable {
                 if e.tenantSuspended { throw Self.suspended() }
                 return e.principal
             }
-            let (retryAfter, knownBad) = failures.withLock { ($0.retryAfter(address: address, at: t), $0.remembersFailure(key, at: t)) }
-            if let retryAfter { throw Self.rateLimited(retryAfter) }
-            if knownBad {
-                failures.withLock { $0.recordFailure(address: address, key: nil, at: t) }
+            if failures.withLock({ $0.remembersFailure(key, at: t) }) {
                 throw Self.unauthenticated("unknown, revoked or expired credential")
             }
             // Single flight: the first request verifies; the others wait for it, then re-read
@@ -120,12 +121,24 @@ public final class Authenticator: Sendable {
                 flights.withLock { _ = $0.removeValue(forKey: key) }
                 flight.finish()
             }
-            return try verify(token, key: key, address: address, at: t, generation: generation)
+            // One unit of the address's failure bucket per verification that reads the
+            // database, given back unless it fails: at most `failuresPerAddress` failed
+            // verifications per address and refill period, however many run at once.
+            if let retryAfter = failures.withLock({ $0.reserve(address: address, at: t) }) { throw Self.rateLimited(retryAfter) }
+            var failed = false
+            defer { if !failed { failures.withLock { $0.refund(address: address, at: now()) } } }
+            do {
+                return try verify(token, key: key, generation: generation, at: t)
+            } catch let e as HTTPError where e.status == 401 {
+                failed = true
+                failures.withLock { $0.rememberFailure(key: key, at: now()) }
+                throw e
+            }
         }
     }
 
     /// The leader's part of `authenticate`: database read, argon2id under the limiter, caching.
-    private func verify(_ token: CredentialToken, key: String, address: String, at t: Date, generation: UInt64) throws -> Principal {
+    private func verify(_ token: CredentialToken, key: String, generation: UInt64, at t: Date) throws -> Principal {
         let stored: StoredCredential?
         do {
             stored = try db.system { c in try CredentialLookup.find(c, token) }
@@ -142,10 +155,7 @@ public final class Authenticator: Sendable {
                 throw Self.busy(retryAfter: busy.retryAfterSeconds)
             }
         }
-        guard let s = stored, verified else {
-            failures.withLock { $0.recordFailure(address: address, key: key, at: now()) }
-            throw Self.unauthenticated("unknown, revoked or expired credential")
-        }
+        guard let s = stored, verified else { throw Self.unauthenticated("unknown, revoked or expired credential") }
         let principal = try Self.principal(of: s)
         let until = min(t.addingTimeInterval(cacheSeconds), s.validUntil ?? .distantFuture)
         let suspended = s.tenantStatus == "suspended"

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -105,7 +106,7 @@ enum LifecycleHandlers {
                 options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey))
             return (202, writeBody(op, try TargetStore.get(c, tenantId: tenant, id: target.id)!))
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     static func businessConflict(_ holder: String) -> DomainError {
@@ -171,7 +172,7 @@ enum LifecycleHandlers {
             try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
             return (202, writeBody(op, try TargetStore.get(c, tenantId: tenant, id: t.id)!))
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     static func queuedView(_ o: OperationRecord) -> QueuedOperation {
@@ -240,7 +241,7 @@ enum LifecycleHandlers {
                                        staleAt: nil, relevanceScore: nil, status: nil)
             return (202, try queueEnd(c, tenant: tenant, target: t, opId: opId, state: state, revision: t.revision + 1, e: e, scope: scope, day: day))
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     /// Queues an end (superseding every queued update) and moves the target to `ending`.
@@ -265,18 +266,25 @@ enum LifecycleHandlers {
     }
 
     /// `?wait_ms`: waits for the operation to leave `queued`/`sending`, then answers with
-    /// its current state (same status code).
-    static func waitIfAsked(_ ctx: APIContext, tenant: String, response: HTTPResponse, waitMs: Int) throws -> HTTPResponse {
+    /// its current state (same status code). The wait holds no worker thread; when the
+    /// credential of `req` already has its cap of long-polls waiting, the write's own
+    /// response is answered at once, without waiting (docs/http-limits.md, "Long-polls").
+    static func waitIfAsked(_ ctx: APIContext, tenant: String, response: HTTPResponse, waitMs: Int, req: HTTPRequest? = nil) throws -> HTTPResponse {
         guard waitMs > 0, let v = try? JSONValue.parse(response.body), let opId = v["operation"]?["id"]?.stringValue,
               let targetId = v["target"]?["id"]?.stringValue else { return response }
-        var op: OperationRecord?
-        _ = try ctx.events.wait(for: opId, timeoutSeconds: Double(waitMs) / 1000) {
-            op = try ctx.db.tenant(tenant) { c in try OperationStore.get(c, tenantId: tenant, id: opId) }
+        let request = req ?? HTTPRequest(method: "POST", path: "/")
+        let latest = Mutex<OperationRecord?>(nil)
+        return LongPoll.respond(ctx, request, key: opId, timeoutSeconds: Double(waitMs) / 1000, check: {
+            let op = try ctx.db.tenant(tenant) { c in try OperationStore.get(c, tenantId: tenant, id: opId) }
+            latest.withLock { $0 = op }
             return op?.status.isFinal ?? true
-        }
-        guard let op, let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: targetId) }) else { return response }
-        var r = HTTPResponse.json(response.status, writeBody(op, t))
-        r.headers += response.headers.filter { $0.0.lowercased() == "idempotent-replayed" }
-        return r
+        }, render: { result in
+            _ = try result.get()
+            guard let op = latest.withLock({ $0 }),
+                  let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: targetId) }) else { return response }
+            var r = HTTPResponse.json(response.status, writeBody(op, t))
+            r.headers += response.headers.filter { $0.0.lowercased() == "idempotent-replayed" }
+            return r
+        }, refused: { response })
     }
 }
