@@ -61,8 +61,20 @@ static void lr_mhd_logger(void *cls, const char *fm, va_list ap) {
     target->fn(target->cls, message);
 }
 
+struct lr_notify_target { void (*fn)(void *, struct MHD_Connection *, void **, int); void *cls; };
+
+struct lr_daemon_state { struct lr_log_target log; struct lr_notify_target notify; };
+
+static void lr_mhd_notify(void *cls, struct MHD_Connection *connection, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    struct lr_notify_target *target = cls;
+    if (target == NULL || target->fn == NULL) return;
+    target->fn(target->cls, connection, socket_context, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : 0);
+}
+
 struct MHD_Daemon *lr_mhd_start(int listen_fd,
-                                unsigned int thread_pool_size,
+                                unsigned int connection_limit,
+                                unsigned int per_address_limit,
                                 unsigned int connection_timeout_seconds,
                                 MHD_AccessHandlerCallback access_handler,
                                 void *access_cls,
@@ -70,32 +82,36 @@ struct MHD_Daemon *lr_mhd_start(int listen_fd,
                                 void *completed_cls,
                                 void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
                                 void *uri_log_cls,
+                                void (*notify_fn)(void *cls, struct MHD_Connection *connection, void **socket_context, int started),
+                                void *notify_cls,
                                 void (*log_fn)(void *cls, const char *message),
                                 void *log_cls,
                                 void **log_state_out) {
     *log_state_out = NULL;
-    struct lr_log_target *target = malloc(sizeof *target);
-    if (target == NULL) return NULL;
-    target->fn = log_fn;
-    target->cls = log_cls;
-    // One thread per connection (up to `thread_pool_size` × 64 connections): handlers block
-    // (database calls, long-polls of up to 60 s), and in thread-pool mode a blocked handler
-    // stalls every other connection its thread polls (found by deploy/faults/run).
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL
+    struct lr_daemon_state *state = malloc(sizeof *state);
+    if (state == NULL) return NULL;
+    state->log.fn = log_fn;
+    state->log.cls = log_cls;
+    state->notify.fn = notify_fn;
+    state->notify.cls = notify_cls;
+    // One internal polling thread on epoll owns every socket (idle connections cost no
+    // thread); requests are suspended while a handler runs on the caller's worker pool and
+    // resumed with its response (MHD_suspend_connection / MHD_resume_connection).
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME
                        | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    unsigned int limit = (thread_pool_size > 1 ? thread_pool_size : 1) * 64;
     struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, access_cls,
                             // The logger must come first, or early messages go to stderr.
-                            MHD_OPTION_EXTERNAL_LOGGER, lr_mhd_logger, (void *)target,
+                            MHD_OPTION_EXTERNAL_LOGGER, lr_mhd_logger, (void *)&state->log,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
-                            MHD_OPTION_CONNECTION_LIMIT, limit,
-                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)(2 * 1024 * 1024),
+                            MHD_OPTION_CONNECTION_LIMIT, connection_limit,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address_limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_CONNECTION, lr_mhd_notify, (void *)&state->notify,
                             MHD_OPTION_URI_LOG_CALLBACK, uri_log, uri_log_cls,
                             MHD_OPTION_END);
-    if (daemon == NULL) free(target);
-    else *log_state_out = target;
+    if (daemon == NULL) free(state);
+    else *log_state_out = state;
     return daemon;
 }
 
@@ -110,4 +126,14 @@ int lr_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_
     else if (sa->sa_family == AF_INET6) src = &((const struct sockaddr_in6 *)sa)->sin6_addr;
     else return -1;
     return inet_ntop(sa->sa_family, src, buffer, (socklen_t)buffer_size) != NULL ? 0 : -1;
+}
+
+void *lr_mhd_socket_context(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info == NULL ? NULL : info->socket_context;
+}
+
+int lr_mhd_connection_fd(struct MHD_Connection *connection) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info == NULL ? -1 : (int)info->connect_fd;
 }

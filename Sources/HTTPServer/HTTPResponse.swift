@@ -10,6 +10,9 @@ public struct HTTPResponse: Sendable {
     public var headers: [(String, String)]
     /// Response body bytes (not sent for `HEAD`).
     public var body: [UInt8]
+    /// When set, status, headers and body are ignored: the response is produced later by the
+    /// deferred work (see `HTTPResponse.deferred`).
+    public var deferred: DeferredResponse?
 
     /// Creates a response with the given status, headers and body.
     public init(status: Int, headers: [(String, String)] = [], body: [UInt8] = []) {
@@ -27,6 +30,14 @@ public struct HTTPResponse: Sendable {
     /// A text response (UTF-8) with the given content type.
     public static func text(_ status: Int, _ text: String, contentType: String = "text/plain; charset=utf-8") -> HTTPResponse {
         HTTPResponse(status: status, headers: [("Content-Type", contentType)], body: Array(text.utf8))
+    }
+
+    /// A response finished later by `start` (a long-poll) without holding a worker thread
+    /// while it waits; see `DeferredResponse`.
+    public static func deferred(_ start: @escaping @Sendable (ResponseCompletion) -> Void) -> HTTPResponse {
+        var r = HTTPResponse(status: 200)
+        r.deferred = DeferredResponse(start)
+        return r
     }
 
     /// The value of the first header named `name` (case-insensitive), nil when absent.

@@ -1,18 +1,41 @@
 import CMicroHTTPD
 import CShims
 import JSON
+import Synchronization
+
+/// A suspended libmicrohttpd connection handed to a worker thread. `@unchecked Sendable`:
+/// libmicrohttpd allows `MHD_resume_connection` from any thread, and nothing else is done
+/// with the pointer off the polling thread.
+struct SuspendedConnection: @unchecked Sendable {
+    let raw: OpaquePointer
+}
+
+/// What a worker produced for a suspended request, picked up after the resume.
+struct RequestOutcome: Sendable {
+    var response: HTTPResponse
+    var route: String?
+    var path: String
+    var requestId: String
+}
 
 extension HTTPServer {
     /// Bytes of an over-limit chunked body read and discarded (to answer 413 cleanly) before
     /// the connection is simply closed.
     static let discardAllowance = 1 << 20
 
-    /// The access-handler state machine for one request (see `mhdAccessHandler`).
+    /// The access-handler state machine for one request (see `mhdAccessHandler`). Runs on
+    /// libmicrohttpd's polling thread, so it never blocks: the handler itself runs on `pool`
+    /// while the connection is suspended.
     func handle(connection: OpaquePointer, context: RequestContext, method: String,
                 uploadData: UnsafePointer<CChar>?, uploadDataSize: UnsafeMutablePointer<Int>) -> MHD_Result {
         let limit = configuration.maxBodyBytes
         if !context.headersSeen {
             context.headersSeen = true
+            if connectionGuard.count.load(ordering: .relaxed) > effectiveMaxConnections {
+                // Over the soft connection cap (the hard one is a little higher, so this answer fits).
+                return respondUnavailable(connection: connection, context: context, method: method,
+                                          message: "the server is at its connection limit; retry shortly", close: true)
+            }
             if let raw = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length") {
                 context.declaredLength = Self.parseContentLength(String(cString: raw))
                 if let declared = context.declaredLength, declared > limit {
@@ -43,9 +66,18 @@ extension HTTPServer {
             return respondTooLarge(connection: connection, context: context, method: method,
                                    actual: context.declaredLength ?? context.received)
         }
+        if context.dispatched {
+            // Resumed: a worker left the answer in the context.
+            guard let outcome = context.outcome.withLock({ o -> RequestOutcome? in defer { o = nil }; return o }) else { return .YES }
+            return send(outcome.response, on: connection, context: context, method: method, path: outcome.path,
+                        route: outcome.route, requestId: outcome.requestId)
+        }
         return dispatch(connection: connection, context: context, method: method)
     }
 
+    /// Suspends the connection and runs the handler on the worker pool; the worker resumes
+    /// the connection with the answer (or a deferred response does, later). A full queue →
+    /// `503 SERVICE_UNAVAILABLE` with `Retry-After: 1` at once.
     private func dispatch(connection: OpaquePointer, context: RequestContext, method: String) -> MHD_Result {
         let headers = collectHeaders(connection)
         let (path, rawQuery) = URLDecoding.split(target: context.target)
@@ -53,9 +85,73 @@ extension HTTPServer {
                                   headers: headers, body: context.body,
                                   requestId: RequestID.resolve(headers["x-request-id"]),
                                   remoteAddress: clientAddress(connection))
-        let (response, route) = dispatcher.respond(to: request)
+        context.dispatched = true
+        context.body = []
+        if let state = connectionState(connection) { connectionGuard.requestRead(state) }
+        MHD_suspend_connection(connection)
+        let handle = SuspendedConnection(raw: connection)
+        let submitted = pool.submit { [self] in
+            let (response, route, routed) = dispatcher.respond(to: request)
+            if let deferred = response.deferred {
+                startDeferred(deferred, request: routed, route: route, context: context, connection: handle)
+            } else {
+                resume(handle, context: context, with: RequestOutcome(response: response, route: route, path: path, requestId: request.requestId))
+            }
+        }
+        if !submitted {
+            let error = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the server is busy; retry shortly",
+                                  headers: [("Retry-After", "1")])
+            let response = dispatcher.finalize(error.response(requestId: request.requestId), requestId: request.requestId, route: nil)
+            resume(handle, context: context, with: RequestOutcome(response: response, route: router.pattern(for: path, method: method),
+                                                                   path: path, requestId: request.requestId))
+        }
+        return .YES
+    }
+
+    /// Hands a deferred response its completion; the connection stays suspended until it fires.
+    private func startDeferred(_ deferred: DeferredResponse, request: HTTPRequest, route: String?, context: RequestContext,
+                               connection: SuspendedConnection) {
+        let id = ObjectIdentifier(context)
+        let completion = ResponseCompletion(finish: { [self] produce in
+            let job: @Sendable () -> Void = { [self] in
+                let response = dispatcher.produce(produce, for: request)
+                _ = pendingDeferred.withLock { $0.removeValue(forKey: id) }
+                resume(connection, context: context,
+                       with: RequestOutcome(response: response, route: route, path: request.path, requestId: request.requestId))
+            }
+            if !pool.submit(force: true, job) { job() }
+        }, runner: { [self] job in
+            if !pool.submit(force: true, job) { job() }
+        })
+        pendingDeferred.withLock { $0[id] = completion }
+        deferred.start(completion)
+    }
+
+    /// Leaves `outcome` for the polling thread and resumes the connection (never after the
+    /// daemon stopped).
+    func resume(_ connection: SuspendedConnection, context: RequestContext, with outcome: RequestOutcome) {
+        context.outcome.withLock { $0 = outcome }
+        resumeGate.withLock { stopped in
+            if !stopped { MHD_resume_connection(connection.raw) }
+        }
+    }
+
+    /// The connection's tracked state (set by the connection-notification callback).
+    func connectionState(_ connection: OpaquePointer) -> ConnectionState? {
+        guard let raw = lr_mhd_socket_context(connection) else { return nil }
+        return Unmanaged<ConnectionState>.fromOpaque(raw).takeUnretainedValue()
+    }
+
+    private func respondUnavailable(connection: OpaquePointer, context: RequestContext, method: String, message: String,
+                                    close: Bool) -> MHD_Result {
+        let headers = collectHeaders(connection)
+        let requestId = RequestID.resolve(headers["x-request-id"])
+        let path = URLDecoding.split(target: context.target).path
+        let error = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: message,
+                              headers: [("Retry-After", "1")] + (close ? [("Connection", "close")] : []))
+        let response = dispatcher.finalize(error.response(requestId: requestId), requestId: requestId, route: nil)
         return send(response, on: connection, context: context, method: method, path: path,
-                    route: route, requestId: request.requestId)
+                    route: router.pattern(for: path, method: method), requestId: requestId)
     }
 
     private func respondTooLarge(connection: OpaquePointer, context: RequestContext, method: String, actual: Int) -> MHD_Result {

@@ -4,8 +4,13 @@ import Foundation
 import Metrics
 import Synchronization
 
-/// An HTTP/1.1 server on GNU libmicrohttpd: internal polling thread + epoll + a pool of
-/// `configuration.threads` worker threads; handlers run synchronously on the workers.
+/// An HTTP/1.1 server on GNU libmicrohttpd: one internal polling thread on epoll owns every
+/// connection (an idle keep-alive connection costs no thread); a request, once read, is
+/// suspended and its handler runs on a pool of `configuration.threads` worker threads, which
+/// resumes the connection with the response. A handler may also answer later without holding
+/// a worker (`HTTPResponse.deferred`, for long-polls). Connection limits (in all and per
+/// address), the per-request read deadline and the 503 answers of a full server are
+/// described in docs/http-limits.md.
 ///
 /// Per request it enforces the body limit (SPEC §3: `maxBodyBytes`, 413 `PAYLOAD_TOO_LARGE`
 /// with `details.limit`/`details.actual`, decided on `Content-Length` before any body byte is
@@ -37,6 +42,16 @@ public final class HTTPServer: @unchecked Sendable {
     private let state = Mutex(State())
     let inFlightCount = Atomic<Int>(0)
     let isDraining = Atomic<Bool>(false)
+    /// Runs handlers.
+    let pool: HandlerPool
+    /// Open connections and the read deadline.
+    let connectionGuard: ConnectionGuard
+    /// Deferred responses not yet completed (forced at shutdown), by request context.
+    let pendingDeferred = Mutex<[ObjectIdentifier: ResponseCompletion]>([:])
+    /// True once the daemon is stopping: no more `MHD_resume_connection` calls.
+    let resumeGate = Mutex<Bool>(false)
+    let maxConnectionsInEffect = Atomic<Int>(0)
+    var effectiveMaxConnections: Int { maxConnectionsInEffect.load(ordering: .relaxed) }
 
     /// Creates a stopped server.
     /// - Parameters:
@@ -51,6 +66,31 @@ public final class HTTPServer: @unchecked Sendable {
         self.log = log
         self.dispatcher = RequestDispatcher(router: router, log: log)
         self.observer = RequestObserver(metrics: metrics, accessLog: configuration.accessLog, log: log)
+        self.pool = HandlerPool(threads: configuration.threads, maxThreads: configuration.maxThreads, capacity: configuration.maxQueuedRequests)
+        self.connectionGuard = ConnectionGuard(deadlineSeconds: configuration.requestReadTimeoutSeconds) { n in
+            log(AccessLog.line(level: "warn", msg: "connections cut off at the request read deadline",
+                               fields: ["count": .int(Int64(n)), "deadline_seconds": .double(configuration.requestReadTimeoutSeconds)]))
+        }
+        maxConnectionsInEffect.store(configuration.maxConnections, ordering: .relaxed)
+    }
+
+    /// Open connections right now (idle ones included).
+    public var openConnections: Int { connectionGuard.count.load(ordering: .relaxed) }
+
+    /// Connections cut off so far because a request was not read within
+    /// `requestReadTimeoutSeconds`.
+    public var connectionsCutOff: Int { connectionGuard.cutOff.load(ordering: .relaxed) }
+
+    /// Raises the soft RLIMIT_NOFILE to the hard limit and returns the soft limit now in effect.
+    static func raiseDescriptorLimit() -> Int {
+        var limit = rlimit()
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 1024 }
+        if limit.rlim_cur < limit.rlim_max {
+            var raised = limit
+            raised.rlim_cur = limit.rlim_max
+            if setrlimit(Int32(RLIMIT_NOFILE.rawValue), &raised) == 0 { limit = raised }
+        }
+        return limit.rlim_cur >= rlim_t(Int32.max) ? Int(Int32.max) : Int(limit.rlim_cur)
     }
 
     /// Binds `configuration.host:port` (IPv4; names such as "localhost" are resolved to IPv4)
@@ -75,14 +115,23 @@ public final class HTTPServer: @unchecked Sendable {
             }
             let me = Unmanaged.passRetained(self).toOpaque()
             var logState: UnsafeMutableRawPointer?
-            let daemon = lr_mhd_start(fd, UInt32(clamping: max(1, c.threads)), UInt32(clamping: max(0, c.connectionTimeoutSeconds)),
+            // Leave room for the process's other descriptors (database pool, logs, …).
+            let descriptors = Self.raiseDescriptorLimit()
+            let soft = max(1, min(c.maxConnections, descriptors > 1_024 ? descriptors - 512 : descriptors / 2))
+            maxConnectionsInEffect.store(soft, ordering: .relaxed)
+            let hard = UInt32(clamping: descriptors > soft + 128 ? soft + 64 : soft)
+            pool.start()
+            let daemon = lr_mhd_start(fd, hard, UInt32(clamping: max(0, c.maxConnectionsPerAddress)),
+                                      UInt32(clamping: max(0, c.connectionTimeoutSeconds)),
                                       mhdAccessHandler, me, mhdCompletedCallback, me, mhdURILogCallback, me,
-                                      mhdLogCallback, me, &logState)
+                                      mhdConnectionNotify, me, mhdLogCallback, me, &logState)
             guard let daemon else {
                 close(fd)
+                pool.stop()
                 Unmanaged<HTTPServer>.fromOpaque(me).release()
                 throw HTTPServerError("libmicrohttpd failed to start on \(c.host):\(boundPort)")
             }
+            connectionGuard.start()
             s = State(phase: .running, daemon: daemon, port: Int(boundPort), selfReference: me, logState: logState)
         }
     }
@@ -96,9 +145,10 @@ public final class HTTPServer: @unchecked Sendable {
     /// Graceful stop: stops accepting (MHD_quiesce_daemon, then the listening socket is closed,
     /// so new connections are refused at once), answers requests still arriving on open
     /// connections with `Connection: close`, waits until no request is in flight or
-    /// `drainTimeoutSeconds` (seconds) passed, then stops the daemon, closing idle connections.
-    /// A handler still running at the deadline is waited for (threads are joined, never
-    /// killed). Calling it again, or on a server never started, returns immediately.
+    /// `drainTimeoutSeconds` (seconds) passed, answers deferred responses still waiting with
+    /// `503 SERVICE_UNAVAILABLE`, then stops the workers and the daemon, closing idle
+    /// connections. A handler still running at the deadline is waited for (threads are joined,
+    /// never killed). Calling it again, or on a server never started, returns immediately.
     public func shutdown(drainTimeoutSeconds: Double = 30) {
         let daemon: OpaquePointer? = state.withLock { s in
             guard s.phase == .running else { return nil }
@@ -116,7 +166,18 @@ public final class HTTPServer: @unchecked Sendable {
         if inFlight > 0 {
             log(AccessLog.line(level: "warn", msg: "shutdown drain timed out", fields: ["in_flight": .int(Int64(inFlight))]))
         }
+        for completion in pendingDeferred.withLock({ Array($0.values) }) {
+            completion.complete {
+                throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the server is shutting down; retry shortly",
+                                headers: [("Retry-After", "1")])
+            }
+        }
+        pool.stop()  // runs what is queued (every suspended request gets its answer), joins the workers
+        let flushDeadline = ContinuousClock.now + .seconds(1)
+        while inFlight > 0, ContinuousClock.now < flushDeadline { usleep(2_000) }
+        resumeGate.withLock { $0 = true }
         MHD_stop_daemon(daemon)
+        connectionGuard.stop()
         let (me, logState) = state.withLock { s in
             defer { s.phase = .stopped; s.daemon = nil; s.selfReference = nil; s.logState = nil }
             return (s.selfReference, s.logState)

@@ -6,8 +6,9 @@ struct RequestDispatcher: Sendable {
     let router: Router
     let log: @Sendable (String) -> Void
 
-    /// The final response (with `X-Request-Id`) and the matched route pattern.
-    func respond(to incoming: HTTPRequest) -> (response: HTTPResponse, route: String?) {
+    /// The final response (with `X-Request-Id`), the matched route pattern and the request
+    /// as routed (with `route` and `pathParameters`; needed to finish a deferred response).
+    func respond(to incoming: HTTPRequest) -> (response: HTTPResponse, route: String?, request: HTTPRequest) {
         var request = incoming
         let response: HTTPResponse
         var route: String?
@@ -28,10 +29,23 @@ struct RequestDispatcher: Sendable {
             request.pathParameters = parameters
             response = run(handler, request)
         }
-        return (finalize(response, requestId: request.requestId, route: route), route)
+        return (finalize(response, requestId: request.requestId, route: route), route, request)
     }
 
-    private func run(_ handler: HTTPHandler, _ request: HTTPRequest) -> HTTPResponse {
+    /// The second half of a deferred response: runs `produce`, mapping errors as for a
+    /// handler, and finalizes the result for `request`.
+    func produce(_ produce: () throws -> HTTPResponse, for request: HTTPRequest) -> HTTPResponse {
+        var response = run({ _ in try produce() }, request)
+        if response.deferred != nil {
+            log(AccessLog.line(level: "error", msg: "a deferred response completed with another deferred response", fields: [
+                "request_id": .string(request.requestId), "route": request.route.map { .string($0) } ?? .null,
+            ]))
+            response = HTTPError.internalError.response(requestId: request.requestId)
+        }
+        return finalize(response, requestId: request.requestId, route: request.route)
+    }
+
+    private func run(_ handler: (HTTPRequest) throws -> HTTPResponse, _ request: HTTPRequest) -> HTTPResponse {
         do {
             return try handler(request)
         } catch let error as HTTPError {

@@ -40,6 +40,12 @@ public final class Authenticator: Sendable {
     let stopping = Atomic<Bool>(false)
     let listenerDone = DispatchSemaphore(value: 0)
     let listenerStarted = Atomic<Bool>(false)
+    /// Bounds on verifications that miss the cache.
+    let limits: AuthLimits
+    /// Remembered failures and per-address failure buckets.
+    let failures: Mutex<FailureTracker>
+    /// Verifications in progress, by token HMAC (single flight).
+    let flights = Mutex<[String: VerificationFlight]>([:])
 
     /// Maximum cached verifications; past it the cache is cleared (bounded memory).
     static let maxEntries = 100_000
@@ -47,19 +53,37 @@ public final class Authenticator: Sendable {
     /// - Parameters:
     ///   - cacheSeconds: how long a verified credential is cached, in seconds (SPEC §2: at most 60).
     ///   - now: the clock (injected in tests).
-    public init(db: Database, log: Logger, cacheSeconds: Double = 60, now: @escaping @Sendable () -> Date = Date.init) {
+    ///   - limits: bounds on verifications of credentials not in the cache (docs/http-limits.md).
+    public init(db: Database, log: Logger, cacheSeconds: Double = 60, limits: AuthLimits = AuthLimits(),
+                now: @escaping @Sendable () -> Date = Date.init) {
         self.db = db
         self.log = log
         self.cacheSeconds = cacheSeconds
+        self.limits = limits
+        self.failures = Mutex(FailureTracker(limits: limits))
         self.now = now
     }
+
+    /// Failed verifications remembered right now (for tests and metrics).
+    public var rememberedFailures: Int { failures.withLock { t in t.failures.values.filter { $0 > now() }.count } }
 
     /// Number of cached verifications (for tests and metrics).
     public var cachedCount: Int { cache.withLock { $0.entries.count } }
 
     /// The principal of `request`.
+    ///
+    /// A credential in the verification cache is answered at once, before any limit below is
+    /// consulted. Otherwise (docs/http-limits.md, "Credential verification"): a client address
+    /// whose failure bucket is empty gets 429 (a bucket loses one unit per verification that
+    /// read the database and failed); a token that failed within `limits.failureCacheSeconds`
+    /// gets 401 again without a database read (and costs its address nothing); concurrent
+    /// requests with one token share one verification (single flight); argon2id runs under
+    /// `limits.argon2`.
     /// - Throws: `HTTPError` 401 `UNAUTHENTICATED` (missing, malformed, unknown, revoked or
-    ///   expired credential, all alike), 403 `TENANT_SUSPENDED`, 503 when the database is down.
+    ///   expired credential, all alike), 403 `TENANT_SUSPENDED`, 429 `RATE_LIMITED` with
+    ///   `Retry-After` (seconds) when the client address made too many failed attempts,
+    ///   503 `SERVICE_UNAVAILABLE` with `Retry-After: 1` when the database is down or every
+    ///   argon2 slot stayed busy.
     public func authenticate(_ request: HTTPRequest) throws -> Principal {
         guard let header = request.header("authorization"), header.count > 7,
               header.prefix(7).lowercased() == "bearer " else {
@@ -68,12 +92,53 @@ public final class Authenticator: Sendable {
         let tokenText = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
         guard let token = CredentialToken.parse(tokenText) else { throw Self.unauthenticated("malformed credential") }
         let key = Digest.hmacSHA256(key: cacheKey, data: Array(tokenText.utf8)).map { String(format: "%02x", $0) }.joined()
-        let t = now()
-        let (cached, generation) = cache.withLock { ($0.entries[key], $0.generation) }
-        if let e = cached, e.usableUntil > t {
-            if e.tenantSuspended { throw Self.suspended() }
-            return e.principal
+        let address = request.remoteAddress ?? "unknown"
+        var waited = false
+        while true {
+            let t = now()
+            let (cached, generation) = cache.withLock { ($0.entries[key], $0.generation) }
+            if let e = cached, e.usableUntil > t {
+                if e.tenantSuspended { throw Self.suspended() }
+                return e.principal
+            }
+            if failures.withLock({ $0.remembersFailure(key, at: t) }) {
+                throw Self.unauthenticated("unknown, revoked or expired credential")
+            }
+            // Single flight: the first request verifies; the others wait for it, then re-read
+            // the caches (the leader stored its outcome in one of them, or failed transiently).
+            let (flight, leader) = flights.withLock { f -> (VerificationFlight, Bool) in
+                if let existing = f[key] { return (existing, false) }
+                let created = VerificationFlight()
+                f[key] = created
+                return (created, true)
+            }
+            if !leader {
+                guard !waited, flight.wait(seconds: limits.singleFlightWaitSeconds) else { throw Self.busy() }
+                waited = true
+                continue
+            }
+            defer {
+                flights.withLock { _ = $0.removeValue(forKey: key) }
+                flight.finish()
+            }
+            // One unit of the address's failure bucket per verification that reads the
+            // database, given back unless it fails: at most `failuresPerAddress` failed
+            // verifications per address and refill period, however many run at once.
+            if let retryAfter = failures.withLock({ $0.reserve(address: address, at: t) }) { throw Self.rateLimited(retryAfter) }
+            var failed = false
+            defer { if !failed { failures.withLock { $0.refund(address: address, at: now()) } } }
+            do {
+                return try verify(token, key: key, generation: generation, at: t)
+            } catch let e as HTTPError where e.status == 401 {
+                failed = true
+                failures.withLock { $0.rememberFailure(key: key, at: now()) }
+                throw e
+            }
         }
+    }
+
+    /// The leader's part of `authenticate`: database read, argon2id under the limiter, caching.
+    private func verify(_ token: CredentialToken, key: String, generation: UInt64, at t: Date) throws -> Principal {
         let stored: StoredCredential?
         do {
             stored = try db.system { c in try CredentialLookup.find(c, token) }
@@ -82,9 +147,15 @@ public final class Authenticator: Sendable {
             throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
                             headers: [("Retry-After", "1")])
         }
-        guard let s = stored, s.usable, CredentialMint.verify(token, hash: s.secretHash) else {
-            throw Self.unauthenticated("unknown, revoked or expired credential")
+        var verified = false
+        if let s = stored, s.usable {
+            do {
+                verified = try limits.argon2.run { CredentialMint.verify(token, hash: s.secretHash) }
+            } catch let busy as Argon2idLimiter.Busy {
+                throw Self.busy(retryAfter: busy.retryAfterSeconds)
+            }
         }
+        guard let s = stored, verified else { throw Self.unauthenticated("unknown, revoked or expired credential") }
         let principal = try Self.principal(of: s)
         let until = min(t.addingTimeInterval(cacheSeconds), s.validUntil ?? .distantFuture)
         let suspended = s.tenantStatus == "suspended"
@@ -165,6 +236,18 @@ public final class Authenticator: Sendable {
 
     static func unauthenticated(_ why: String) -> HTTPError {
         HTTPError(status: 401, code: "UNAUTHENTICATED", message: why, headers: [("WWW-Authenticate", "Bearer")])
+    }
+
+    /// 429 `RATE_LIMITED`: too many failed authentications from this client address.
+    static func rateLimited(_ seconds: Int) -> HTTPError {
+        HTTPError(status: 429, code: "RATE_LIMITED", message: "too many failed authentications from this address; retry after \(seconds) s",
+                  details: ["retry_after_seconds": .int(Int64(seconds))], headers: [("Retry-After", String(seconds))])
+    }
+
+    /// 503 `SERVICE_UNAVAILABLE`: every credential-verification slot stayed busy.
+    static func busy(retryAfter: Int = 1) -> HTTPError {
+        HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "credential verification is busy; retry shortly",
+                  headers: [("Retry-After", String(retryAfter))])
     }
 
     static func suspended() -> HTTPError {

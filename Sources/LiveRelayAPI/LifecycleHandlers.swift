@@ -1,5 +1,6 @@
 import Foundation
 import Crypto
+import Synchronization
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -198,7 +199,7 @@ enum LifecycleHandlers {
             try WritePath.notify(c, tenantId: tenant, queued: true, superseded: [], targetChanged: nil)
             return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     static func businessConflict(_ holder: String) -> DomainError {
@@ -274,7 +275,7 @@ enum LifecycleHandlers {
             try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: nil)
             return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     /// Rule 8 state: the pinned schema of the target's template version, when it has one.
@@ -348,7 +349,7 @@ enum LifecycleHandlers {
             return try queueEnd(c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
                                 day: day, recheck: recheck, exactNext: &exactQuota, idem: idem)
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     /// Round trips 2 and 3 of an end that queues: the target moves to `ending` (with the new
@@ -386,18 +387,25 @@ enum LifecycleHandlers {
     }
 
     /// `?wait_ms`: waits for the operation to leave `queued`/`sending`, then answers with
-    /// its current state (same status code).
-    static func waitIfAsked(_ ctx: APIContext, tenant: String, response: HTTPResponse, waitMs: Int) throws -> HTTPResponse {
+    /// its current state (same status code). The wait holds no worker thread; when the
+    /// credential of `req` already has its cap of long-polls waiting, the write's own
+    /// response is answered at once, without waiting (docs/http-limits.md, "Long-polls").
+    static func waitIfAsked(_ ctx: APIContext, tenant: String, response: HTTPResponse, waitMs: Int, req: HTTPRequest? = nil) throws -> HTTPResponse {
         guard waitMs > 0, let v = try? JSONValue.parse(response.body), let opId = v["operation"]?["id"]?.stringValue,
               let targetId = v["target"]?["id"]?.stringValue else { return response }
-        var op: OperationRecord?
-        _ = try ctx.events.wait(for: opId, timeoutSeconds: Double(waitMs) / 1000) {
-            op = try ctx.db.tenant(tenant) { c in try OperationStore.get(c, tenantId: tenant, id: opId) }
+        let request = req ?? HTTPRequest(method: "POST", path: "/")
+        let latest = Mutex<OperationRecord?>(nil)
+        return LongPoll.respond(ctx, request, key: opId, timeoutSeconds: Double(waitMs) / 1000, check: {
+            let op = try ctx.db.tenant(tenant) { c in try OperationStore.get(c, tenantId: tenant, id: opId) }
+            latest.withLock { $0 = op }
             return op?.status.isFinal ?? true
-        }
-        guard let op, let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: targetId) }) else { return response }
-        var r = HTTPResponse.json(response.status, writeBody(op, t))
-        r.headers += response.headers.filter { $0.0.lowercased() == "idempotent-replayed" }
-        return r
+        }, render: { result in
+            _ = try result.get()
+            guard let op = latest.withLock({ $0 }),
+                  let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: targetId) }) else { return response }
+            var r = HTTPResponse.json(response.status, writeBody(op, t))
+            r.headers += response.headers.filter { $0.0.lowercased() == "idempotent-replayed" }
+            return r
+        }, refused: { response })
     }
 }

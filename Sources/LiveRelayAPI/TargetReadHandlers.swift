@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -53,16 +54,27 @@ enum TargetReadHandlers {
             }
             waitMs = v
         }
-        var t = try visibleTarget(ctx, tenant: tenant, scope: scope, id: id, action: .readMetadata)
+        let t = try visibleTarget(ctx, tenant: tenant, scope: scope, id: id, action: .readMetadata)
         guard let waitMs else { return .json(200, Encode.target(t)) }
-        let ready = try ctx.events.wait(for: id, timeoutSeconds: Double(waitMs) / 1000) {
-            if let fresh = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: id) }) { t = fresh }
-            return t.status == .ready || t.status.isTerminal
+        @Sendable func pending(_ t: TargetRecord) -> DomainError {
+            DomainError(status: 409, code: "TOKEN_PENDING",
+                        message: "target \(id) is \(t.status.rawValue), not ready, after waiting \(waitMs) ms",
+                        details: ["status": .string(t.status.rawValue), "target_id": .string(id)])
         }
-        if ready && t.status == .ready { return .json(200, Encode.target(t)) }
-        throw DomainError(status: 409, code: "TOKEN_PENDING",
-                          message: "target \(id) is \(t.status.rawValue), not ready, after waiting \(waitMs) ms",
-                          details: ["status": .string(t.status.rawValue), "target_id": .string(id)])
+        if t.status == .ready { return .json(200, Encode.target(t)) }
+        if t.status.isTerminal || waitMs == 0 { throw pending(t) }
+        // Long-poll without holding a worker thread (docs/http-limits.md, "Long-polls").
+        let latest = Mutex<TargetRecord>(t)
+        return LongPoll.respond(ctx, req, key: id, timeoutSeconds: Double(waitMs) / 1000, check: {
+            if let fresh = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: id) }) { latest.withLock { $0 = fresh } }
+            let t = latest.withLock { $0 }
+            return t.status == .ready || t.status.isTerminal
+        }, render: { result in
+            let ready = try result.get()
+            let t = latest.withLock { $0 }
+            if ready && t.status == .ready { return .json(200, Encode.target(t)) }
+            throw pending(t)
+        }, refused: { throw LongPoll.tooMany(ctx.events.maxWaitsPerCredential) })
     }
 
     /// `GET …/snapshot`: business state, needs `activities:read-state` (a master key may not).

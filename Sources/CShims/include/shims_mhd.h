@@ -17,15 +17,20 @@ int lr_mhd_listen_ipv4(const char *host, int port, int backlog, int *bound_port_
 /// Message text for a negative `lr_mhd_listen_ipv4` error (getaddrinfo's gai_strerror).
 const char *lr_mhd_gai_strerror(int negative_error);
 
-/// Starts a daemon on the already-listening `listen_fd` with an internal polling thread,
-/// epoll, inter-thread communication (needed by MHD_quiesce_daemon) and error logging,
-/// `thread_pool_size` worker threads (≤ 1 = the polling thread serves requests), an idle
-/// `connection_timeout_seconds`, and the given callbacks. Every message libmicrohttpd logs is
-/// formatted (≤ 1023 bytes, trailing newline removed) and handed to `log_fn(log_cls, message)`;
-/// `*log_state_out` receives state to free with `lr_mhd_free_log_state` after MHD_stop_daemon.
-/// Returns NULL on failure (nothing to free then).
+/// Starts a daemon on the already-listening `listen_fd`: one internal polling thread on epoll,
+/// suspend/resume allowed (handlers run elsewhere), inter-thread communication (needed by
+/// MHD_quiesce_daemon) and error logging; at most `connection_limit` connections in all and
+/// `per_address_limit` per client address (0 = no per-address limit; beyond either,
+/// libmicrohttpd closes the new connection at once), an idle `connection_timeout_seconds`,
+/// and the given callbacks. `notify_fn(notify_cls, connection, socket_context, started)` is
+/// called with `started` = 1 when a connection opens and 0 when it closes (before its socket
+/// is closed). Every message libmicrohttpd logs is formatted (≤ 1023 bytes, trailing newline
+/// removed) and handed to `log_fn(log_cls, message)`; `*log_state_out` receives state to free
+/// with `lr_mhd_free_log_state` after MHD_stop_daemon. Returns NULL on failure (nothing to
+/// free then).
 struct MHD_Daemon *lr_mhd_start(int listen_fd,
-                                unsigned int thread_pool_size,
+                                unsigned int connection_limit,
+                                unsigned int per_address_limit,
                                 unsigned int connection_timeout_seconds,
                                 MHD_AccessHandlerCallback access_handler,
                                 void *access_cls,
@@ -33,6 +38,8 @@ struct MHD_Daemon *lr_mhd_start(int listen_fd,
                                 void *completed_cls,
                                 void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
                                 void *uri_log_cls,
+                                void (*notify_fn)(void *cls, struct MHD_Connection *connection, void **socket_context, int started),
+                                void *notify_cls,
                                 void (*log_fn)(void *cls, const char *message),
                                 void *log_cls,
                                 void **log_state_out);
@@ -44,4 +51,14 @@ void lr_mhd_free_log_state(void *log_state);
 /// Writes the client's numeric address ("127.0.0.1" or an IPv6 literal) into `buffer`.
 /// Returns 0 on success, -1 when unknown.
 int lr_mhd_client_address(struct MHD_Connection *connection, char *buffer, size_t buffer_size);
+
+/// The `*socket_context` stored by the connection-notification callback; NULL when none.
+void *lr_mhd_socket_context(struct MHD_Connection *connection);
+
+/// The connection's socket descriptor, -1 when unknown.
+int lr_mhd_connection_fd(struct MHD_Connection *connection);
+
+/// Bytes the kernel has received on TCP socket `fd` so far (Linux TCP_INFO
+/// `tcpi_bytes_received`) into `*out`. Returns 0 on success, -1 with errno set otherwise.
+int lr_tcp_bytes_received(int fd, unsigned long long *out);
 #endif

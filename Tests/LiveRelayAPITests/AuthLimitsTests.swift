@@ -1,0 +1,175 @@
+import Foundation
+import XCTest
+import Crypto
+import HTTPServer
+import JSON
+import LiveRelayAPI
+import LiveRelayCore
+import LiveRelayStore
+import Logging
+import Postgres
+import Synchronization
+
+/// docs/http-limits.md, "Credential verification": forged credentials (a public key id, a
+/// random secret, a valid checksum) cannot buy argon2 runs without bound, and never delay or
+/// refuse a request whose credential is already verified.
+final class AuthLimitsTests: TenancyTestCase {
+    /// A settable clock for the rate-limit tests.
+    final class Clock: Sendable {
+        let value = Mutex(Date())
+        var now: @Sendable () -> Date { { [self] in value.withLock { $0 } } }
+        func advance(_ seconds: Double) { value.withLock { $0 = $0.addingTimeInterval(seconds) } }
+    }
+
+    /// An `Authenticator` of its own over the test database (its own pool, so a test can
+    /// close it to prove that no database read happens).
+    func authenticator(_ limits: AuthLimits, clock: Clock? = nil) -> (Authenticator, PostgresPool) {
+        let pool = PostgresPool(conninfo: env.conninfo, maxConnections: 8, acquireTimeoutSeconds: 2)
+        let logs = env.logs
+        let log = Logger(minimum: .debug, sink: { logs.append($0) })
+        let auth = clock.map { Authenticator(db: Database(pool: pool), log: log, limits: limits, now: $0.now) }
+            ?? Authenticator(db: Database(pool: pool), log: log, limits: limits)
+        addTeardownBlock { pool.close() }
+        return (auth, pool)
+    }
+
+    /// A token with `kind` and `id` (public), a random secret and a valid checksum.
+    static func forged(_ kind: CredentialKind, id: String) -> String {
+        CredentialToken.make(kind: kind, id: id, secretBytes: SecureRandom.bytes(32)).token
+    }
+
+    static func request(_ credential: String, from address: String) -> HTTPRequest {
+        HTTPRequest(method: "GET", path: "/v1/remote-updates/capabilities", headers: ["Authorization": "Bearer \(credential)"],
+                    remoteAddress: address)
+    }
+
+    /// The error `authenticate` throws, nil when it succeeds.
+    static func outcome(_ auth: Authenticator, _ req: HTTPRequest) -> HTTPError? {
+        do { _ = try auth.authenticate(req); return nil } catch let e as HTTPError { return e } catch {
+            return HTTPError(status: 0, code: "unexpected", message: "\(error)")
+        }
+    }
+
+    func testConcurrentForgersNeverRefuseACachedCredentialFromTheSameAddressAndKeyId() throws {
+        let t = try tenant()
+        let keyId = CredentialToken.parse(t.publishable)!.id
+        let limits = AuthLimits(argon2: Argon2idLimiter(maxConcurrent: 1, maxWaitSeconds: 0.02), failuresPerAddress: 10)
+        let (auth, _) = authenticator(limits)
+        let address = "127.0.0.1"
+        XCTAssertNil(Self.outcome(auth, Self.request(t.publishable, from: address)), "the legitimate credential verifies (and is cached)")
+
+        let stop = Atomic<Bool>(false)
+        let statuses = Mutex<[Int: Int]>([:])
+        let forgers = DispatchGroup()
+        for _ in 0..<32 {
+            DispatchQueue.global().async(group: forgers) {
+                while !stop.load(ordering: .relaxed) {
+                    let status = Self.outcome(auth, Self.request(Self.forged(.publishable, id: keyId), from: address))?.status ?? 200
+                    statuses.withLock { $0[status, default: 0] += 1 }
+                }
+            }
+        }
+        var refused: [String] = []
+        for _ in 0..<300 {
+            if let e = Self.outcome(auth, Self.request(t.publishable, from: address)) { refused.append("\(e.status) \(e.code)") }
+        }
+        // Keep the forgers going until the address is rate limited, so the legitimate calls
+        // above overlapped forgers in every state (verifying, busy, limited).
+        let end = Date().addingTimeInterval(20)
+        while statuses.withLock({ $0[429] ?? 0 }) == 0, Date() < end { Thread.sleep(forTimeInterval: 0.01) }
+        for _ in 0..<100 {
+            if let e = Self.outcome(auth, Self.request(t.publishable, from: address)) { refused.append("\(e.status) \(e.code)") }
+        }
+        stop.store(true, ordering: .relaxed)
+        forgers.wait()
+        XCTAssertEqual(refused, [], "the cached legitimate credential was refused")
+        let seen = statuses.withLock { $0 }
+        XCTAssertNil(seen[200], "a forged credential authenticated")
+        XCTAssertGreaterThan(seen[429] ?? 0, 0, "the forgers' address was rate limited: \(seen)")
+        XCTAssertEqual(Set(seen.keys).subtracting([401, 429, 503]), [], "forgers only ever see 401, 429 or 503: \(seen)")
+        XCTAssertLessThanOrEqual(limits.argon2.totalRuns, 10 + 1, "argon2 ran only for the failures the address was allowed (plus the legitimate one)")
+    }
+
+    func testFailedVerificationIsRememberedWithoutAnotherDatabaseRead() throws {
+        let t = try tenant()
+        let keyId = CredentialToken.parse(t.master)!.id
+        let clock = Clock()
+        let (auth, pool) = authenticator(AuthLimits(failureCacheSeconds: 30), clock: clock)
+        let bad = Self.forged(.master, id: keyId)
+        XCTAssertEqual(Self.outcome(auth, Self.request(bad, from: "127.0.0.1"))?.code, "UNAUTHENTICATED")
+        XCTAssertEqual(auth.rememberedFailures, 1)
+        pool.close()  // from here on, any database read answers 503
+        clock.advance(29)
+        XCTAssertEqual(Self.outcome(auth, Self.request(bad, from: "127.0.0.1"))?.status, 401, "the remembered failure is answered without the database")
+        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "127.0.0.1"))?.status, 503,
+                       "another forged token does read the database (here: closed)")
+        clock.advance(1.5)
+        XCTAssertEqual(auth.rememberedFailures, 0, "failures are forgotten after 30 s")
+        XCTAssertEqual(Self.outcome(auth, Self.request(bad, from: "127.0.0.1"))?.status, 503, "an expired failure reads the database again")
+        XCTAssertFalse(env.logText.contains(bad), "the forged token is never logged")
+    }
+
+    func testFailedAuthenticationsPerAddressRateLimitedAtTheBoundary() throws {
+        let t = try tenant()
+        let keyId = CredentialToken.parse(t.master)!.id
+        let clock = Clock()
+        let (auth, _) = authenticator(AuthLimits(failuresPerAddress: 3, failureRefillSeconds: 60), clock: clock)
+        XCTAssertNil(Self.outcome(auth, Self.request(t.master, from: "10.0.0.1")), "cached before the forgers start")
+        for i in 1...3 {
+            XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 401, "failure \(i) of 3 is a plain 401")
+        }
+        let limited = Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))
+        XCTAssertEqual(limited?.status, 429)
+        XCTAssertEqual(limited?.code, "RATE_LIMITED")
+        XCTAssertEqual(limited?.headers.first { $0.0 == "Retry-After" }?.1, "60")
+        XCTAssertNil(Self.outcome(auth, Self.request(t.master, from: "10.0.0.1")), "the cached credential is not limited, even from that address")
+        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.2"))?.status, 401, "another address is not limited")
+        XCTAssertEqual(Self.outcome(auth, Self.request(t.publishable, from: "10.0.0.1"))?.status, 429,
+                       "a credential not yet verified from the limited address waits too")
+        clock.advance(60)
+        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 401, "one failure refilled after 60 s")
+        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 429)
+    }
+
+    func testArgon2BusyAnswers503WithRetryAfter() throws {
+        let t = try tenant()
+        let limiter = Argon2idLimiter(maxConcurrent: 1, maxWaitSeconds: 0)
+        let (auth, _) = authenticator(AuthLimits(argon2: limiter))
+        let holding = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async { _ = try? limiter.run { holding.signal(); release.wait() } }
+        holding.wait()
+        let e = Self.outcome(auth, Self.request(t.master, from: "127.0.0.1"))
+        release.signal()
+        XCTAssertEqual(e?.status, 503)
+        XCTAssertEqual(e?.code, "SERVICE_UNAVAILABLE")
+        XCTAssertEqual(e?.headers.first { $0.0 == "Retry-After" }?.1, "1")
+        XCTAssertNil(Self.outcome(auth, Self.request(t.master, from: "127.0.0.1")), "verifies once a slot is free")
+    }
+
+    func testConcurrentRequestsOfAnUncachedCredentialRunArgon2Once() throws {
+        let t = try tenant()
+        let limiter = Argon2idLimiter(maxConcurrent: 4, maxWaitSeconds: 5)
+        let (auth, _) = authenticator(AuthLimits(argon2: limiter))
+        let failures = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 16) { _ in
+            if let e = Self.outcome(auth, Self.request(t.master, from: "127.0.0.1")) { failures.withLock { $0.append(e.code) } }
+        }
+        XCTAssertEqual(failures.withLock { $0 }, [])
+        XCTAssertEqual(limiter.totalRuns, 1, "one argon2 verification served all 16 concurrent requests")
+    }
+
+    func testRateLimitOverHTTPUsesTheErrorEnvelope() throws {
+        let t = try tenant()
+        let keyId = CredentialToken.parse(t.master)!.id
+        XCTAssertEqual(call("GET", "/v1/remote-updates/sender-keys", as: t.master).status, 200)
+        for _ in 0..<AuthLimits().failuresPerAddress {
+            XCTAssertEqual(env.call("GET", "/v1/remote-updates/sender-keys", as: Self.forged(.master, id: keyId)).status, 401)
+        }
+        let r = env.call("GET", "/v1/remote-updates/sender-keys", as: Self.forged(.master, id: keyId))
+        XCTAssertEqual(r.status, 429)
+        XCTAssertEqual(r.errorCode, "RATE_LIMITED")
+        XCTAssertNotNil(r.headers["retry-after"])
+        XCTAssertEqual(r["error"]?["request_id"]?.stringValue, r.headers["x-request-id"])
+        XCTAssertEqual(call("GET", "/v1/remote-updates/sender-keys", as: t.master).status, 200, "the cached master key still works")
+    }
+}
