@@ -81,7 +81,7 @@ enum LifecycleHandlers {
             if let bk = s.businessKey, let bg = s.businessGeneration {
                 try TargetStore.lockBusiness(c, tenantId: tenant, key: bk, generation: bg)
                 if let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg) {
-                    throw businessConflict(holder.id)
+                    throw businessConflict(holder.id, visible: Coverage.covers(scope, holder.ownership))
                 }
             }
             if let schemaJSON = st.schema {
@@ -93,6 +93,7 @@ enum LifecycleHandlers {
                 event: .start, targetId: targetId, revision: 1, templateVersion: st.currentTemplateVersion, state: s.state, alert: alert,
                 staleAt: s.options.staleAt, relevanceScore: s.options.relevanceScore, dismissAt: nil,
                 attributesType: st.attributesType, businessKey: s.businessKey), now: now)
+            try TenantCapStore.check(c, tenantId: tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let day = try reserveQuota(c, tenant: tenant, now: now)
             let target = try TargetStore.insert(c, tenantId: tenant, TargetStore.New(
                 id: targetId, installationId: st.installationId, startTargetId: stId, createdByKeyId: scope.keyId, origin: "remote",
@@ -108,10 +109,19 @@ enum LifecycleHandlers {
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait)
     }
 
-    static func businessConflict(_ holder: String) -> DomainError {
-        DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
-                    message: "business_key/business_generation is already taken by target \(holder); start a new lifecycle with a new business_generation",
-                    details: ["target_id": .string(holder)])
+    /// `409 BUSINESS_GENERATION_CONFLICT`. The holder's id (message and `details.target_id`)
+    /// only when `visible`: the caller may read that target (a sender key covering it, the
+    /// installation owning it); otherwise the answer must not become an oracle mapping business
+    /// keys to other callers' targets (docs/security.md "Business keys").
+    static func businessConflict(_ holder: String, visible: Bool) -> DomainError {
+        guard visible else {
+            return DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
+                               message: "business_key/business_generation is already taken by another target; start a new lifecycle with a new business_generation",
+                               details: ["field": "business_generation"])
+        }
+        return DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
+                           message: "business_key/business_generation is already taken by target \(holder); start a new lifecycle with a new business_generation",
+                           details: ["target_id": .string(holder)])
     }
 
     /// Rule 8 quota: checks and reserves one unit of today's quota; returns the day.

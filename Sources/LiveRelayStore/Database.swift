@@ -20,14 +20,16 @@ public final class Database: Sendable {
     /// Retries on serialization failure/deadlock (see `PostgresPool.transaction`).
     public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
                           _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout)], body)
+        try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout),
+                                                ("statement_timeout", Database.statementTimeout)], body)
     }
 
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
     /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout)], body)
+        try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
+                                                ("statement_timeout", Database.statementTimeout)], body)
     }
 
     /// Runs the transaction with NOTIFYs deferred, then sends them after COMMIT in their own
@@ -56,10 +58,17 @@ public final class Database: Sendable {
     /// instead of holding a pool connection indefinitely.
     public static let lockTimeout = "10s"
 
+    /// How long any one statement of a transaction may run before PostgreSQL cancels it
+    /// (`statement_timeout`, SQLSTATE 57014; set locally in every transaction): a runaway
+    /// query costs one request an error instead of holding a connection and its locks
+    /// (docs/security.md "Database").
+    public static let statementTimeout = "30s"
+
     /// Sends `list` as one statement on a dedicated session with `synchronous_commit = off`
     /// (the commit does not wait for the WAL flush); failures are ignored (the notifications
-    /// are hints, see `run`).
-    public func sendNotifications(_ list: [(channel: String, payload: String)]) {
+    /// are hints, see `run`), after one retry on a fresh connection. Returns whether they went.
+    @discardableResult
+    public func sendNotifications(_ list: [(channel: String, payload: String)]) -> Bool {
         notifier.send(list)
     }
 }
@@ -109,22 +118,32 @@ final class Notifier: @unchecked Sendable {  // `conn` only under `lock`
 
     init(conninfo: String) { self.conninfo = conninfo }
 
-    func send(_ list: [(channel: String, payload: String)]) {
-        guard !list.isEmpty else { return }
+    /// Attempts per batch: a batch that fails (typically on a session the server dropped) is
+    /// sent again once on a fresh connection before it is given up (docs/security.md "Database").
+    static let attempts = 2
+
+    /// Sends the batch in one statement; returns whether it was sent.
+    @discardableResult
+    func send(_ list: [(channel: String, payload: String)]) -> Bool {
+        guard !list.isEmpty else { return true }
         lock.lock()
         defer { lock.unlock() }
-        do {
-            if conn == nil {
-                let c = try PostgresConnection(conninfo, connectTimeoutSeconds: 2)
-                try c.execute("SET synchronous_commit = off")
-                conn = c
+        let calls = list.indices.map { "pg_notify($\($0 * 2 + 1), $\($0 * 2 + 2))" }.joined(separator: ", ")
+        for _ in 0..<Self.attempts {
+            do {
+                if conn == nil {
+                    let c = try PostgresConnection(conninfo, connectTimeoutSeconds: 2)
+                    try c.execute("SET synchronous_commit = off")
+                    conn = c
+                }
+                try conn!.query("SELECT " + calls, list.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
+                return true
+            } catch {
+                conn?.close()
+                conn = nil
             }
-            let calls = list.indices.map { "pg_notify($\($0 * 2 + 1), $\($0 * 2 + 2))" }.joined(separator: ", ")
-            try conn!.query("SELECT " + calls, list.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
-        } catch {
-            conn?.close()
-            conn = nil
         }
+        return false
     }
 
     deinit { conn?.close() }
