@@ -49,14 +49,9 @@ final class ClientStream {
     var status = 0
     var headers: [(String, String)] = []
     var responseBody: [UInt8] = []
-    /// Set when the peer sent more than `maxResponseBodyBytes`: the stream is reset and the
-    /// request fails `.possiblyProcessed` (the peer did act on it).
+    /// Set when the peer sent more than the configuration's `maxResponseBodyBytes`: the stream
+    /// is reset and the request fails `.possiblyProcessed` (the peer did act on it).
     var responseTooLarge = false
-
-    /// Cap on every response body a client stream buffers (64 KiB): APNs and FCM answers are a
-    /// few hundred bytes, and a peer must not make us buffer without bound (docs/security.md
-    /// "Provider credentials").
-    static let maxResponseBodyBytes = 65_536
 
     init(_ pending: PendingRequest) {
         self.pending = pending
