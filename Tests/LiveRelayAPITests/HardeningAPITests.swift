@@ -197,7 +197,7 @@ final class HardeningAPITests: XCTestCase {
             "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]], as: w.installationCredential)
         XCTAssertEqual(local.errorCode, "TARGET_LIMIT", text(local))
         // An ended target frees its place.
-        try env.db.tenant(w.tenant.id) { c in
+        _ = try env.db.tenant(w.tenant.id) { c in
             try c.execute("UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = $2", [w.tenant.id, t1])
         }
         XCTAssertFalse(w.start().isEmpty)
@@ -308,7 +308,7 @@ final class HardeningAPITests: XCTestCase {
     func testReadyzSaysWhatIsWrongWithoutInternals() throws {
         env = try TestEnvironment.make()
         XCTAssertEqual(env.call("GET", "/readyz").status, 200)
-        try env.db.system { c in try c.execute("UPDATE schema_migrations SET sha256 = 'tampered' WHERE name LIKE '0001%'") }
+        _ = try env.db.system { c in try c.execute("UPDATE schema_migrations SET sha256 = 'tampered' WHERE name LIKE '0001%'") }
         let r = env.call("GET", "/readyz")
         XCTAssertEqual(r.status, 503)
         XCTAssertEqual(r["reason"]?.stringValue, "an applied migration differs from this build's migration files")
