@@ -10,6 +10,9 @@ import CShims
 public final class RSAPrivateKey: @unchecked Sendable {
     /// Smallest modulus accepted when parsing or generating (bits).
     public static let minimumBits = 2048
+    /// Largest modulus accepted when parsing (bits): larger keys only make every signature
+    /// slower (a 16384-bit RS256 signature costs ~100× a 2048-bit one); Google issues 2048.
+    public static let maximumBits = 4096
 
     let key: EVPKey
     /// The public half, derived once at construction.
@@ -23,11 +26,12 @@ public final class RSAPrivateKey: @unchecked Sendable {
     /// Parses an RSA private key PEM: PKCS#8 "BEGIN PRIVATE KEY" (Google service accounts;
     /// the JSON's `\n` escapes must already be decoded) or PKCS#1 "BEGIN RSA PRIVATE KEY".
     /// - Throws: `CryptoError` for unreadable or encrypted PEM, a non-RSA key ("not an RSA
-    ///   key"), or a modulus under 2048 bits.
+    ///   key"), or a modulus under 2048 or over 4096 bits.
     public init(pem: String) throws {
         let key = try EVPKey.readPrivate(pem: pem)
         guard key.isRSA else { throw CryptoError("not an RSA key") }
         guard key.bits >= RSAPrivateKey.minimumBits else { throw CryptoError("RSA key shorter than 2048 bits") }
+        guard key.bits <= RSAPrivateKey.maximumBits else { throw CryptoError("RSA key longer than 4096 bits") }
         self.key = key
         self.publicKey = RSAPublicKey(key: key.publicOnly())
     }

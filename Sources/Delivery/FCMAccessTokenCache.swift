@@ -4,6 +4,7 @@ import HTTP2
 import JSON
 import LiveRelayCore
 import Synchronization
+import Dispatch
 
 /// OAuth2 access tokens for FCM HTTP v1 (SPEC §8; Google "Using OAuth 2.0 for Server to Server
 /// Applications"): an RS256 JWT assertion `{iss: client_email, scope:
@@ -11,31 +12,53 @@ import Synchronization
 /// (header `{alg: RS256, typ: JWT, kid: private_key_id}`) POSTed form-encoded
 /// (`grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer&assertion=…`) to the service
 /// account's `token_uri`; the answer `{access_token, expires_in}` is cached until 5 minutes
-/// before it expires. One fetch at a time per service account: concurrent senders wait for it
-/// and share its token (100 sends → 1 token request).
+/// before it expires. Single-flight per service account: the first caller fetches while
+/// concurrent callers wait for its result (100 sends → 1 token request); no lock is held across
+/// the network request, and a failed fetch is remembered for `failureCacheSeconds` so a broken
+/// or slow token endpoint costs one request per interval, not one per push (docs/security.md
+/// "Provider credentials"). A `token_uri` outside `TokenURIPolicy` is never contacted.
 public final class FCMAccessTokenCache: Sendable {
     struct Key: Hashable, Sendable { let clientEmail: String; let fingerprint: String; let tokenURI: String }
     struct Entry { let token: String; let expiresAt: Date }
     struct Origin: Hashable, Sendable { let scheme: String; let host: String; let port: Int }
 
     /// Why no token could be had; the push itself was not sent.
-    enum Failure: Error {
+    enum Failure: Error, Sendable {
         /// The token endpoint could not be reached / did not answer.
         case transport(HTTP2Failure)
         /// The token endpoint answered without a token.
         case rejected(status: Int, error: String?, retryAfter: String?)
     }
 
+    /// One fetch in progress; followers block on `done` (no lock held) until the leader finishes.
+    final class Flight: Sendable {
+        let done = DispatchSemaphore(value: 0)
+        let result = Mutex<Result<String, Failure>?>(nil)
+        func finish(_ r: Result<String, Failure>) {
+            result.withLock { $0 = r }
+            done.signal()
+        }
+    }
+
+    struct State {
+        var entries: [Key: Entry] = [:]
+        var inflight: [Key: Flight] = [:]
+        var failures: [Key: (failure: Failure, until: Date)] = [:]
+    }
+
     public static let scope = "https://www.googleapis.com/auth/firebase.messaging"
     public static let grantType = "urn:ietf:params:oauth:grant-type:jwt-bearer"
     /// Tokens are used until this many seconds before `expires_in` ends.
     public static let refreshMarginSeconds: Double = 300
+    /// A failed token fetch answers every caller for this many seconds before the next try.
+    public static let failureCacheSeconds: Double = 5
+    /// Longest a caller waits for another caller's fetch, seconds (the fetch has its own timeouts).
+    static let followerBackstopSeconds: Double = 120
 
     let endpoints: ProviderEndpoints
     let metrics: ProviderMetrics
     let now: @Sendable () -> Date
-    private let entries = Mutex<[Key: Entry]>([:])
-    private let fetchLocks = Mutex<[Key: NSLock]>([:])
+    private let state = Mutex(State())
     private let pools = PoolSet<Origin>()
     private let requests = Atomic<Int>(0)
 
@@ -50,34 +73,59 @@ public final class FCMAccessTokenCache: Sendable {
     /// `replacing` to force a new one (unless another caller already replaced it).
     func accessToken(_ credential: FCMCredential, replacing rejected: String? = nil) throws(Failure) -> String {
         let key = Key(clientEmail: credential.clientEmail, fingerprint: credential.fingerprint, tokenURI: credential.tokenURI)
-        if let t = usable(key, rejected) { return t }
-        let lock = fetchLocks.withLock { l -> NSLock in
-            if let existing = l[key] { return existing }
-            let fresh = NSLock()
-            l[key] = fresh
-            return fresh
-        }
-        lock.lock()
-        defer { lock.unlock() }
-        if let t = usable(key, rejected) { return t }
-        let fetchedAt = now()
-        let (token, expiresIn) = try fetch(credential, at: fetchedAt)
-        let margin = min(Self.refreshMarginSeconds, expiresIn / 2)
-        entries.withLock { $0[key] = Entry(token: token, expiresAt: fetchedAt.addingTimeInterval(expiresIn - margin)) }
-        return token
-    }
-
-    private func usable(_ key: Key, _ rejected: String?) -> String? {
+        enum Role { case token(String), failed(Failure), follower(Flight), leader(Flight) }
         let t = now()
-        return entries.withLock { e in
-            guard let entry = e[key], t < entry.expiresAt, entry.token != rejected else { return nil }
-            return entry.token
+        let role = state.withLock { s -> Role in
+            if let e = s.entries[key], t < e.expiresAt, e.token != rejected { return .token(e.token) }
+            if let f = s.failures[key], t < f.until { return .failed(f.failure) }
+            if let flight = s.inflight[key] { return .follower(flight) }
+            let flight = Flight()
+            s.inflight[key] = flight
+            return .leader(flight)
+        }
+        switch role {
+        case .token(let token): return token
+        case .failed(let f): throw f
+        case .follower(let flight):
+            if flight.done.wait(timeout: .now() + Self.followerBackstopSeconds) == .timedOut {
+                throw .transport(.notProcessed(reason: "the access-token fetch of another sender did not finish in time"))
+            }
+            flight.done.signal()  // let the next follower through too
+            guard let r = flight.result.withLock({ $0 }) else { throw .transport(.notProcessed(reason: "no access-token result")) }
+            return try r.get()
+        case .leader(let flight):
+            let fetchedAt = now()
+            let result: Result<String, Failure>
+            do {
+                let (token, expiresIn) = try fetch(credential, at: fetchedAt)
+                let margin = min(Self.refreshMarginSeconds, expiresIn / 2)
+                let entry = Entry(token: token, expiresAt: fetchedAt.addingTimeInterval(expiresIn - margin))
+                state.withLock { s in
+                    s.entries[key] = entry
+                    s.failures[key] = nil
+                    s.inflight[key] = nil
+                }
+                result = .success(token)
+            } catch {
+                let until = now().addingTimeInterval(Self.failureCacheSeconds)
+                state.withLock { s in
+                    s.failures[key] = (error, until)
+                    s.inflight[key] = nil
+                }
+                result = .failure(error)
+            }
+            flight.finish(result)
+            return try result.get()
         }
     }
 
     private func fetch(_ c: FCMCredential, at date: Date) throws(Failure) -> (String, Double) {
         guard let url = URL(string: c.tokenURI), let scheme = url.scheme?.lowercased(), let host = url.host else {
             throw .rejected(status: 0, error: "invalid token_uri", retryAfter: nil)
+        }
+        // Stored before the upload check existed, or edited in the database: still never contacted.
+        guard TokenURIPolicy.allows(c.tokenURI, fcmURL: endpoints.fcmURL.absoluteString) else {
+            throw .rejected(status: 0, error: "token_uri not allowed", retryAfter: nil)
         }
         let iat = Int64(date.timeIntervalSince1970.rounded(.down))
         let assertion: String

@@ -17,6 +17,10 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// Idle time in seconds after which a PING (RFC 9113 §6.7) is sent; a PING not acknowledged
     /// within another interval marks the connection lost. 0 disables keepalive.
     public var pingIntervalSeconds: Double
+    /// Largest response body buffered per stream, bytes (default 64 KiB, enough for any APNs or
+    /// FCM answer): a longer body resets the stream and fails the request `.possiblyProcessed`
+    /// (docs/security.md "Provider credentials").
+    public var maxResponseBodyBytes = 65_536
 
     /// Creates a configuration; see the properties for units and meaning.
     public init(baseURL: URL, extraCAFile: String? = nil, connectTimeoutSeconds: Double = 10,

@@ -35,8 +35,15 @@ extension HTTP2Connection {
             }
             return 0
         }
-        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { _, _, streamID, data, len, user in
-            guard let data, let stream = HTTP2Connection.from(user).streams[streamID] else { return 0 }
+        nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks) { session, _, streamID, data, len, user in
+            let connection = HTTP2Connection.from(user)
+            guard let data, let stream = connection.streams[streamID], !stream.responseTooLarge else { return 0 }
+            guard stream.responseBody.count + len <= connection.configuration.maxResponseBodyBytes else {
+                stream.responseTooLarge = true
+                stream.responseBody = []
+                nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), streamID, NGHTTP2_CANCEL.rawValue)
+                return 0
+            }
             stream.responseBody.append(contentsOf: UnsafeBufferPointer(start: data, count: len))
             return 0
         }
@@ -93,7 +100,10 @@ extension HTTP2Connection {
     private func streamClosed(_ id: Int32, errorCode: UInt32) {
         guard let stream = streams.removeValue(forKey: id) else { return }
         shared.withLock { $0.openStreams = streams.count }
-        if errorCode == NGHTTP2_NO_ERROR.rawValue && stream.status >= 200 {
+        if stream.responseTooLarge {
+            stream.pending.complete(.failure(.possiblyProcessed(
+                reason: "stream \(id): response body over \(configuration.maxResponseBodyBytes) bytes")))
+        } else if errorCode == NGHTTP2_NO_ERROR.rawValue && stream.status >= 200 {
             stream.pending.complete(.success(HTTP2Response(status: stream.status, headers: stream.headers, body: stream.responseBody)))
         } else if let last = goawayLastStreamID, id > last {
             // nghttp2 closes these with REFUSED_STREAM itself; name the GOAWAY as the cause.

@@ -49,6 +49,9 @@ final class ClientStream {
     var status = 0
     var headers: [(String, String)] = []
     var responseBody: [UInt8] = []
+    /// Set when the peer sent more than the configuration's `maxResponseBodyBytes`: the stream
+    /// is reset and the request fails `.possiblyProcessed` (the peer did act on it).
+    var responseTooLarge = false
 
     init(_ pending: PendingRequest) {
         self.pending = pending

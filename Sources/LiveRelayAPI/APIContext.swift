@@ -24,9 +24,21 @@ public final class APIContext: Sendable {
     public let events: EventWaiter
     /// `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` (SPEC §8).
     public let defaultExpirationSeconds: Int
+    /// Per-tenant caps on installations and live targets (docs/security.md "Per-tenant caps").
+    public let limits: TenantLimits
+    /// `LIVERELAY_RETENTION_DAYS`, reported by capabilities (docs/security.md "Retention").
+    public let retentionDays: Int
+    /// `LIVERELAY_FCM_URL` (`https://fcm.googleapis.com` by default): an uploaded service
+    /// account's `token_uri` may be on this origin or Google's token endpoint, nothing else.
+    public let fcmURL: String
 
     public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
-                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, now: @escaping @Sendable () -> Date = Date.init) {
+                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, now: @escaping @Sendable () -> Date = Date.init,
+                limits: TenantLimits = TenantLimits(), retentionDays: Int = TenantLimits.defaultRetentionDays,
+                fcmURL: String = "https://fcm.googleapis.com") {
+        self.limits = limits
+        self.retentionDays = retentionDays
+        self.fcmURL = fcmURL
         self.events = events ?? EventWaiter(log: log)
         self.defaultExpirationSeconds = defaultExpirationSeconds
         self.db = db

@@ -153,14 +153,10 @@ enum DeviceHandlers {
         return .json(200, startTarget(st, platform: platform))
     }
 
-    /// Push tokens are hexadecimal on iOS; we accept URL-safe token characters
-    /// (`A–Z a–z 0–9 - _ . : ~`), since the token ends up in the APNs request path.
+    /// Push-to-start tokens are APNs device tokens: even-length hex (`APNsToken.check`),
+    /// else `400 INVALID_REQUEST` naming `token`.
     static func checkToken(_ token: String) throws {
-        let ok = token.utf8.allSatisfy { b in
-            (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
-                || b == UInt8(ascii: "-") || b == UInt8(ascii: "_") || b == UInt8(ascii: ".") || b == UInt8(ascii: ":") || b == UInt8(ascii: "~")
-        }
-        if !ok { throw DomainError.invalid("token", "token must consist of letters, digits and - _ . : ~ (a hexadecimal APNs token)") }
+        try APNsToken.check(token)
     }
 
     /// `sha256:` + the first 16 hex digits of SHA-256 of the token: enough to tell tokens

@@ -29,10 +29,11 @@ enum DeviceTargetHandlers {
             if inst.status == "retired" { throw InstallationHandlers.retiredError() }
             try TargetStore.lockBusiness(c, tenantId: me.tenant, key: r.businessKey, generation: r.businessGeneration)
             if let holder = try TargetStore.byBusiness(c, tenantId: me.tenant, key: r.businessKey, generation: r.businessGeneration) {
-                throw LifecycleHandlers.businessConflict(holder.id)
+                throw LifecycleHandlers.businessConflict(holder.id, visible: holder.installationId == me.id)
             }
             let pinned = try TargetStore.currentTemplate(c, tenantId: me.tenant, installationId: me.id, activityType: r.activityType)
             if let schema = pinned?.1 { try StateSchema.compile(schema).check(r.state) }
+            try TenantCapStore.check(c, tenantId: me.tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let targetId = Identifier.make(.target)
             try WriteRules.checkLocalStartSize(attributes: .object(["target_id": .string(targetId), "business_key": .string(r.businessKey)]),
                                                state: r.state)
@@ -68,7 +69,7 @@ enum DeviceTargetHandlers {
         let me = try InstallationHandlers.requireInstallation(ctx, req)
         var (r, _) = try Endpoint.reader(req)
         let token = try r.string("token", maxLength: 512)
-        guard token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { throw DomainError.invalid("token", "token must be printable ASCII (hex for APNs)") }
+        try APNsToken.check(token)  // update tokens are APNs tokens (Android targets take none)
         _ = try r.optionalString("idempotency_key", maxLength: 255)
         try r.finish()
         if me.retired { throw InstallationHandlers.retiredError() }

@@ -150,6 +150,8 @@ enum LifecycleHandlers {
                 reads += [WritePath.lockBusiness(tenantId: tenant, key: bk, generation: bg),
                           WritePath.businessHolder(tenantId: tenant, key: bk, generation: bg)]
             }
+            let capIndex = reads.count
+            reads.append(TenantCapStore.statement(tenantId: tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant))
             let r1 = try c.pipeline(reads)
             if let replay = try idem.replay(r1, at: 0) { return replay }
             guard let st = try WritePath.startTarget(result(r1, 1)) else { throw Endpoint.notFound("start target") }
@@ -168,7 +170,11 @@ enum LifecycleHandlers {
                                   details: ["field": "template_version", "current_template_version": .string(st.currentTemplateVersion)])
             }
             let alert = try WriteRules.requireStartAlert(s.alert)
-            if business != nil, let holder = try WritePath.holder(result(r1, 4)) { throw businessConflict(holder) }
+            if let (bk, bg) = business, try WritePath.holder(result(r1, 4)) != nil,
+               let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg) {
+                // The conflict path only: one more read to decide whether the caller may see the holder.
+                throw businessConflict(holder.id, visible: Coverage.covers(scope, holder.ownership))
+            }
             if let schemaJSON = st.schema {
                 try SchemaCache.shared.schema(tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion,
                                               json: schemaJSON).check(s.state)
@@ -178,6 +184,7 @@ enum LifecycleHandlers {
                 event: .start, targetId: targetId, revision: 1, templateVersion: st.currentTemplateVersion, state: s.state, alert: alert,
                 staleAt: s.options.staleAt, relevanceScore: s.options.relevanceScore, dismissAt: nil,
                 attributesType: st.attributesType, businessKey: s.businessKey), now: now)
+            try TenantCapStore.evaluate(result(r1, capIndex), .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 2)), exact: exactQuota, now: now)
             // Round trip 2: the target, its start operation, the quota re-check.
             var writes = [
@@ -202,10 +209,19 @@ enum LifecycleHandlers {
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
-    static func businessConflict(_ holder: String) -> DomainError {
-        DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
-                    message: "business_key/business_generation is already taken by target \(holder); start a new lifecycle with a new business_generation",
-                    details: ["target_id": .string(holder)])
+    /// `409 BUSINESS_GENERATION_CONFLICT`. The holder's id (message and `details.target_id`)
+    /// only when `visible`: the caller may read that target (a sender key covering it, the
+    /// installation owning it); otherwise the answer must not become an oracle mapping business
+    /// keys to other callers' targets (docs/security.md "Business keys").
+    static func businessConflict(_ holder: String, visible: Bool) -> DomainError {
+        guard visible else {
+            return DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
+                               message: "business_key/business_generation is already taken by another target; start a new lifecycle with a new business_generation",
+                               details: ["field": "business_generation"])
+        }
+        return DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
+                           message: "business_key/business_generation is already taken by target \(holder); start a new lifecycle with a new business_generation",
+                           details: ["target_id": .string(holder)])
     }
 
     /// Round trip 1 of update and end: the locked target with its platform, its queued

@@ -53,17 +53,20 @@ enum MasterKeyHandlers {
         let grace = try r.optionalInt("expires_in_seconds", 0...maxGraceSeconds) ?? 0
         _ = try r.optionalString("idempotency_key", maxLength: 255)
         try r.finish()
-        let k = try ctx.db.tenant(tenant) { c -> MasterKeyRecord in
+        let (k, dbNow) = try ctx.db.tenant(tenant) { c -> (MasterKeyRecord, Date) in
             let unrevoked = try KeyStore.lockUnrevokedMasterKeyIds(c, tenantId: tenant)
             guard let existing = try KeyStore.masterKey(c, tenantId: tenant, id: id, forUpdate: true) else { throw Endpoint.notFound("master key") }
-            let expires = ctx.now().addingTimeInterval(Double(grace))
+            // The database's clock decides (it is the one credential checks compare with), so
+            // "revoke now" takes effect now even when this node's clock runs ahead.
+            let dbNow = try KeyStore.databaseNow(c)
+            let expires = dbNow.addingTimeInterval(Double(grace))
             if unrevoked.contains(id) {
                 if unrevoked == [id] {
                     throw DomainError(status: 409, code: "LAST_MASTER_KEY",
                                       message: "this is the tenant's last active master key; create another before revoking it")
                 }
             } else if !(existing.expiresAt.map { $0 > expires } ?? false) {
-                return existing  // already revoked, stopping no later than asked: idempotent
+                return (existing, dbNow)  // already revoked, stopping no later than asked: idempotent
             }
             // New revocation, or one that cuts a running grace period short (a key found leaked
             // mid-rotation must be stoppable at once); a later expiry never extends an earlier one.
@@ -71,9 +74,9 @@ enum MasterKeyHandlers {
             try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "master_key.revoke", objectType: "master_key",
                                   objectId: id, requestId: req.requestId, details: ["expires_in_seconds": .int(grace)])
             try CredentialLookup.announceInvalidation(c, subject: id)
-            return k
+            return (k, dbNow)
         }
-        return .json(200, Encode.masterKey(k, now: ctx.now()))
+        return .json(200, Encode.masterKey(k, now: dbNow))
     }
 
     /// `POST /v1/publishable-keys {app_id, platform, label?, idempotency_key?}` → 201 with the credential.

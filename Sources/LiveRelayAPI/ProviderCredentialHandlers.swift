@@ -86,13 +86,15 @@ enum ProviderCredentialHandlers {
             throw DomainError.invalid("service_account.client_email", "service_account.client_email must be the service account's e-mail address")
         }
         let tokenURI = try sa.string("token_uri", maxLength: 2048)
-        guard let u = URL(string: tokenURI), u.scheme?.lowercased() == "https", let host = u.host, !host.isEmpty else {
-            throw DomainError.invalid("service_account.token_uri", "service_account.token_uri must be an https URL (e.g. https://oauth2.googleapis.com/token)")
+        guard let u = URL(string: tokenURI), u.scheme?.lowercased() == "https" || u.scheme?.lowercased() == "http",
+              let host = u.host, !host.isEmpty, TokenURIPolicy.allows(tokenURI, fcmURL: ctx.fcmURL) else {
+            throw DomainError.invalid("service_account.token_uri",
+                                      "service_account.token_uri must be Google's token endpoint \(TokenURIPolicy.googleTokenURI) (or a URL on the configured FCM origin)")
         }
         // Other members of the Google key file (client_id, auth_uri, …) are accepted and not stored.
         let key: RSAPrivateKey
         do { key = try RSAPrivateKey(pem: pem) } catch {
-            throw DomainError.invalid("service_account.private_key", "service_account.private_key must be an RSA private key PEM of at least 2048 bits (\(reason(error)))")
+            throw DomainError.invalid("service_account.private_key", "service_account.private_key must be an RSA private key PEM of 2048 to 4096 bits (\(reason(error)))")
         }
         let fingerprint = key.publicKey.fingerprint
         let sealed = try ProviderCredentialStore.sealPrivateKey(key.pkcs8PEM, kek: ctx.kek, tenantId: tenant, provider: "fcm", environment: nil)

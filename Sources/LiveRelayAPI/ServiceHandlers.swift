@@ -13,7 +13,8 @@ enum ServiceHandlers {
         r.add("GET", "/metrics") { _ in
             .text(200, ctx.metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
-        let caps = Capabilities.document(defaultExpirationSeconds: defaultExpirationSeconds)
+        let caps = Capabilities.document(defaultExpirationSeconds: defaultExpirationSeconds, limits: ctx.limits,
+                                         retentionDays: ctx.retentionDays)
         r.add("GET", "/v1/remote-updates/capabilities") { req in
             try Endpoint.run(ctx, req) {
                 _ = try ctx.auth.authenticate(req)  // any valid credential
@@ -38,10 +39,25 @@ enum ServiceHandlers {
                     return .json(503, ["status": "not_ready", "reason": "migrations pending", "pending": .array(pending.map(JSONValue.string))])
                 }
             } catch {
-                return .json(503, ["status": "not_ready", "reason": .string("migrations: \(error)")])
+                // The error text may name files and SQL: it goes to the log, not to this
+                // unauthenticated response.
+                ctx.log.warning("readyz: cannot compare migrations", ["error": .string("\(error)")])
+                return .json(503, ["status": "not_ready", "reason": .string(readyzReason(error))])
             }
         }
         return .json(200, ["status": "ready"])
+    }
+}
+
+extension ServiceHandlers {
+    /// What `/readyz` says about a failed migration check: what is wrong, in words an
+    /// operator can act on, without file names, SQL or server messages (those are logged).
+    static func readyzReason(_ error: Error) -> String {
+        switch error as? MigrationError {
+        case .modified?: return "an applied migration differs from this build's migration files"
+        case .missing?: return "the database has a migration this build does not know (a newer schema?)"
+        default: return "migrations could not be checked"
+        }
     }
 }
 

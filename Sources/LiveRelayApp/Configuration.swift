@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import LiveRelayCore
 
 /// Every setting of a LiveRelay process, read from the environment in one place (SPEC §9)
 /// and validated before anything starts.
@@ -18,6 +19,10 @@ import Logging
 /// | `LIVERELAY_HOME` | `home` (embedded cluster, KEK file) | `./.liverelay` |
 /// | `LIVERELAY_HTTP_THREADS` | `httpThreads` | 16 |
 /// | `LIVERELAY_DB_POOL_SIZE` | `databasePoolSize` | 20 |
+/// | `LIVERELAY_ALLOW_PRIVILEGED_ROLE` | `allowPrivilegedRole` (`1`: run with a SUPERUSER/BYPASSRLS role) | unset |
+/// | `LIVERELAY_MAX_INSTALLATIONS_PER_TENANT` | `limits.maxInstallationsPerTenant` | 1,000,000 |
+/// | `LIVERELAY_MAX_LIVE_TARGETS_PER_TENANT` | `limits.maxLiveTargetsPerTenant` | 100,000 |
+/// | `LIVERELAY_RETENTION_DAYS` | `retentionDays` (terminal targets and their operations) | 30 |
 public struct Configuration: Sendable {
     public var databaseURL: String?
     public var listenHost: String
@@ -35,6 +40,14 @@ public struct Configuration: Sendable {
     public var home: URL
     public var httpThreads: Int
     public var databasePoolSize: Int
+    /// `LIVERELAY_ALLOW_PRIVILEGED_ROLE=1`: start even when the database role is SUPERUSER or
+    /// BYPASSRLS (row-level security then does not apply; docs/security.md "Database").
+    public var allowPrivilegedRole = false
+    /// Per-tenant row caps (docs/security.md "Per-tenant caps").
+    public var limits = TenantLimits()
+    /// Days a terminal target and its operations are kept before maintenance purges them
+    /// (docs/security.md "Retention").
+    public var retentionDays = TenantLimits.defaultRetentionDays
 
     /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
     public static func load(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
@@ -99,10 +112,19 @@ public struct Configuration: Sendable {
         let home = URL(fileURLWithPath: nonEmpty("LIVERELAY_HOME") ?? ".liverelay",
                        relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL
 
+        let maxInstallations = int("LIVERELAY_MAX_INSTALLATIONS_PER_TENANT", TenantLimits.defaultMaxInstallations, 1...1_000_000_000)
+        let maxLiveTargets = int("LIVERELAY_MAX_LIVE_TARGETS_PER_TENANT", TenantLimits.defaultMaxLiveTargets, 1...1_000_000_000)
+        let retentionDays = int("LIVERELAY_RETENTION_DAYS", TenantLimits.defaultRetentionDays, 1...3650)
+        let allowPrivileged = env["LIVERELAY_ALLOW_PRIVILEGED_ROLE"] == "1"
+
         if !problems.isEmpty { throw ConfigurationError(problems: problems) }
-        return Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
+        var config = Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
                              apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
                              logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
+        config.allowPrivilegedRole = allowPrivileged
+        config.limits = TenantLimits(maxInstallationsPerTenant: maxInstallations, maxLiveTargetsPerTenant: maxLiveTargets)
+        config.retentionDays = retentionDays
+        return config
     }
 }
 

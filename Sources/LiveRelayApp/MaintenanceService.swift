@@ -1,10 +1,11 @@
 import Foundation
 import JSON
+import LiveRelayCore
 import LiveRelayStore
 import Logging
 
-/// The maintenance service of `liverelay serve` (SPEC §3, §6, §9): runs the template-version GC
-/// and the purge of expired idempotency records
+/// The maintenance service of `liverelay serve` (SPEC §3, §6, §9): runs the template-version GC,
+/// the purge of expired idempotency records and the retention purge of terminal targets
 /// every `interval` on its own thread, logging each version it removed and a summary, until
 /// `stop()` (which waits for a pass in progress). The first pass runs one interval after start.
 ///
@@ -14,6 +15,9 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     let log: Logger
     let interval: TimeInterval
     let now: @Sendable () -> Date
+    /// `LIVERELAY_RETENTION_DAYS`: terminal targets and their operations are purged this many
+    /// days after they ended (docs/security.md "Retention").
+    let retentionDays: Int
     private let condition = NSCondition()
     private var stopping = false
     private var running = false
@@ -29,7 +33,8 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     }
 
     init(db: Database, log: Logger, interval: TimeInterval = MaintenanceService.intervalFromEnvironment(),
-         now: @escaping @Sendable () -> Date = Date.init) {
+         retentionDays: Int = TenantLimits.defaultRetentionDays, now: @escaping @Sendable () -> Date = Date.init) {
+        self.retentionDays = retentionDays
         self.db = db
         self.log = log
         self.interval = interval
@@ -85,6 +90,24 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         }
     }
 
+    /// Purges terminal targets, their operations and old idempotency records past retention
+    /// (docs/security.md "Retention"); logs what went. Returns the counts (nil on failure).
+    @discardableResult
+    func purgeRetention() -> PurgeCounts? {
+        do {
+            let n = try RetentionStore.purge(db, retentionDays: retentionDays)
+            if n != PurgeCounts() {
+                log.info("retention purge", ["targets": .int(Int64(n.targets)), "operations": .int(Int64(n.operations)),
+                                             "idempotency_records": .int(Int64(n.idempotencyRecords)),
+                                             "retention_days": .int(Int64(retentionDays))])
+            }
+            return n
+        } catch {
+            log.error("retention purge failed", ["error": .string("\(error)")])
+            return nil
+        }
+    }
+
     /// One GC pass: deletes every collectable template version, logs each and a summary.
     /// Returns what it removed.
     @discardableResult
@@ -97,6 +120,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
             for v in removed { log.info("gc: template version removed", GCCommand.json(v, dryRun: false).objectValue ?? [:]) }
             log.info("gc: pass finished", ["removed": .int(Int64(removed.count)), "bytes": .int(removed.reduce(0) { $0 + $1.bytes })])
             purgeIdempotencyRecords()
+            purgeRetention()
             return removed
         } catch {
             log.error("gc: pass failed", ["error": .string("\(error)")])

@@ -1,6 +1,7 @@
 import Foundation
 import Crypto
 import Logging
+import LiveRelayStore
 import Postgres
 
 /// Resolved database, key-encryption key and migrations for one process: the embedded
@@ -32,8 +33,19 @@ final class Runtime {
     }
 
     /// Opens a pool and applies pending migrations.
+    /// Refuses (ConfigurationError, one line) a SUPERUSER or BYPASSRLS role unless
+    /// `LIVERELAY_ALLOW_PRIVILEGED_ROLE=1` (docs/security.md "Database").
     func openDatabase(poolSize: Int) throws -> PostgresPool {
         let pool = PostgresPool(conninfo: conninfo, maxConnections: poolSize, acquireTimeoutSeconds: 5)
+        let role = try RolePrivileges.of(pool)
+        if let refusal = role.refusal {
+            if config.allowPrivilegedRole {
+                log.warning("running with a privileged database role (LIVERELAY_ALLOW_PRIVILEGED_ROLE=1)", ["role": .string(role.role)])
+            } else {
+                pool.close()
+                throw ConfigurationError(problems: [refusal])
+            }
+        }
         let applied = try migrator.migrate(pool: pool) { line in self.log.info(line) }
         if !applied.isEmpty { log.info("migrations applied", ["names": .array(applied.map { .string($0) })]) }
         return pool

@@ -30,13 +30,15 @@ enum ServeCommand {
         let events = EventWaiter(log: log.with(["component": "events"]))
         events.start(conninfo: rt.conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
-                             events: events, defaultExpirationSeconds: config.defaultExpirationSeconds)
+                             events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
+                             limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
         let server = HTTPServer(configuration: httpConfig, router: router, metrics: metrics, log: { line in log.raw(line) })
         try server.start()
-        let maintenance = log.context["component"] == "api" ? nil : MaintenanceService(db: db, log: log.with(["component": "maintenance"]))
+        let maintenance = log.context["component"] == "api" ? nil : MaintenanceService(db: db, log: log.with(["component": "maintenance"]),
+                                                                                                   retentionDays: config.retentionDays)
         maintenance?.start()
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?

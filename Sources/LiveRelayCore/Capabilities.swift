@@ -6,8 +6,10 @@ public enum Capabilities {
     /// Version of the remote-update protocol this server speaks.
     public static let protocolVersion = "2026-10-01"
 
-    /// The whole capabilities document.
-    public static func document(defaultExpirationSeconds: Int) -> JSONValue {
+    /// The whole capabilities document. `limits` and `retentionDays` are the deployment's
+    /// per-tenant caps and retention (docs/security.md "Per-tenant caps", "Retention").
+    public static func document(defaultExpirationSeconds: Int, limits: TenantLimits = TenantLimits(),
+                                retentionDays: Int = TenantLimits.defaultRetentionDays) -> JSONValue {
         func i(_ v: Int) -> JSONValue { .int(Int64(v)) }
         return .object([
             "protocol_version": .string(protocolVersion),
@@ -41,6 +43,9 @@ public enum Capabilities {
                 "template_collectable_after_seconds": i(7 * 86400),
                 "activity_lifetime_seconds": i(8 * 3600),
                 "activity_removal_seconds": i(12 * 3600),
+                "installations_per_tenant": i(limits.maxInstallationsPerTenant),
+                "live_targets_per_tenant": i(limits.maxLiveTargetsPerTenant),
+                "retention_days": i(retentionDays),
             ]),
             "delivery": .object([
                 "apns_push_type": "liveactivity",

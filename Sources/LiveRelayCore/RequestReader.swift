@@ -97,11 +97,17 @@ public struct RequestReader {
         return d
     }
 
-    /// An optional RFC 3339 timestamp (SPEC §3), normalised to UTC.
+    /// An optional RFC 3339 timestamp (SPEC §3), normalised to UTC. Instants before
+    /// 1970-01-01T00:00:00Z or from 10000-01-01T00:00:00Z on (after normalising the offset) are
+    /// refused with `400 INVALID_REQUEST` naming the field: PostgreSQL and APNs (whole epoch
+    /// seconds below 10^10) cannot take them (docs/security.md "Input bounds").
     public mutating func optionalTimestamp(_ key: String) throws -> Date? {
         guard let v = raw(key) else { return nil }
         guard case .string(let s) = v, let d = Timestamp.parse(s) else {
             throw DomainError.invalid(field(key), "\(field(key)) must be an RFC 3339 timestamp such as 2026-10-18T13:00:00.000Z")
+        }
+        guard Timestamp.isInSupportedRange(d) else {
+            throw DomainError.invalid(field(key), "\(field(key)) must lie between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
         }
         return d
     }

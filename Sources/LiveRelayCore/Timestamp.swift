@@ -48,6 +48,16 @@ public enum Timestamp {
         return Date(timeIntervalSince1970: secs)
     }
 
+    /// First instant not accepted as input: 10000-01-01T00:00:00Z, epoch seconds.
+    public static let supportedEndEpochSeconds: Double = 253_402_300_800
+
+    /// True for instants from 1970-01-01T00:00:00Z (inclusive) to 10000-01-01T00:00:00Z
+    /// (exclusive): the input range of every time field (docs/security.md "Input bounds").
+    public static func isInSupportedRange(_ date: Date) -> Bool {
+        let t = date.timeIntervalSince1970
+        return t >= 0 && t < supportedEndEpochSeconds
+    }
+
     /// `2026-10-18T13:00:00.000Z`: UTC, milliseconds truncated toward the past.
     public static func format(_ date: Date) -> String {
         let totalMs = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))

@@ -20,14 +20,16 @@ public final class Database: Sendable {
     /// Retries on serialization failure/deadlock (see `PostgresPool.transaction`).
     public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
                           _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout)], body)
+        try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout),
+                                                ("statement_timeout", Database.statementTimeout)], body)
     }
 
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
     /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout)], body)
+        try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
+                                                ("statement_timeout", Database.statementTimeout)], body)
     }
 
     /// Runs the transaction with NOTIFYs deferred, then queues them for the notifier, which
@@ -57,6 +59,12 @@ public final class Database: Sendable {
     /// (`lock_timeout`): a request that waited this long is answered with a retryable error
     /// instead of holding a pool connection indefinitely.
     public static let lockTimeout = "10s"
+
+    /// How long any one statement of a transaction may run before PostgreSQL cancels it
+    /// (`statement_timeout`, SQLSTATE 57014; set locally in every transaction): a runaway
+    /// query costs one request an error instead of holding a connection and its locks
+    /// (docs/security.md "Database").
+    public static let statementTimeout = "30s"
 
     /// Queues `list` for the notifier thread, which sends it (coalesced with other requests'
     /// notifications, duplicates dropped) on a dedicated session with `synchronous_commit = off`;

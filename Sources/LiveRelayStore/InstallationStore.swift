@@ -32,11 +32,13 @@ public struct InstallationRecord: Sendable, Equatable {
 public enum InstallationStore {
     static let columns = "tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token, status, created_at, retired_at"
 
-    /// The active installation for (app, platform, install_id), locked for update.
+    /// The active installation for (app, platform, install_id), locked for update; `install_id`
+    /// is compared case-insensitively (canonical lowercase UUID form; rows stored before
+    /// registrations were canonicalised may hold upper case).
     public static func activeByInstallId(_ c: PostgresConnection, tenantId: String, appId: String, platform: String, installId: String) throws -> InstallationRecord? {
         try c.query("""
             SELECT \(columns) FROM installations
-             WHERE tenant_id = $1 AND app_id = $2 AND platform = $3 AND install_id = $4 AND status = 'active' FOR UPDATE
+             WHERE tenant_id = $1 AND app_id = $2 AND platform = $3 AND lower(install_id) = lower($4) AND status = 'active' FOR UPDATE
             """, [tenantId, appId, platform, installId]).first.map(InstallationRecord.init(row:))
     }
 

@@ -113,6 +113,12 @@ public enum KeyStore {
             """, [tenantId]).map { try $0.string("id") }
     }
 
+    /// The database's clock (`now()`, the transaction's start time): the one clock every
+    /// credential expiry is compared with (docs/security.md "Clocks").
+    public static func databaseNow(_ c: PostgresConnection) throws -> Date {
+        try c.query("SELECT now() AS now")[0].date("now")
+    }
+
     /// Revokes master key `id` now or at `expiresAt` (grace period); keeps an earlier expiry.
     public static func revokeMasterKey(_ c: PostgresConnection, tenantId: String, id: String, expiresAt: Date) throws -> MasterKeyRecord? {
         try c.query("""

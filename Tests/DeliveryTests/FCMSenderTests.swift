@@ -99,6 +99,7 @@ final class FCMSenderTests: XCTestCase {
         h.sandbox.addFault(SandboxFault(provider: "oauth", status: 503, retryAfter: 2, times: 1))
         XCTAssertEqual(h.sender.send(h.androidPush()), .outcome(.retry(after: 2)))
         XCTAssertEqual(h.sandbox.stats.fcmRequests, 0)
+        h.clock.advance(FCMAccessTokenCache.failureCacheSeconds)  // the failure is remembered that long
         assertAccepted(h.sender.send(h.androidPush()))
         if case .noCredentials = h.sender.send(h.androidPush(tenant: "ten_nobody")) {} else { XCTFail("no FCM credential") }
     }

@@ -80,7 +80,8 @@ final class EndToEndHarness: @unchecked Sendable {
         auth.startInvalidationListener(conninfo: conninfo)
         events = EventWaiter(log: log)
         events.start(conninfo: conninfo)
-        let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events)
+        let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
+                             fcmURL: sandbox.baseURL)  // as `serve` with the sandbox's env: its token_uri is on this origin
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                            router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
         try server.start()

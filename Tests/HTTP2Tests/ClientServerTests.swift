@@ -53,7 +53,9 @@ final class ClientServerTests: XCTestCase {
     func testLargeBodiesRoundTripThroughFlowControl() throws {
         let server = try startServer()
         defer { server.stop() }
-        let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
+        var config = clientConfiguration(port: server.port)
+        config.maxResponseBodyBytes = 4 * 1024 * 1024  // the echo answers with the 3 MiB body
+        let connection = try HTTP2Connection(configuration: config)
         defer { connection.close() }
         let body = SecureRandom.bytes(3 * 1024 * 1024 + 17)
         let response = try connection.send(HTTP2Request(method: "POST", path: "/big", body: body))

@@ -38,17 +38,23 @@ final class TenancyInstallationTests: TenancyTestCase {
         XCTAssertEqual(replay.raw, first.raw)
         XCTAssertTrue(works(c1))
 
-        // Another request for the same install_id: same installation, new credential, old one
-        // valid 5 more minutes.
+        // Another request for the same install_id: 409 INSTALLATION_EXISTS, nothing changed and
+        // no credential (anyone holding the public publishable key could send it).
         var changed = body.objectValue!
         changed["environment"] = "production"
-        let reregistered = call("POST", "/v1/installations", .object(changed), as: t.publishable)
-        XCTAssertEqual(reregistered.status, 200, reregistered.text)
-        XCTAssertNil(reregistered.headers["idempotent-replayed"])
-        XCTAssertEqual(reregistered["installation_id"]?.stringValue, installation)
-        let c2 = try XCTUnwrap(reregistered["credential"]?.stringValue)
+        let taken = call("POST", "/v1/installations", .object(changed), as: t.publishable)
+        XCTAssertEqual(taken.status, 409, taken.text)
+        XCTAssertEqual(taken.errorCode, "INSTALLATION_EXISTS")
+        XCTAssertNil(taken["credential"])
+        XCTAssertNil(try secondsLeft(c1), "the installation's own credential keeps working, unexpired")
+        XCTAssertEqual(try env.db.system { c in try c.query("SELECT environment FROM installations WHERE id = $1", [installation])[0].string("environment") },
+                       "sandbox", "nothing changed")
+
+        // The installation renews with its own credential: the old one valid 5 more minutes.
+        let first2 = call("POST", "/v1/installations/\(installation)/credential/renew", [:], as: c1)
+        XCTAssertEqual(first2.status, 201, first2.text)
+        let c2 = try XCTUnwrap(first2["credential"]?.stringValue)
         XCTAssertNotEqual(c2, c1)
-        XCTAssertEqual(reregistered["environment"]?.stringValue, "production", "a re-registration updates the installation")
         XCTAssertTrue(works(c2))
         XCTAssertTrue(works(c1), "the previous credential works during its grace period")
         let left1 = try XCTUnwrap(try secondsLeft(c1))
@@ -91,9 +97,9 @@ final class TenancyInstallationTests: TenancyTestCase {
 
         // Registering the same install_id again (even with the very first request's body)
         // makes a NEW installation: a late request cannot attach to the retired connection.
-        for b in [body, .object(changed)] {
+        for b in [body] {
             let again = call("POST", "/v1/installations", b, as: t.publishable)
-            XCTAssertTrue([200, 201].contains(again.status), again.text)
+            XCTAssertEqual(again.status, 201, again.text)
             XCTAssertNil(again.headers["idempotent-replayed"], "no replay of the retired installation's registration")
             let newId = try XCTUnwrap(again["installation_id"]?.stringValue)
             XCTAssertNotEqual(newId, installation)
@@ -101,8 +107,10 @@ final class TenancyInstallationTests: TenancyTestCase {
             let cred = try XCTUnwrap(again["credential"]?.stringValue)
             XCTAssertEqual(call("POST", "/v1/installations/\(newId)/credential/renew", [:], as: cred).status, 201)
         }
+        XCTAssertEqual(call("POST", "/v1/installations", .object(changed), as: t.publishable).errorCode, "INSTALLATION_EXISTS",
+                       "the new installation is not taken over either")
         let active = try env.db.system { c in
-            try c.query("SELECT id FROM installations WHERE install_id = $1 AND status = 'active'", [installId]).map { try $0.string("id") }
+            try c.query("SELECT id FROM installations WHERE lower(install_id) = lower($1) AND status = 'active'", [installId]).map { try $0.string("id") }
         }
         XCTAssertEqual(active.count, 1)
     }

@@ -1,0 +1,43 @@
+import Foundation
+import JSON
+
+/// Per-tenant bounds on rows a tenant's clients can create, and how long finished rows are
+/// kept (docs/security.md "Per-tenant caps", "Retention"). Reported by capabilities.
+public struct TenantLimits: Sendable, Equatable {
+    /// Default of `LIVERELAY_MAX_INSTALLATIONS_PER_TENANT`: active installations per tenant.
+    public static let defaultMaxInstallations = 1_000_000
+    /// Default of `LIVERELAY_MAX_LIVE_TARGETS_PER_TENANT`: targets per tenant whose status is
+    /// not terminal (`ended`, `creation_failed`).
+    public static let defaultMaxLiveTargets = 100_000
+    /// Default of `LIVERELAY_RETENTION_DAYS`.
+    public static let defaultRetentionDays = 30
+
+    /// Most active (not retired) installations one tenant may have.
+    public var maxInstallationsPerTenant: Int
+    /// Most live (non-terminal) targets one tenant may have.
+    public var maxLiveTargetsPerTenant: Int
+
+    public init(maxInstallationsPerTenant: Int = TenantLimits.defaultMaxInstallations,
+                maxLiveTargetsPerTenant: Int = TenantLimits.defaultMaxLiveTargets) {
+        self.maxInstallationsPerTenant = maxInstallationsPerTenant
+        self.maxLiveTargetsPerTenant = maxLiveTargetsPerTenant
+    }
+
+    /// The cap error, in the style of `409 CHANNEL_LIMIT`: `409 INSTALLATION_LIMIT` (resource
+    /// `installations`) or `409 TARGET_LIMIT` (resource `live_targets`), with `details.limit`
+    /// (the cap), `details.actual` (rows already there) and `details.resource`. The tenant must
+    /// retire installations or end targets first; retrying unchanged does not help.
+    public static func exceeded(_ resource: Resource, limit: Int, actual: Int) -> DomainError {
+        DomainError(status: 409, code: resource == .installations ? "INSTALLATION_LIMIT" : "TARGET_LIMIT",
+                    message: "this tenant already has \(actual) \(resource == .installations ? "active installations" : "live targets"), its limit is \(limit); \(resource == .installations ? "disconnect" : "end") some first",
+                    details: ["resource": .string(resource.rawValue), "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
+    }
+
+    /// What a cap counts.
+    public enum Resource: String, Sendable {
+        /// Active (not retired) installations.
+        case installations
+        /// Targets not `ended`/`creation_failed`.
+        case liveTargets = "live_targets"
+    }
+}
