@@ -20,6 +20,7 @@ public enum LiveRelayMain {
       admin      operator tasks straight on the database (see `liverelay admin --help`)
       remote     a client of the sender API for scripts (see `liverelay remote --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
+      doctor     check configuration, database role, migrations, KEK, clock and provider credentials
       sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
       simulate-device  one app installation receiving pushes from the sandbox (see `liverelay simulate-device --help`)
       version    print the version
@@ -44,6 +45,8 @@ public enum LiveRelayMain {
             exit(0)
         case "remote":
             exit(RemoteCommand.main(rest))
+        case "doctor":
+            exit(DoctorCommand.main(rest))
         case "serve", "api", "worker", "migrate", "admin", "gc":
             break
         case "sandbox":
@@ -123,8 +126,10 @@ public enum LiveRelayMain {
 
             Runs the dispatcher (claims queued operations, sends them to APNs/FCM, rescues expired leases,
             expires operations, ends activities after 8 h) until SIGTERM/SIGINT. Any number of workers may
-            share one DATABASE_URL. LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
-            LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it.
+            share one DATABASE_URL. It also runs the maintenance service (template-version GC, idempotency
+            purge). LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
+            LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it. LIVERELAY_METRICS_LISTEN=host:port
+            serves /metrics, /healthz and /readyz (default: none).
             """)
         case "migrate":
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
@@ -132,6 +137,8 @@ public enum LiveRelayMain {
             print(AdminCommand.usage)
         case "remote":
             print(RemoteCommand.usage)
+        case "doctor":
+            print(DoctorCommand.usage)
         case "gc":
             print(GCCommand.usage)
         case "sandbox":
