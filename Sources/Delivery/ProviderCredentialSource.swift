@@ -109,7 +109,7 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
     let db: Database
     let kek: AESGCM
     let log: Logger
-    let ttlSeconds: Double
+    public let ttlSeconds: Double
     let flushIntervalSeconds: Double
     let now: @Sendable () -> Date
     private let cache = Mutex<[String: Entry]>([:])

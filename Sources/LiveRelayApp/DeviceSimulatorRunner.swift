@@ -239,19 +239,13 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
             if let r = v["run_id"]?.stringValue { runId = r }
             pushes += (v["data"]?.arrayValue ?? []).compactMap(DevicePush.init(sandboxDelivery:))
         }
-        var cursors = s.cursors
+        let (cursors, restarted) = DeviceSimulator.cursors(s.cursors, recordedRun: s.sandboxRunId, currentRun: runId)
         if let runId, runId != s.sandboxRunId {
-            // A restarted sandbox numbers its deliveries from 1 again: cursors of the old run
-            // would hide every new push. (A state file without a run id adopts the current one.)
-            let restarted = s.sandboxRunId != nil
             mutate { sim in
-                if restarted { sim.state.cursors = [:] }
+                sim.state.cursors = cursors
                 sim.state.sandboxRunId = runId
             }
-            if restarted {
-                cursors = [:]
-                output("sandbox restarted (run \(runId)): reading its delivery log from the start")
-            }
+            if restarted { output("sandbox restarted (run \(runId)): reading its delivery log from the start") }
             try save()
         }
         let pending = DeviceSimulator.pending(pushes, cursors: cursors)

@@ -102,6 +102,9 @@ public enum LiveRelayMain {
         } catch let e as UsageError {
             FileHandle.standardError.write(Data("liverelay \(command): \(e.message)\nsee `liverelay \(command) --help`\n".utf8))
             exit(2)
+        } catch let e as ConfigurationError {
+            FileHandle.standardError.write(Data("\(e)\n".utf8))  // one line per problem, like Configuration.load's
+            exit(2)
         } catch {
             log.error("\(command) failed", ["error": .string("\(error)")])
             FileHandle.standardError.write(Data("liverelay \(command): \(error)\n".utf8))
