@@ -115,10 +115,24 @@ enum DoctorCommand {
         report.add(.ok, "configuration", "database \(database); API \(config.listenHost):\(config.listenPort); "
                    + "APNs \(config.apnsProductionURL) / \(config.apnsSandboxURL); FCM \(config.fcmURL)")
 
-        // 2. database
+        // 2. database (doctor creates nothing: no new embedded cluster, no new KEK file)
         let log = Logger(minimum: .error, sink: { _ in })
+        var runtimeConfig = config
+        var kekSource = config.kek != nil ? "LIVERELAY_KEK" : config.home.appendingPathComponent("kek").path
+        if config.databaseURL == nil {
+            let pgVersion = config.home.appendingPathComponent("postgres/data/PG_VERSION").path
+            guard FileManager.default.fileExists(atPath: pgVersion) else {
+                report.add(.fail, "database", "no DATABASE_URL and no embedded cluster under \(config.home.path)/postgres "
+                           + "(start one with deploy/local/run or liverelay serve, or set DATABASE_URL)")
+                return
+            }
+            if config.kek == nil && !FileManager.default.fileExists(atPath: kekSource) {
+                runtimeConfig.kek = SecureRandom.bytes(32)  // in memory only: stored keys will not open
+                kekSource = "nowhere (no LIVERELAY_KEK and no \(kekSource))"
+            }
+        }
         let rt: Runtime
-        do { rt = try Runtime(config: config, log: log) } catch {
+        do { rt = try Runtime(config: runtimeConfig, log: log) } catch {
             report.add(.fail, "database", "\(error)")
             return
         }
@@ -188,7 +202,6 @@ enum DoctorCommand {
             report.add(.fail, "tenants", "cannot list tenants: \(error)")
             return
         }
-        let kekSource = config.kek != nil ? "LIVERELAY_KEK" : config.home.appendingPathComponent("kek").path
         let source: DatabaseProviderCredentialSource
         do {
             source = DatabaseProviderCredentialSource(db: Database(pool: pool), kek: try AESGCM(key: rt.kek), log: log)
@@ -204,7 +217,9 @@ enum DoctorCommand {
         }
         let usable = loaded.reduce(0) { $0 + $1.1.apns.count + ($1.1.fcm == nil ? 0 : 1) }
         let unopened = loaded.reduce(0) { $0 + $1.1.unusable.count }
-        if unopened == 0 {
+        if unopened == 0 && kekSource.hasPrefix("nowhere") {
+            report.add(.warn, "kek", "no key-encryption key yet (\(kekSource)); `liverelay serve` generates one on its first start")
+        } else if unopened == 0 {
             report.add(.ok, "kek", "32 bytes from \(kekSource); opens all \(usable) stored provider key(s) of \(loaded.count) tenant(s)")
         } else {
             report.add(.fail, "kek", "\(unopened) of \(usable + unopened) stored provider keys do not open with the key from \(kekSource) "

@@ -120,8 +120,9 @@ public enum LiveRelayMain {
             usage: liverelay \(command)
 
             Runs \(command == "serve" ? "the API, dispatcher and maintenance" : "the HTTP API") until SIGTERM/SIGINT, then drains
-            in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080). Without DATABASE_URL it
-            starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
+            in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080), which also answers /healthz,
+            /readyz and /metrics (LIVERELAY_METRICS_LISTEN=host:port adds a listener for those alone). Without
+            DATABASE_URL it starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
             """)
         case "worker":
             print("""
