@@ -109,6 +109,8 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
     let db: Database
     let kek: AESGCM
     let log: Logger
+    /// Longest time, in seconds, a tenant's loaded credentials are used without reading them
+    /// again (the bound when a change notification was missed).
     public let ttlSeconds: Double
     let flushIntervalSeconds: Double
     let now: @Sendable () -> Date

@@ -33,8 +33,6 @@ enum ServeCommand {
                                                                        threads: config.httpThreads),
                                 router: router, metrics: metrics, log: { line in log.raw(line) })
         try server.start()
-        // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second listener.
-        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
         let maintenance = log.context["component"] == "api" ? nil
             : MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics)
         maintenance?.start()
@@ -48,6 +46,9 @@ enum ServeCommand {
             dispatcher = d
             stopSender = push.stop
         }
+        // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second
+        // listener, started once every component registered its metrics.
+        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
         let signal = waitForTermination()

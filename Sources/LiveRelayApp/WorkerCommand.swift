@@ -33,13 +33,15 @@ enum WorkerCommand {
         let db = Database(pool: pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
-        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
         let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics)
         maintenance.start()
         let push = try makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
+        // After every component registered its metrics, so the first scrape sees them all.
+        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
+        log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance.stop()

@@ -3,6 +3,7 @@ import Postgres
 
 /// The database role a LiveRelay process connects as (`pg_roles` of `current_user`).
 public struct DatabaseRole: Sendable, Equatable {
+    /// `rolname` (the session's `current_user`).
     public let name: String
     /// `rolsuper`: row-level security does not apply to a superuser.
     public let superuser: Bool

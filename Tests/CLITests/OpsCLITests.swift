@@ -101,8 +101,8 @@ final class OpsCLITests: XCTestCase {
             "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
             "LIVERELAY_KEK": kekBase64, "LIVERELAY_LOG_LEVEL": "info"])
         defer { worker.stop() }
-        // The metrics listener would start (and log) before the maintenance service does.
-        XCTAssertNotNil(worker.waitForLine(containing: "maintenance started"), worker.output)
+        let running = try XCTUnwrap(worker.waitForLine(containing: "worker running"), worker.output)
+        XCTAssertEqual(try JSONValue.parse(running)["metrics"]?.stringValue, "off", running)
         XCTAssertNil(worker.output.split(separator: "\n").first { $0.contains("metrics listening") }, "default: no listener")
     }
 
