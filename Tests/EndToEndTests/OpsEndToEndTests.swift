@@ -167,7 +167,7 @@ final class OpsEndToEndTests: XCTestCase {
                                  "--publishable-key", t.publishable, "--url", h.baseURL, "--sandbox-url", h.sandbox.controlURL])
         XCTAssertEqual(reg.status, 0, reg.err)
         let file = h.workDir.appendingPathComponent("phone.log")
-        FileManager.default.createFile(atPath: file.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: file.path, contents: nil)
         let handle = try FileHandle(forWritingTo: file)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: try SimulateDeviceCLITests.executable())
