@@ -2,6 +2,7 @@ import Foundation
 import Crypto
 import LiveRelayStore
 import Logging
+import Postgres
 import Synchronization
 
 /// A tenant's decrypted APNs token-auth key (SPEC §8). Holds a private key: never log it;
@@ -92,8 +93,12 @@ public final class StaticProviderCredentialSource: ProviderCredentialSource {
 }
 
 /// Credentials from PostgreSQL (migration 0004), decrypted with the KEK and cached per tenant
-/// for `ttlSeconds` (default 60; a replaced key is picked up within that time, or at once after
-/// `invalidate`); a tenant with no credential at all is re-read after 5 s at most. Health reports are coalesced in memory (latest success and latest failure per
+/// for `ttlSeconds` (default 60) at most; a tenant with no credential at all is re-read after 5 s
+/// at most. Once `startChangeListener(conninfo:)` runs, a PUT or DELETE on any node reaches this
+/// cache through `NOTIFY liverelay_provider_credentials` (payload: the tenant id) within a
+/// second, and the lifetime only bounds what a lost listener connection could miss (the
+/// listener drops the whole cache when it reconnects). See docs/operations.md "Provider
+/// credentials". Health reports are coalesced in memory (latest success and latest failure per
 /// credential) and written by `flush()`, which a background thread calls every
 /// `flushIntervalSeconds` once `start()` ran.
 public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @unchecked Sendable {
@@ -104,13 +109,20 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
     let db: Database
     let kek: AESGCM
     let log: Logger
-    let ttlSeconds: Double
+    /// Longest time, in seconds, a tenant's loaded credentials are used without reading them
+    /// again (the bound when a change notification was missed).
+    public let ttlSeconds: Double
     let flushIntervalSeconds: Double
     let now: @Sendable () -> Date
     private let cache = Mutex<[String: Entry]>([:])
     private let pending = Mutex<[HealthKey: (success: Date?, failure: (Date, String)?)]>([:])
     private let running = Mutex<Bool>(false)
     private let stopped = DispatchSemaphore(value: 0)
+    /// Bumped by every invalidation; a load that overlapped one is not cached (it may be stale).
+    private let epoch = Mutex<Int>(0)
+    private let invalidated = NSCondition()
+    private let listening = Mutex<(started: Bool, stopping: Bool)>((false, false))
+    private let listenerDone = DispatchSemaphore(value: 0)
 
     public init(db: Database, kek: AESGCM, log: Logger, ttlSeconds: Double = 60, flushIntervalSeconds: Double = 5,
                 now: @escaping @Sendable () -> Date = Date.init) {
@@ -125,14 +137,73 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
             let empty = e.credentials.apns.isEmpty && e.credentials.fcm == nil
             if t.timeIntervalSince(e.loadedAt) < (empty ? min(ttlSeconds, 5) : ttlSeconds) { return e.credentials }
         }
+        let before = epoch.withLock { $0 }
         let loaded = try load(tenantId)
-        cache.withLock { $0[tenantId] = Entry(credentials: loaded, loadedAt: t) }
+        cache.withLock { c in
+            if epoch.withLock({ $0 }) == before { c[tenantId] = Entry(credentials: loaded, loadedAt: t) }
+        }
         return loaded
     }
 
     /// Drops the cached credentials of `tenantId` (or of every tenant).
     public func invalidate(_ tenantId: String? = nil) {
-        cache.withLock { if let tenantId { $0[tenantId] = nil } else { $0.removeAll() } }
+        cache.withLock { c in
+            epoch.withLock { $0 += 1 }
+            if let tenantId { c[tenantId] = nil } else { c.removeAll() }
+        }
+        invalidated.lock()
+        invalidated.broadcast()
+        invalidated.unlock()
+    }
+
+    /// How many invalidations happened so far (`invalidate` calls, including those made by the
+    /// change listener). For tests and diagnostics.
+    public var invalidationCount: Int { epoch.withLock { $0 } }
+
+    /// Blocks until `invalidationCount` exceeds `count` or `timeoutSeconds` (seconds) passed;
+    /// returns whether it did. Lets tests wait for a NOTIFY instead of sleeping.
+    public func waitForInvalidation(after count: Int, timeoutSeconds: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeoutSeconds)
+        invalidated.lock()
+        defer { invalidated.unlock() }
+        while invalidationCount <= count {
+            if !invalidated.wait(until: deadline) { return invalidationCount > count }
+        }
+        return true
+    }
+
+    /// Starts a thread that LISTENs on `ProviderCredentialStore.changeChannel` over its own
+    /// connection to `conninfo` and drops the cached credentials of each tenant named in a
+    /// notification; on (re)connecting it drops the whole cache, since anything may have
+    /// changed while it was not listening. Reconnects every second after a failure. Idempotent;
+    /// `stop()` ends it.
+    public func startChangeListener(conninfo: String) {
+        let first = listening.withLock { l -> Bool in defer { l.started = true }; return !l.started }
+        guard first else { return }
+        let t = Thread { [self] in
+            defer { listenerDone.signal() }
+            var conn: PostgresConnection?
+            while !listening.withLock({ $0.stopping }) {
+                do {
+                    if conn == nil {
+                        let c = try PostgresConnection(conninfo)
+                        try c.listen(ProviderCredentialStore.changeChannel)
+                        conn = c
+                        invalidate()
+                    }
+                    for n in try conn!.waitForNotifications(timeoutSeconds: 0.25) { invalidate(n.payload) }
+                } catch {
+                    conn?.close()
+                    conn = nil
+                    invalidate()
+                    log.warning("provider credential listener lost its connection; retrying", ["error": .string("\(error)")])
+                    Thread.sleep(forTimeInterval: 1)
+                }
+            }
+            conn?.close()
+        }
+        t.name = "provider credential changes"
+        t.start()
     }
 
     private func load(_ tenantId: String) throws -> TenantProviderCredentials {
@@ -221,9 +292,14 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
         t.start()
     }
 
-    /// Stops the flusher after a last flush (idempotent).
+    /// Stops the flusher after a last flush, and the change listener (idempotent).
     public func stop() {
         let was = running.withLock { r -> Bool in defer { r = false }; return r }
         if was { stopped.wait() } else { flush() }
+        let listened = listening.withLock { l -> Bool in
+            defer { l.stopping = true }
+            return l.started && !l.stopping
+        }
+        if listened { _ = listenerDone.wait(timeout: .now() + 2) }
     }
 }

@@ -10,6 +10,14 @@ import Postgres
 /// - `PUT /v1/provider-credentials/apns {team_id, key_id, private_key, topics, environment, idempotency_key?}`
 /// - `PUT /v1/provider-credentials/fcm {service_account: {...} | "<the JSON file as text>", idempotency_key?}`
 /// - `GET /v1/provider-credentials`
+/// - `DELETE /v1/provider-credentials/apns[?environment=sandbox|production]` (no environment:
+///   both) and `DELETE /v1/provider-credentials/fcm` → `200 {"deleted": [credential…]}` (the
+///   removed credentials as `GET` lists them), `404 NOT_FOUND` when none was configured; each
+///   deleted credential is one audit event (`provider_credential.apns.delete` / `.fcm.delete`).
+///
+/// Every PUT and DELETE NOTIFYs `liverelay_provider_credentials` with the tenant id in its
+/// transaction, so every node's credential cache sees the change within a second
+/// (docs/operations.md "Provider credentials").
 ///
 /// Keys are validated (APNs: a P-256 `.p8`; FCM: an RSA ≥ 2048 service-account key), sealed with
 /// AES-256-GCM under `LIVERELAY_KEK`, and never returned or logged: responses, audit events and
@@ -21,6 +29,56 @@ enum ProviderCredentialHandlers {
         r.add("PUT", "/v1/provider-credentials/apns") { req in try Endpoint.run(ctx, req) { try putAPNs(ctx, req) } }
         r.add("PUT", "/v1/provider-credentials/fcm") { req in try Endpoint.run(ctx, req) { try putFCM(ctx, req) } }
         r.add("GET", "/v1/provider-credentials") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
+        r.add("DELETE", "/v1/provider-credentials/apns") { req in try Endpoint.run(ctx, req) { try deleteAPNs(ctx, req) } }
+        r.add("DELETE", "/v1/provider-credentials/fcm") { req in try Endpoint.run(ctx, req) { try deleteFCM(ctx, req) } }
+    }
+
+    /// `DELETE /v1/provider-credentials/apns[?environment=sandbox|production]`: removes the APNs
+    /// key of that environment (both without `environment`). Pushes that need it then fail with
+    /// `PROVIDER_CREDENTIALS_INVALID` until a new one is PUT.
+    /// - Throws: `400 INVALID_REQUEST` (`details.field: "environment"`) for another value,
+    ///   `404 NOT_FOUND` when nothing was configured.
+    static func deleteAPNs(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
+        let environment = req.query["environment"]
+        if let e = environment, !["sandbox", "production"].contains(e) {
+            throw DomainError.invalid("environment", "environment must be sandbox or production (or absent for both)")
+        }
+        let deleted = try ctx.db.tenant(tenant) { c -> [APNsCredentialRecord] in
+            let rows = try ProviderCredentialStore.deleteAPNs(c, tenantId: tenant, environment: environment)
+            for r in rows {
+                try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "provider_credential.apns.delete",
+                                      objectType: "provider_credential", objectId: "apns_\(r.environment)", requestId: req.requestId,
+                                      details: ["environment": .string(r.environment), "team_id": .string(r.teamId),
+                                                "key_id": .string(r.keyId), "fingerprint": .string(r.fingerprint)])
+            }
+            if !rows.isEmpty { try ProviderCredentialStore.notifyChanged(c, tenantId: tenant) }
+            return rows
+        }
+        guard !deleted.isEmpty else {
+            throw Endpoint.notFound(environment.map { "APNs credential for environment \($0)" } ?? "APNs credential")
+        }
+        ctx.log.info("apns credential deleted", ["tenant_id": .string(tenant),
+                                                 "fingerprints": .array(deleted.map { .string($0.fingerprint) })])
+        return .json(200, .object(["deleted": .array(deleted.map(encodeAPNs))]))
+    }
+
+    /// `DELETE /v1/provider-credentials/fcm`: removes the FCM service account.
+    /// - Throws: `404 NOT_FOUND` when none was configured.
+    static func deleteFCM(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
+        let deleted = try ctx.db.tenant(tenant) { c -> FCMCredentialRecord? in
+            guard let r = try ProviderCredentialStore.deleteFCM(c, tenantId: tenant) else { return nil }
+            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "provider_credential.fcm.delete",
+                                  objectType: "provider_credential", objectId: "fcm", requestId: req.requestId,
+                                  details: ["project_id": .string(r.projectId), "client_email": .string(r.clientEmail),
+                                            "fingerprint": .string(r.fingerprint)])
+            try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
+            return r
+        }
+        guard let deleted else { throw Endpoint.notFound("FCM credential") }
+        ctx.log.info("fcm credential deleted", ["tenant_id": .string(tenant), "fingerprint": .string(deleted.fingerprint)])
+        return .json(200, .object(["deleted": .array([encodeFCM(deleted)])]))
     }
 
     /// Longest accepted private key PEM (characters); real keys are < 2 KiB (APNs) / < 4 KiB (RSA 4096).
@@ -57,6 +115,7 @@ enum ProviderCredentialHandlers {
                                   objectId: "apns_\(environment)", requestId: req.requestId, details: [
                                     "environment": .string(environment), "team_id": .string(teamId), "key_id": .string(keyId),
                                     "topics": J.strs(topics), "fingerprint": .string(fingerprint), "created": .bool(created)])
+            try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
             return (created ? 201 : 200, encodeAPNs(rec))
         }
         let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
@@ -106,6 +165,7 @@ enum ProviderCredentialHandlers {
                                   objectId: "fcm", requestId: req.requestId, details: [
                                     "project_id": .string(projectId), "client_email": .string(clientEmail),
                                     "private_key_id": .string(privateKeyId), "fingerprint": .string(fingerprint), "created": .bool(created)])
+            try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
             return (created ? 201 : 200, encodeFCM(rec))
         }
         let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)

@@ -170,6 +170,15 @@ public struct DeviceSimulator: Sendable, Equatable {
         return out
     }
 
+    /// The per-token cursors to read the sandbox run `currentRun` with. Sandbox sequences start
+    /// at 1 in every sandbox process, so cursors recorded in another run (`recordedRun`) would
+    /// hide every new push: they are dropped (`restarted` true). Unknown runs on either side
+    /// (an old state file, a sandbox that reports none) keep the cursors as they are.
+    public static func cursors(_ cursors: [String: Int], recordedRun: String?, currentRun: String?) -> (cursors: [String: Int], restarted: Bool) {
+        guard let currentRun, let recordedRun, currentRun != recordedRun else { return (cursors, false) }
+        return ([:], true)
+    }
+
     /// Orders pushes the way they reached the device (sandbox sequence), dropping those at or
     /// below each token's cursor.
     public static func pending(_ pushes: [DevicePush], cursors: [String: Int]) -> [DevicePush] {

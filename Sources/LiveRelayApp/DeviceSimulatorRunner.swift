@@ -228,6 +228,7 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
     public func pollOnce() throws -> [DeviceEvent] {
         let s = state
         var pushes: [DevicePush] = []
+        var runId: String?
         for (provider, token) in sim_watched(s) {
             var comps = URLComponents(string: s.sandboxURL + "/sandbox/deliveries")
             comps?.queryItems = [URLQueryItem(name: "token", value: token), URLQueryItem(name: "provider", value: provider),
@@ -235,9 +236,19 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
             // '+' and ':' are legal in a query but some servers read '+' as a space.
             let url = (comps?.url?.absoluteString ?? "").replacingOccurrences(of: "+", with: "%2B")
             let v = try http.ok("GET", url, context: "read the sandbox delivery log")
+            if let r = v["run_id"]?.stringValue { runId = r }
             pushes += (v["data"]?.arrayValue ?? []).compactMap(DevicePush.init(sandboxDelivery:))
         }
-        let pending = DeviceSimulator.pending(pushes, cursors: s.cursors)
+        let (cursors, restarted) = DeviceSimulator.cursors(s.cursors, recordedRun: s.sandboxRunId, currentRun: runId)
+        if let runId, runId != s.sandboxRunId {
+            mutate { sim in
+                sim.state.cursors = cursors
+                sim.state.sandboxRunId = runId
+            }
+            if restarted { output("sandbox restarted (run \(runId)): reading its delivery log from the start") }
+            try save()
+        }
+        let pending = DeviceSimulator.pending(pushes, cursors: cursors)
         var events: [DeviceEvent] = []
         for p in pending {
             let ev = mutate { sim -> DeviceEvent in

@@ -78,8 +78,12 @@ public struct DeviceSimulatorState: Sendable, Equatable {
     /// Every template version ever prepared here (kept: running activities render with theirs).
     public var installedTemplates: [SimulatedTemplate]
     public var activities: [SimulatedActivity]
-    /// Per token: the highest sandbox delivery sequence already applied.
+    /// Per token: the highest sandbox delivery sequence already applied, in the sandbox run
+    /// `sandboxRunId` (sequences start over when the sandbox restarts).
     public var cursors: [String: Int]
+    /// The sandbox run (`run_id` of `GET /sandbox/deliveries`) the cursors count in; nil until
+    /// the first read.
+    public var sandboxRunId: String?
 
     public init(platform: DevicePlatform, appId: String, environment: String = "sandbox", apiURL: String, sandboxURL: String,
                 installId: String = UUID().uuidString.lowercased(), installationId: String? = nil, credential: String? = nil,
@@ -132,6 +136,7 @@ extension DeviceSimulatorState {
                          "ended_at": optI(a.endedAt), "dismiss_at": optI(a.dismissAt), "placeholder": opt(a.placeholder)])
             }),
             "cursors": .object(cursors.mapValues { .int(Int64($0)) }),
+            "sandbox_run_id": opt(sandboxRunId),
         ])
     }
 
@@ -173,6 +178,7 @@ extension DeviceSimulatorState {
             return s
         }
         cursors = (v["cursors"]?.objectValue ?? [:]).compactMapValues { $0.intValue.map(Int.init) }
+        sandboxRunId = v["sandbox_run_id"]?.stringValue
     }
 }
 

@@ -20,6 +20,7 @@ public enum LiveRelayMain {
       admin      operator tasks straight on the database (see `liverelay admin --help`)
       remote     a client of the sender API for scripts (see `liverelay remote --help`)
       gc         delete collectable template versions now (`--dry-run` lists them)
+      doctor     check configuration, database role, migrations, KEK, clock and provider credentials
       sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
       simulate-device  one app installation receiving pushes from the sandbox (see `liverelay simulate-device --help`)
       version    print the version
@@ -44,6 +45,8 @@ public enum LiveRelayMain {
             exit(0)
         case "remote":
             exit(RemoteCommand.main(rest))
+        case "doctor":
+            exit(DoctorCommand.main(rest))
         case "serve", "api", "worker", "migrate", "admin", "gc":
             break
         case "sandbox":
@@ -99,6 +102,9 @@ public enum LiveRelayMain {
         } catch let e as UsageError {
             FileHandle.standardError.write(Data("liverelay \(command): \(e.message)\nsee `liverelay \(command) --help`\n".utf8))
             exit(2)
+        } catch let e as ConfigurationError {
+            FileHandle.standardError.write(Data("\(e)\n".utf8))  // one line per problem, like Configuration.load's
+            exit(2)
         } catch {
             log.error("\(command) failed", ["error": .string("\(error)")])
             FileHandle.standardError.write(Data("liverelay \(command): \(error)\n".utf8))
@@ -114,8 +120,9 @@ public enum LiveRelayMain {
             usage: liverelay \(command)
 
             Runs \(command == "serve" ? "the API, dispatcher and maintenance" : "the HTTP API") until SIGTERM/SIGINT, then drains
-            in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080). Without DATABASE_URL it
-            starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
+            in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080), which also answers /healthz,
+            /readyz and /metrics (LIVERELAY_METRICS_LISTEN=host:port adds a listener for those alone). Without
+            DATABASE_URL it starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
             """)
         case "worker":
             print("""
@@ -123,8 +130,10 @@ public enum LiveRelayMain {
 
             Runs the dispatcher (claims queued operations, sends them to APNs/FCM, rescues expired leases,
             expires operations, ends activities after 8 h) until SIGTERM/SIGINT. Any number of workers may
-            share one DATABASE_URL. LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
-            LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it.
+            share one DATABASE_URL. It also runs the maintenance service (template-version GC, idempotency
+            purge). LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
+            LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it. LIVERELAY_METRICS_LISTEN=host:port
+            serves /metrics, /healthz and /readyz (default: none).
             """)
         case "migrate":
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
@@ -132,6 +141,8 @@ public enum LiveRelayMain {
             print(AdminCommand.usage)
         case "remote":
             print(RemoteCommand.usage)
+        case "doctor":
+            print(DoctorCommand.usage)
         case "gc":
             print(GCCommand.usage)
         case "sandbox":

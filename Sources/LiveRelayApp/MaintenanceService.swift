@@ -3,6 +3,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Logging
+import Metrics
 
 /// The maintenance service of `liverelay serve` (SPEC §3, §6, §9): runs the template-version GC,
 /// the purge of expired idempotency records and the retention purge of terminal targets
@@ -10,6 +11,13 @@ import Logging
 /// `stop()` (which waits for a pass in progress). The first pass runs one interval after start.
 ///
 /// Interval: `LIVERELAY_GC_INTERVAL_SECONDS` (default 600, minimum 1).
+///
+/// Metrics (when given a registry; docs/operations.md "Metrics"):
+/// `liverelay_maintenance_passes_total{result="ok|failed"}`,
+/// `liverelay_gc_template_versions_removed_total`, `liverelay_gc_bytes_removed_total`,
+/// `liverelay_idempotency_records_purged_total`, `liverelay_maintenance_last_pass_timestamp_seconds`
+/// (Unix time in seconds of the last finished pass, 0 before the first) and
+/// `liverelay_maintenance_last_pass_duration_seconds`.
 final class MaintenanceService: @unchecked Sendable {  // mutable state only under `condition`
     let db: Database
     let log: Logger
@@ -22,6 +30,11 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     private var stopping = false
     private var running = false
     private var thread: Thread?
+    private let passes: Counter?
+    private let removedVersions: Counter?
+    private let removedBytes: Counter?
+    private let purged: Counter?
+    private let lastPass = LockedBox<(at: Double, duration: Double)>((0, 0))
 
     /// Default interval between GC passes, seconds.
     static let defaultIntervalSeconds: TimeInterval = 600
@@ -32,13 +45,27 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         return defaultIntervalSeconds
     }
 
-    init(db: Database, log: Logger, interval: TimeInterval = MaintenanceService.intervalFromEnvironment(),
+    init(db: Database, log: Logger, metrics: MetricsRegistry? = nil, interval: TimeInterval = MaintenanceService.intervalFromEnvironment(),
          retentionDays: Int = TenantLimits.defaultRetentionDays, now: @escaping @Sendable () -> Date = Date.init) {
         self.retentionDays = retentionDays
         self.db = db
         self.log = log
         self.interval = interval
         self.now = now
+        passes = metrics?.counter("liverelay_maintenance_passes_total", help: "Maintenance passes (GC + idempotency purge) by result",
+                                  labels: ["result"])
+        removedVersions = metrics?.counter("liverelay_gc_template_versions_removed_total",
+                                           help: "Template versions deleted by the GC", labels: [])
+        removedBytes = metrics?.counter("liverelay_gc_bytes_removed_total", help: "Declared bundle bytes of the deleted template versions",
+                                        labels: [])
+        purged = metrics?.counter("liverelay_idempotency_records_purged_total", help: "Expired idempotency records deleted", labels: [])
+        let last = lastPass
+        metrics?.gauge("liverelay_maintenance_last_pass_timestamp_seconds", help: "Unix time of the last finished maintenance pass (0: none yet)") {
+            [([], last.get().at)]
+        }
+        metrics?.gauge("liverelay_maintenance_last_pass_duration_seconds", help: "Duration of the last finished maintenance pass") {
+            [([], last.get().duration)]
+        }
     }
 
     /// Starts the background thread.
@@ -84,6 +111,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     func purgeIdempotencyRecords() {
         do {
             let n = try db.system { c in try IdempotencyStore.purgeExpired(c) }
+            purged?.increment([], by: Double(n))
             if n > 0 { log.info("idempotency records purged", ["count": .int(Int64(n))]) }
         } catch {
             log.error("idempotency purge failed", ["error": .string("\(error)")])
@@ -113,16 +141,22 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     @discardableResult
     func runOnce() -> [CollectedVersion] {
         let clock = now()
+        let started = Date()
+        defer { lastPass.set((Date().timeIntervalSince1970, Date().timeIntervalSince(started))) }
         do {
             let removed = try RetentionStore.collect(db, now: clock, dryRun: false) { binding, error in
                 log.warning("gc: binding skipped", ["binding": .string(binding), "error": .string("\(error)")])
             }
             for v in removed { log.info("gc: template version removed", GCCommand.json(v, dryRun: false).objectValue ?? [:]) }
             log.info("gc: pass finished", ["removed": .int(Int64(removed.count)), "bytes": .int(removed.reduce(0) { $0 + $1.bytes })])
+            removedVersions?.increment([], by: Double(removed.count))
+            removedBytes?.increment([], by: Double(removed.reduce(0) { $0 + $1.bytes }))
             purgeIdempotencyRecords()
             purgeRetention()
+            passes?.increment(["ok"])
             return removed
         } catch {
+            passes?.increment(["failed"])
             log.error("gc: pass failed", ["error": .string("\(error)")])
             return []
         }

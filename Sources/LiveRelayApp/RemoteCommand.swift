@@ -56,6 +56,7 @@ public enum RemoteCommand {
     /// Runs `args` (after `remote`) and returns the exit status.
     public static func main(_ args: [String], env: [String: String] = ProcessInfo.processInfo.environment) -> Int32 {
         do {
+            _ = try commandName(args)  // an unknown command is reported before a missing LIVERELAY_KEY
             let client = try RemoteClient(env: env)
             return try run(args, client: client)
         } catch let e as RemoteUsageError {
@@ -76,6 +77,23 @@ public enum RemoteCommand {
     static func stderr(_ s: String) { FileHandle.standardError.write(Data((s + "\n").utf8)) }
 
     static func stdout(_ v: JSONValue) { FileHandle.standardOutput.write(Data(v.serialized() + [0x0A])) }
+
+    /// Every command `run` knows, as written on the command line ("targets list", …).
+    static let commands: [String] = ["capabilities", "usage", "targets list", "target get", "target operations", "snapshot",
+                                     "start", "update", "end", "operation get"]
+
+    /// The command named by `args` ("target get" for `target get --target-id …`).
+    /// - Throws: `RemoteUsageError` naming an unknown or incomplete command.
+    static func commandName(_ args: [String]) throws -> String {
+        guard let first = args.first else { throw RemoteUsageError("missing command") }
+        var command = first
+        if ["targets", "target", "operation"].contains(first) {
+            guard args.count > 1, !args[1].hasPrefix("-") else { throw RemoteUsageError("\(first) needs a subcommand") }
+            command += " " + args[1]
+        }
+        guard commands.contains(command) else { throw RemoteUsageError("unknown command \(command.debugDescription)") }
+        return command
+    }
 
     static func run(_ args: [String], client: RemoteClient) throws -> Int32 {
         guard let first = args.first else { throw RemoteUsageError("missing command") }

@@ -15,16 +15,13 @@ import Postgres
 /// (ARCHITECTURE "Services with a lifecycle").
 enum ServeCommand {
     static func run(config: Configuration, log: Logger, withDispatcher: Bool = false) throws {
+        _ = try OpsEndpoints.listenAddress()  // a bad address is reported before anything starts
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: config.databasePoolSize)
         let db = Database(pool: pool)
         let metrics = MetricsRegistry()
-        metrics.gauge("liverelay_db_pool_connections", help: "PostgreSQL pool connections by state", labels: ["state"]) {
-            let s = pool.stats
-            return [(["open"], Double(s.open)), (["idle"], Double(s.idle)), (["in_use"], Double(s.inUse)),
-                    (["waiting"], Double(s.waiting)), (["max"], Double(s.maxConnections))]
-        }
+        OpsEndpoints.registerPoolGauge(metrics, pool)
         let auth = Authenticator(db: db, log: log.with(["component": "auth"]))
         auth.startInvalidationListener(conninfo: rt.conninfo)
         let events = EventWaiter(log: log.with(["component": "events"]))
@@ -37,25 +34,29 @@ enum ServeCommand {
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
         let server = HTTPServer(configuration: httpConfig, router: router, metrics: metrics, log: { line in log.raw(line) })
         try server.start()
-        let maintenance = log.context["component"] == "api" ? nil : MaintenanceService(db: db, log: log.with(["component": "maintenance"]),
-                                                                                                   retentionDays: config.retentionDays)
+        let maintenance = log.context["component"] == "api" ? nil
+            : MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics, retentionDays: config.retentionDays)
         maintenance?.start()
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?
         if withDispatcher {
-            let push = try WorkerCommand.makePushSender(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+            let push = try WorkerCommand.makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
             let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                configuration: try WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
             d.start()
             dispatcher = d
             stopSender = push.stop
         }
+        // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second
+        // listener, started once every component registered its metrics.
+        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
         let signal = waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance?.stop()
         server.shutdown(drainTimeoutSeconds: 30)
+        ops?.shutdown(drainTimeoutSeconds: 2)
         dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
         stopSender?()
         auth.stop()

@@ -50,7 +50,8 @@ enum SimulateDeviceCommand {
 
     options for every task:
       --name NAME                  device name: the state file is ./.liverelay/device-NAME.json
-                                   (default: ios or android after register; else "device")
+                                   (default "default"; the same rule for every task, so a second
+                                   device needs --name on each of its commands)
       --state-file PATH            the state file itself (overrides --name)
 
     Exit status: 0 success, 1 failure (the API error is printed), 2 usage error.
@@ -60,22 +61,14 @@ enum SimulateDeviceCommand {
         guard let task = args.first, !task.hasPrefix("-") else { throw UsageError("missing task (register, prepare, run, local-start, show)") }
         let opts = try parse(Array(args.dropFirst()), flags: ["once", "force"])
         let env = ProcessInfo.processInfo.environment
-        let out: @Sendable (String) -> Void = { line in print(line); fflush(nil) }
+        let out: @Sendable (String) -> Void = emit
 
-        func stateFile(default name: String?) -> URL {
-            if let p = opts["state-file"] { return URL(fileURLWithPath: p).standardizedFileURL }
-            let n = opts["name"] ?? name ?? "device"
-            return URL(fileURLWithPath: FileManager.default.currentDirectoryPath).appendingPathComponent(".liverelay/device-\(n).json")
-        }
+        // One rule for every task: --state-file, else ./.liverelay/device-<--name or "default">.json.
+        let file = stateFile(opts)
         func load() throws -> DeviceSimulatorRunner {
-            var file = stateFile(default: nil)
-            if opts["state-file"] == nil && opts["name"] == nil && !FileManager.default.fileExists(atPath: file.path) {
-                // Convenience: exactly one registered device in ./.liverelay.
-                let dir = file.deletingLastPathComponent()
-                let found = ((try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? [])
-                    .filter { $0.hasPrefix("device-") && $0.hasSuffix(".json") }
-                if found.count == 1 { file = dir.appendingPathComponent(found[0]) }
-                else if found.count > 1 { throw UsageError("several devices in \(dir.path) (\(found.sorted().joined(separator: ", "))); pick one with --name") }
+            guard FileManager.default.fileExists(atPath: file.path) else {
+                throw UsageError("no device \(deviceName(opts).debugDescription) (\(file.path) does not exist); run `liverelay simulate-device register`"
+                                 + (opts["name"] == nil && opts["state-file"] == nil ? "" : " with the same --name/--state-file") + " first")
             }
             return try DeviceSimulatorRunner.load(stateFile: file, output: out)
         }
@@ -91,7 +84,6 @@ enum SimulateDeviceCommand {
             }
             let environment = opts["environment"] ?? "sandbox"
             guard ["sandbox", "production"].contains(environment) else { throw UsageError("--environment must be sandbox or production") }
-            let file = stateFile(default: platform.rawValue)
             var state: DeviceSimulatorState
             if FileManager.default.fileExists(atPath: file.path), opts["force"] == nil {
                 // Registering again continues the same device (same install id → same installation).
@@ -110,7 +102,7 @@ enum SimulateDeviceCommand {
             if let u = opts["sandbox-url"] { state.sandboxURL = trimmed(u) }
             let runner = DeviceSimulatorRunner(state: state, stateFile: file, output: out)
             let inst = try runner.register(publishableKey: key)
-            print(prettyJSON(.object(["installation_id": inst["installation_id"] ?? .null, "platform": .string(platform.rawValue),
+            emit(prettyJSON(.object(["installation_id": inst["installation_id"] ?? .null, "platform": .string(platform.rawValue),
                                       "app_id": .string(appId), "fcm_token_registered": inst["fcm_token_registered"] ?? .bool(false),
                                       "state_file": .string(file.path)])))
         case "prepare":
@@ -120,7 +112,7 @@ enum SimulateDeviceCommand {
             let template: JSONValue
             do { template = try JSONValue.parse(Array(data)) } catch { throw UsageError("\(path) is not JSON: \(error)") }
             let runner = try load()
-            print(prettyJSON(try runner.prepare(template: template)))
+            emit(prettyJSON(try runner.prepare(template: template)))
         case "run":
             try check(opts, ["once", "timeout", "interval", "name", "state-file"])
             let timeout = try opts["timeout"].map { s -> Double in
@@ -161,20 +153,37 @@ enum SimulateDeviceCommand {
             }
             let t = try runner.localStart(activityType: type, businessKey: bk, businessGeneration: bg, state: st,
                                           idempotencyKey: opts["idempotency-key"])
-            print(prettyJSON(.object(["target_id": t["id"] ?? .null, "status": t["status"] ?? .null, "revision": t["revision"] ?? .null,
+            emit(prettyJSON(.object(["target_id": t["id"] ?? .null, "status": t["status"] ?? .null, "revision": t["revision"] ?? .null,
                                       "business_key": .string(bk), "business_generation": .string(bg)])))
         case "show":
             try check(opts, ["name", "state-file"])
             let runner = try load()
             let s = runner.state
-            print("device \(s.installationId ?? "(unregistered)") (\(s.platform.rawValue), \(s.appId), \(s.environment)) → \(s.apiURL)")
+            emit("device \(s.installationId ?? "(unregistered)") (\(s.platform.rawValue), \(s.appId), \(s.environment)) → \(s.apiURL)")
             for t in s.templates {
-                print("  start target \(t.startTargetId)  \(t.activityType)  \(t.templateVersion)" + (t.pushToStartToken != nil ? "  push-to-start token registered" : ""))
+                emit("  start target \(t.startTargetId)  \(t.activityType)  \(t.templateVersion)" + (t.pushToStartToken != nil ? "  push-to-start token registered" : ""))
             }
-            print(runner.lockScreen)
+            emit(runner.lockScreen)
         default:
             throw UsageError("unknown task \(task.debugDescription)")
         }
+    }
+
+    /// The device name every task uses: `--name`, else `default`.
+    static func deviceName(_ opts: [String: String]) -> String { opts["name"] ?? "default" }
+
+    /// The state file every task uses: `--state-file PATH`, else
+    /// `./.liverelay/device-<deviceName>.json` (relative to the working directory).
+    static func stateFile(_ opts: [String: String]) -> URL {
+        if let p = opts["state-file"] { return URL(fileURLWithPath: p).standardizedFileURL }
+        return URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+            .appendingPathComponent(".liverelay/device-\(deviceName(opts)).json")
+    }
+
+    /// Writes `line` and a newline to stdout at once (an unbuffered `write(2)`), so output piped
+    /// into a file or `tee` appears line by line while `run` keeps polling.
+    @Sendable static func emit(_ line: String) {
+        FileHandle.standardOutput.write(Data((line + "\n").utf8))
     }
 
     nonisolated(unsafe) static var signalSources: [DispatchSourceSignal] = []

@@ -9,7 +9,11 @@ import Postgres
 
 /// `liverelay worker`: the dispatcher (and its maintenance: lease rescue, expiry, lifetime
 /// sweep) without the API, until SIGTERM/SIGINT (SPEC §9: any number of workers share one
-/// PostgreSQL). `serve` runs the same dispatcher next to the API.
+/// PostgreSQL). `serve` runs the same dispatcher next to the API. A worker also runs the
+/// maintenance service (template-version GC, idempotency purge; safe on many workers at once:
+/// each binding is decided under its row lock), so a deployment of `api` nodes and workers
+/// needs no `serve`. With `LIVERELAY_METRICS_LISTEN` set it serves `/metrics`, `/healthz` and
+/// `/readyz` there (`OpsEndpoints`; docs/operations.md "Metrics").
 ///
 /// Extra settings (environment):
 /// | variable | meaning | default |
@@ -18,23 +22,33 @@ import Postgres
 /// | `LIVERELAY_DISPATCH_BATCH` | operations per claim / apply transaction | 64 |
 /// | `LIVERELAY_DISPATCH_LEASE_SECONDS` | lease length (heartbeat every third) | 30 |
 /// | `LIVERELAY_WORKER_ID` | lease owner name | `<host>-<pid>-<random>` |
+/// | `LIVERELAY_METRICS_LISTEN` | `host:port` of `/metrics`, `/healthz`, `/readyz` | unset: none |
 enum WorkerCommand {
     static func run(config: Configuration, log: Logger) throws {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let dispatchConfig = try dispatcherConfiguration(config)
+        _ = try OpsEndpoints.listenAddress()  // a bad address is reported before anything starts
         let pool = try rt.openDatabase(poolSize: min(config.databasePoolSize, 8))
         let db = Database(pool: pool)
         let metrics = MetricsRegistry()
-        let push = try makePushSender(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+        OpsEndpoints.registerPoolGauge(metrics, pool)
+        let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics, retentionDays: config.retentionDays)
+        maintenance.start()
+        let push = try makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
+        // After every component registered its metrics, so the first scrape sees them all.
+        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
+        log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
+        maintenance.stop()
         dispatcher.stop(timeoutSeconds: 20)
         push.stop()
         db.flushNotifications()
+        ops?.shutdown(drainTimeoutSeconds: 2)
         pool.close()
         log.info("stopped")
     }
@@ -65,13 +79,16 @@ enum WorkerCommand {
     /// The APNs/FCM sender (SPEC §8) over the tenants' stored provider credentials, with the
     /// provider URLs and extra CA of `config`. Returns the sender and a closure that stops it
     /// (closes its HTTP/2 pools and flushes credential health).
-    static func makePushSender(config: Configuration, db: Database, kek: [UInt8], metrics: MetricsRegistry,
+    /// `conninfo`: where the credential cache LISTENs for provider-credential changes (a PUT or
+    /// DELETE on any node reaches this process within a second).
+    static func makePushSender(config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
                                log: Logger) throws -> (sender: any PushSender, stop: () -> Void) {
         let endpoints = ProviderEndpoints(apnsProductionURL: URL(string: config.apnsProductionURL)!,
                                           apnsSandboxURL: URL(string: config.apnsSandboxURL)!,
                                           fcmURL: URL(string: config.fcmURL)!, extraCAFile: config.extraCAFile)
         let (sender, credentials) = ProviderSender.make(db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
                                                         log: log.with(["component": "provider"]))
+        credentials.startChangeListener(conninfo: conninfo)
         return (sender, { sender.close(); credentials.stop() })
     }
 }

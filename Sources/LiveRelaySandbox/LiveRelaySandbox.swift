@@ -84,6 +84,10 @@ public final class Sandbox: @unchecked Sendable {
     public let projectId: String
     public let clientEmail: String
     public let privateKeyId: String
+    /// A random id of this sandbox process (UUID, lowercase). Delivery `sequence` numbers start
+    /// at 1 in every process, so a reader that remembers sequence numbers (the simulated phone's
+    /// per-token cursor) keys them by this id and starts over when it changes.
+    public let runId = UUID().uuidString.lowercased()
 
     struct APNsKey { let publicKey: P256PublicKey; let topics: Set<String>? }
     struct ServiceAccount { let publicKey: RSAPublicKey; let projectId: String }

@@ -10,7 +10,7 @@ import JSON
 /// | --- | --- |
 /// | `GET /healthz` | `{"status": "ok"}` |
 /// | `GET /sandbox/info` | URLs, demo team/key ids, project, client email, files |
-/// | `GET /sandbox/deliveries?token=&provider=apns\|fcm&accepted=true` | `{"data": [delivery…]}` oldest first |
+/// | `GET /sandbox/deliveries?token=&provider=apns\|fcm&accepted=true` | `{"data": [delivery…], "run_id"}` oldest first; `run_id` changes when the sandbox restarts (sequences start over) |
 /// | `DELETE /sandbox/deliveries` | forget deliveries |
 /// | `GET /sandbox/stats` | request counters, token requests, provider tokens seen |
 /// | `GET /sandbox/faults` | faults and connection faults |
@@ -37,14 +37,14 @@ enum SandboxControl {
             .json(200, .object([
                 "base_url": .string(sandbox.baseURL), "token_uri": .string(sandbox.tokenURI), "control_url": .string(sandbox.controlURL),
                 "team_id": .string(sandbox.teamId), "key_id": .string(sandbox.keyId), "project_id": .string(sandbox.projectId),
-                "client_email": .string(sandbox.clientEmail), "files": .object(sandbox.files.mapValues(JSONValue.string)),
+                "client_email": .string(sandbox.clientEmail), "run_id": .string(sandbox.runId), "files": .object(sandbox.files.mapValues(JSONValue.string)),
                 "env": .array(sandbox.environmentLines(caFile: sandbox.files["ca.pem"]).map(JSONValue.string)),
             ]))
         }
         r.add("GET", "/sandbox/deliveries") { req in
             var list = sandbox.deliveries(token: req.query["token"], provider: req.query["provider"])
             if req.query["accepted"] == "true" { list = list.filter(\.accepted) }
-            return .json(200, .object(["data": .array(list.map(\.json))]))
+            return .json(200, .object(["data": .array(list.map(\.json)), "run_id": .string(sandbox.runId)]))
         }
         r.add("DELETE", "/sandbox/deliveries") { _ in
             sandbox.state.withLock { $0.deliveries.removeAll() }

@@ -179,4 +179,28 @@ public enum ProviderCredentialStore {
             }
         }
     }
+
+    /// NOTIFY channel of provider-credential changes; the payload is the tenant id. Sent in the
+    /// transaction of every PUT and DELETE (delivered at commit), so each node's credential
+    /// cache drops that tenant at once instead of after its lifetime (docs/operations.md).
+    public static let changeChannel = "liverelay_provider_credentials"
+
+    /// Tells every node that `tenantId`'s provider credentials changed (see `changeChannel`).
+    public static func notifyChanged(_ c: PostgresConnection, tenantId: String) throws {
+        try c.notify(changeChannel, payload: tenantId)
+    }
+
+    /// Deletes the tenant's APNs credential of `environment` (nil: of both environments) and
+    /// returns the deleted rows, production first (empty when there was none).
+    public static func deleteAPNs(_ c: PostgresConnection, tenantId: String, environment: String?) throws -> [APNsCredentialRecord] {
+        try c.query("""
+            DELETE FROM apns_credentials WHERE tenant_id = $1 AND ($2::text IS NULL OR environment = $2)
+            RETURNING \(apnsColumns)
+            """, [tenantId, environment]).map(APNsCredentialRecord.init(row:)).sorted { $0.environment < $1.environment }
+    }
+
+    /// Deletes the tenant's FCM service account; returns it (nil when there was none).
+    public static func deleteFCM(_ c: PostgresConnection, tenantId: String) throws -> FCMCredentialRecord? {
+        try c.query("DELETE FROM fcm_credentials WHERE tenant_id = $1 RETURNING \(fcmColumns)", [tenantId]).first.map(FCMCredentialRecord.init(row:))
+    }
 }

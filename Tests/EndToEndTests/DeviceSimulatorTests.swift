@@ -162,6 +162,21 @@ final class DeviceSimulatorTests: XCTestCase {
         XCTAssertEqual(DeviceSimulator.pending(p, cursors: ["a": 4]).map(\.sequence), [3, 5, 7])
     }
 
+    func testCursorsOfAnotherSandboxRunAreDropped() {
+        let c = ["a": 7, "b": 3]
+        XCTAssertEqual(DeviceSimulator.cursors(c, recordedRun: "r1", currentRun: "r1").cursors, c)
+        XCTAssertFalse(DeviceSimulator.cursors(c, recordedRun: "r1", currentRun: "r1").restarted)
+        let restarted = DeviceSimulator.cursors(c, recordedRun: "r1", currentRun: "r2")
+        XCTAssertEqual(restarted.cursors, [:], "a restarted sandbox numbers from 1 again")
+        XCTAssertTrue(restarted.restarted)
+        XCTAssertEqual(DeviceSimulator.cursors(c, recordedRun: nil, currentRun: "r2").cursors, c, "an old state file adopts the run")
+        XCTAssertEqual(DeviceSimulator.cursors(c, recordedRun: "r1", currentRun: nil).cursors, c, "a sandbox without run ids")
+        // After the reset, the new run's first pushes are pending again.
+        let p = [DevicePush(sequence: 1, provider: "apns", token: "a", payload: .null)]
+        XCTAssertEqual(DeviceSimulator.pending(p, cursors: restarted.cursors).map(\.sequence), [1])
+        XCTAssertEqual(DeviceSimulator.pending(p, cursors: c).map(\.sequence), [], "what the phone did before the fix")
+    }
+
     func testLocalStartAndStateFileRoundTrip() throws {
         var d = iosDevice()
         let ev = d.localStart(targetId: "tgt_l", activityType: "delivery", templateVersion: "tv_1", businessKey: "delivery:42",
