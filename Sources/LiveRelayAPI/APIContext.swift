@@ -24,9 +24,14 @@ public final class APIContext: Sendable {
     public let events: EventWaiter
     /// `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` (SPEC §8).
     public let defaultExpirationSeconds: Int
+    /// `LIVERELAY_WEBHOOK_ALLOW_PRIVATE=1`: webhook URLs may be `http://` and resolve to private
+    /// addresses (docs/webhooks.md "Safety").
+    public let webhookAllowPrivate: Bool
 
     public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
-                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, now: @escaping @Sendable () -> Date = Date.init) {
+                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, webhookAllowPrivate: Bool = false,
+                now: @escaping @Sendable () -> Date = Date.init) {
+        self.webhookAllowPrivate = webhookAllowPrivate
         self.events = events ?? EventWaiter(log: log)
         self.defaultExpirationSeconds = defaultExpirationSeconds
         self.db = db

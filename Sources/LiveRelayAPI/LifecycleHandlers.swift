@@ -121,6 +121,7 @@ enum LifecycleHandlers {
         let usage = try QuotaStore.usage(c, tenantId: tenant, day: day)
         try WriteRules.checkQuota(limit: limit, reserved: usage.reserved, used: usage.used, now: now)
         try QuotaStore.reserve(c, tenantId: tenant, day: day)
+        try EventStore.quotaReserved(c, tenantId: tenant, day: day, limit: limit, used: usage.used, reserved: usage.reserved + 1, resetsAt: WriteRules.quotaResetsAt(now))
         return day
     }
 

@@ -18,6 +18,8 @@ import Logging
 /// | `LIVERELAY_HOME` | `home` (embedded cluster, KEK file) | `./.liverelay` |
 /// | `LIVERELAY_HTTP_THREADS` | `httpThreads` | 16 |
 /// | `LIVERELAY_DB_POOL_SIZE` | `databasePoolSize` | 20 |
+/// | `LIVERELAY_WEBHOOK_ALLOW_PRIVATE` | `webhookAllowPrivate` (`1`: webhooks may use `http://` and private addresses, docs/webhooks.md) | unset |
+/// | `LIVERELAY_WEBHOOK_THREADS` | `webhookThreads` (webhook attempts in flight per process) | 8 |
 public struct Configuration: Sendable {
     public var databaseURL: String?
     public var listenHost: String
@@ -35,6 +37,10 @@ public struct Configuration: Sendable {
     public var home: URL
     public var httpThreads: Int
     public var databasePoolSize: Int
+    /// Webhook URLs may be `http://` and resolve to loopback/private addresses.
+    public var webhookAllowPrivate: Bool = false
+    /// Webhook sender threads per process.
+    public var webhookThreads: Int = 8
 
     /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
     public static func load(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
@@ -89,6 +95,13 @@ public struct Configuration: Sendable {
         let exp = int("LIVERELAY_DEFAULT_EXPIRATION_SECONDS", 3600, 0...2_592_000)
         let threads = int("LIVERELAY_HTTP_THREADS", 16, 1...256)
         let poolSize = int("LIVERELAY_DB_POOL_SIZE", 20, 1...500)
+        let webhookThreads = int("LIVERELAY_WEBHOOK_THREADS", 8, 1...256)
+        var allowPrivate = false
+        if let v = nonEmpty("LIVERELAY_WEBHOOK_ALLOW_PRIVATE") {
+            if v == "1" { allowPrivate = true } else if v != "0" {
+                problems.append("LIVERELAY_WEBHOOK_ALLOW_PRIVATE must be 1 (or unset), got \(v.debugDescription)")
+            }
+        }
 
         var level = LogLevel.info
         if let l = nonEmpty("LIVERELAY_LOG_LEVEL") {
@@ -100,9 +113,12 @@ public struct Configuration: Sendable {
                        relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL
 
         if !problems.isEmpty { throw ConfigurationError(problems: problems) }
-        return Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
-                             apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
-                             logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
+        var config = Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
+                                   apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
+                                   logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
+        config.webhookAllowPrivate = allowPrivate
+        config.webhookThreads = webhookThreads
+        return config
     }
 }
 

@@ -85,6 +85,16 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         }
     }
 
+    /// Deletes events older than 30 days with their deliveries (docs/webhooks.md "Events").
+    func purgeEvents(now: Date) {
+        do {
+            let n = try db.system { c in try EventStore.purgeExpired(c, now: now) }
+            if n > 0 { log.info("events purged", ["count": .int(Int64(n))]) }
+        } catch {
+            log.error("event purge failed", ["error": .string("\(error)")])
+        }
+    }
+
     /// One GC pass: deletes every collectable template version, logs each and a summary.
     /// Returns what it removed.
     @discardableResult
@@ -97,6 +107,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
             for v in removed { log.info("gc: template version removed", GCCommand.json(v, dryRun: false).objectValue ?? [:]) }
             log.info("gc: pass finished", ["removed": .int(Int64(removed.count)), "bytes": .int(removed.reduce(0) { $0 + $1.bytes })])
             purgeIdempotencyRecords()
+            purgeEvents(now: clock)
             return removed
         } catch {
             log.error("gc: pass failed", ["error": .string("\(error)")])

@@ -30,7 +30,8 @@ enum ServeCommand {
         let events = EventWaiter(log: log.with(["component": "events"]))
         events.start(conninfo: rt.conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
-                             events: events, defaultExpirationSeconds: config.defaultExpirationSeconds)
+                             events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
+                             webhookAllowPrivate: config.webhookAllowPrivate)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: config.listenHost, port: config.listenPort,
                                                                        threads: config.httpThreads),
@@ -40,6 +41,7 @@ enum ServeCommand {
         maintenance?.start()
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?
+        var webhooks: WebhookWorker?
         if withDispatcher {
             let push = try WorkerCommand.makePushSender(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
             let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
@@ -47,6 +49,8 @@ enum ServeCommand {
             d.start()
             dispatcher = d
             stopSender = push.stop
+            webhooks = try WorkerCommand.makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+            webhooks?.start()
         }
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
@@ -55,6 +59,7 @@ enum ServeCommand {
         maintenance?.stop()
         server.shutdown(drainTimeoutSeconds: 30)
         dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
+        webhooks?.stop(timeoutSeconds: 15)
         stopSender?()
         auth.stop()
         events.stop()

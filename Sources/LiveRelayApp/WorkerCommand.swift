@@ -30,12 +30,28 @@ enum WorkerCommand {
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
+        let webhooks = try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+        webhooks.start()
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         dispatcher.stop(timeoutSeconds: 20)
+        webhooks.stop(timeoutSeconds: 15)
         push.stop()
         pool.close()
         log.info("stopped")
+    }
+
+    /// The webhook delivery worker of `serve` and `worker` (docs/webhooks.md "Delivery"): libcurl
+    /// client trusting the system CAs plus `LIVERELAY_EXTRA_CA_FILE`, lease owner
+    /// `LIVERELAY_WORKER_ID` (or a generated one), `LIVERELAY_WEBHOOK_THREADS` senders.
+    static func makeWebhookWorker(config: Configuration, db: Database, kek: [UInt8], metrics: MetricsRegistry, log: Logger,
+                                  env: [String: String] = ProcessInfo.processInfo.environment) throws -> WebhookWorker {
+        let client = try WebhookHTTPClient(configuration: WebhookHTTPConfiguration(allowPrivate: config.webhookAllowPrivate,
+                                                                                     extraCAFile: config.extraCAFile))
+        let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
+        var wc = WebhookWorkerConfiguration(workerId: id)
+        wc.concurrency = config.webhookThreads
+        return WebhookWorker(db: db, kek: try AESGCM(key: kek), client: client, configuration: wc, metrics: metrics, log: log)
     }
 
     /// The dispatcher settings from `config` and the `LIVERELAY_DISPATCH_*` variables.
