@@ -28,14 +28,14 @@ final class TestEnvironment: @unchecked Sendable {
     let baseURL: String
     let logs = LogCapture()
 
-    static func make() throws -> TestEnvironment {
+    static func make(webhookAllowPrivate: Bool = false) throws -> TestEnvironment {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
             throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
-        return try TestEnvironment(base: base)
+        return try TestEnvironment(base: base, webhookAllowPrivate: webhookAllowPrivate)
     }
 
-    private init(base: String) throws {
+    private init(base: String, webhookAllowPrivate: Bool) throws {
         dbName = "lr_test_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
         adminConninfo = base
         let repo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
@@ -56,7 +56,7 @@ final class TestEnvironment: @unchecked Sendable {
         events = EventWaiter(log: log)
         events.start(conninfo: conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator,
-                             events: events)
+                             events: events, webhookAllowPrivate: webhookAllowPrivate)
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                             router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics,
                             log: { line in captured.append(line) })
