@@ -19,7 +19,7 @@ import Logging
 /// | `LIVERELAY_HTTP_THREADS` | `httpThreads` | 16 |
 /// | `LIVERELAY_DB_POOL_SIZE` | `databasePoolSize` | 20 |
 /// | `LIVERELAY_WEBHOOK_ALLOW_PRIVATE` | `webhookAllowPrivate` (`1`: webhooks may use `http://` and private addresses, docs/webhooks.md) | unset |
-/// | `LIVERELAY_WEBHOOK_THREADS` | `webhookThreads` (webhook attempts in flight per process) | 8 |
+/// | `LIVERELAY_WEBHOOK_THREADS` | `webhookThreads` (webhook attempts in flight per process; `0`: this process delivers no webhooks) | 8 |
 public struct Configuration: Sendable {
     public var databaseURL: String?
     public var listenHost: String
@@ -39,7 +39,7 @@ public struct Configuration: Sendable {
     public var databasePoolSize: Int
     /// Webhook URLs may be `http://` and resolve to loopback/private addresses.
     public var webhookAllowPrivate: Bool = false
-    /// Webhook sender threads per process.
+    /// Webhook sender threads per process (0: no webhook worker).
     public var webhookThreads: Int = 8
 
     /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
@@ -95,7 +95,7 @@ public struct Configuration: Sendable {
         let exp = int("LIVERELAY_DEFAULT_EXPIRATION_SECONDS", 3600, 0...2_592_000)
         let threads = int("LIVERELAY_HTTP_THREADS", 16, 1...256)
         let poolSize = int("LIVERELAY_DB_POOL_SIZE", 20, 1...500)
-        let webhookThreads = int("LIVERELAY_WEBHOOK_THREADS", 8, 1...256)
+        let webhookThreads = int("LIVERELAY_WEBHOOK_THREADS", 8, 0...256)
         var allowPrivate = false
         if let v = nonEmpty("LIVERELAY_WEBHOOK_ALLOW_PRIVATE") {
             if v == "1" { allowPrivate = true } else if v != "0" {

@@ -49,8 +49,10 @@ enum ServeCommand {
             d.start()
             dispatcher = d
             stopSender = push.stop
-            webhooks = try WorkerCommand.makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
-            webhooks?.start()
+            if config.webhookThreads > 0 {
+                webhooks = try WorkerCommand.makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+                webhooks?.start()
+            }
         }
         log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])

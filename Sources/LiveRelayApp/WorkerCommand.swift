@@ -30,12 +30,12 @@ enum WorkerCommand {
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
-        let webhooks = try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
-        webhooks.start()
+        let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
+        webhooks?.start()
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         dispatcher.stop(timeoutSeconds: 20)
-        webhooks.stop(timeoutSeconds: 15)
+        webhooks?.stop(timeoutSeconds: 15)
         push.stop()
         pool.close()
         log.info("stopped")

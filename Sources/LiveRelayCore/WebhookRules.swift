@@ -94,7 +94,7 @@ public enum WebhookRules {
         if bytes[0..<10].allSatisfy({ $0 == 0 }) && ((bytes[10] == 0xFF && bytes[11] == 0xFF) || (bytes[10] == 0 && bytes[11] == 0)) {
             return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])            // ::ffff:a.b.c.d, ::a.b.c.d
         }
-        if bytes[0] == 0x64 && bytes[1] == 0xFF && bytes[2] == 0x9B && bytes[3...11].allSatisfy({ $0 == 0 }) {
+        if bytes[0] == 0 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B && bytes[4...11].allSatisfy({ $0 == 0 }) {
             return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])            // 64:ff9b::/96 NAT64
         }
         if bytes[0] & 0xFE == 0xFC { return true }                                        // fc00::/7 unique local

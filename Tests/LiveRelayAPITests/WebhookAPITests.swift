@@ -245,9 +245,10 @@ final class WebhookSSRFCreationTests: XCTestCase {
             XCTAssertEqual(r.errorCode, "INVALID_REQUEST", url)
             XCTAssertEqual(r.json["error"]?["details"]?["field"]?.stringValue, "url", url)
         }
-        let id = env.call("POST", "/v1/webhook-endpoints", ["url": "https://hooks.example.test/x", "events": ["*"], "idempotency_key": "ok"],
+        // A public address is accepted (an IP literal: resolving it sends nothing anywhere).
+        let id = env.call("POST", "/v1/webhook-endpoints", ["url": "https://8.8.8.8/x", "events": ["*"], "idempotency_key": "ok"],
                           as: t.master)
-        XCTAssertEqual(id.status, 201, "a name that does not resolve here is not refused (checked again at connect time)")
+        XCTAssertEqual(id.status, 201)
         let patched = env.call("PATCH", "/v1/webhook-endpoints/\(id["id"]?.stringValue ?? "")", ["url": "https://localhost:9/"], as: t.master)
         XCTAssertEqual(patched.status, 400)
         XCTAssertEqual(patched.json["error"]?["details"]?["field"]?.stringValue, "url")
