@@ -119,6 +119,7 @@ CREATE TABLE webhook_attempts (
   PRIMARY KEY (tenant_id, endpoint_id, id),
   FOREIGN KEY (tenant_id, endpoint_id) REFERENCES webhook_endpoints (tenant_id, id) ON DELETE CASCADE
 );
+CREATE INDEX webhook_attempts_time ON webhook_attempts (delivered_at);
 
 DO $$
 DECLARE t text;

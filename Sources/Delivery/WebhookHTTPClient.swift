@@ -123,7 +123,7 @@ public final class WebhookHTTPClient: Sendable {
                                          error: "response body over \(configuration.maxResponseBytes) bytes", durationMs: ms)
         }
         guard code == CURLE_OK else {
-            let detail = String(cString: errbuf)
+            let detail = cText(errbuf)
             let kind = code == CURLE_OPERATION_TIMEDOUT ? "timeout" : "network"
             return WebhookAttemptOutcome(statusCode: status == 0 ? nil : status,
                                          error: "\(kind): \(detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)", durationMs: ms)
@@ -191,5 +191,10 @@ private func addressText(family: Int32, _ bytes: [UInt8]) -> String {
     var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)
     var b = bytes
     let ok = b.withUnsafeMutableBytes { inet_ntop(family, $0.baseAddress, &buf, socklen_t(buf.count)) } != nil
-    return ok ? String(cString: buf) : "?"
+    return ok ? cText(buf) : "?"
+}
+
+/// The text of a NUL-terminated C buffer.
+private func cText(_ buf: [CChar]) -> String {
+    String(decoding: buf.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

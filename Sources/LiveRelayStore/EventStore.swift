@@ -94,11 +94,16 @@ public enum EventStore {
     }
 
     /// Deletes up to `batch` events older than 30 days (system scope; their deliveries go with
-    /// them). Returns how many went.
+    /// them), and delivery-log entries older than 30 days. Returns how many events went.
     public static func purgeExpired(_ c: PostgresConnection, now: Date, batch: Int = 5000) throws -> Int {
+        let cutoff = now.addingTimeInterval(-retentionSeconds)
         try c.execute("""
+            DELETE FROM webhook_attempts WHERE (tenant_id, endpoint_id, id) IN (
+              SELECT tenant_id, endpoint_id, id FROM webhook_attempts WHERE delivered_at < $1 LIMIT $2)
+            """, [cutoff, batch])
+        return try c.execute("""
             DELETE FROM events WHERE (tenant_id, id) IN (
               SELECT tenant_id, id FROM events WHERE created_at < $1 ORDER BY created_at LIMIT $2)
-            """, [now.addingTimeInterval(-retentionSeconds), batch])
+            """, [cutoff, batch])
     }
 }
