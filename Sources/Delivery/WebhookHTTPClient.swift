@@ -57,7 +57,10 @@ public final class WebhookHTTPClient: Sendable {
 
     /// POSTs `body` to `url` with `headers` (name, value). Never throws: every problem is an
     /// outcome with `error` set (e.g. `address refused: 127.0.0.1 is not public`, `timeout`).
-    public func post(url: String, headers: [(String, String)], body: [UInt8]) -> WebhookAttemptOutcome {
+    /// - Parameter connection: a thread's reusable handle (keeps connections to receivers
+    ///   alive between attempts; a reused connection was checked when it was opened); nil: a
+    ///   fresh handle for this request alone.
+    public func post(url: String, headers: [(String, String)], body: [UInt8], connection: WebhookConnection? = nil) -> WebhookAttemptOutcome {
         let started = DispatchTime.now()
         func elapsed() -> Int { Int((DispatchTime.now().uptimeNanoseconds - started.uptimeNanoseconds) / 1_000_000) }
         do {
@@ -67,8 +70,12 @@ public final class WebhookHTTPClient: Sendable {
         } catch {
             return WebhookAttemptOutcome(statusCode: nil, error: "url refused", durationMs: 0)
         }
-        guard let h = curl_easy_init() else { return WebhookAttemptOutcome(statusCode: nil, error: "curl_easy_init failed", durationMs: 0) }
-        defer { curl_easy_cleanup(h) }
+        let own = connection == nil
+        guard let h = connection?.handle ?? curl_easy_init() else {
+            return WebhookAttemptOutcome(statusCode: nil, error: "curl_easy_init failed", durationMs: 0)
+        }
+        if !own { curl_easy_reset(h) }  // options back to defaults; the connection cache stays
+        defer { if own { curl_easy_cleanup(h) } }
         let ctx = RequestContext(allowPrivate: configuration.allowPrivate, maxBytes: configuration.maxResponseBytes)
         let ctxPtr = Unmanaged.passRetained(ctx)
         defer { ctxPtr.release() }
@@ -132,6 +139,16 @@ public final class WebhookHTTPClient: Sendable {
         let why = (300..<400).contains(status) ? "redirect not followed" : "status \(status)"
         return WebhookAttemptOutcome(statusCode: status, error: why, durationMs: ms)
     }
+}
+
+/// One libcurl easy handle kept by one sender thread, so its connection cache (HTTP/1.1
+/// keep-alive, TLS sessions) survives between attempts. Not for concurrent use: one thread at a
+/// time (hence `@unchecked Sendable`); `close()` (or deinit) frees it.
+public final class WebhookConnection: @unchecked Sendable {
+    var handle: UnsafeMutableRawPointer?
+    public init() { handle = curl_easy_init() }
+    public func close() { if let h = handle { curl_easy_cleanup(h) }; handle = nil }
+    deinit { close() }
 }
 
 /// A client-side problem of the webhook client's set-up.

@@ -12,9 +12,10 @@ public struct WebhookWorkerConfiguration: Sendable {
     /// Lease owner name (as the dispatcher's worker id).
     public var workerId: String
     /// Sender threads, i.e. attempts in flight at once.
-    public var concurrency: Int = 8
-    /// Most attempts in flight to one endpoint, so a slow receiver cannot take every thread.
-    public var perEndpointInFlight: Int = 4
+    public var concurrency: Int
+    /// Most attempts in flight to one endpoint, so a slow receiver cannot take every thread
+    /// (default: half the threads, at least 1).
+    public var perEndpointInFlight: Int
     /// How often the claimer looks for due deliveries when idle, seconds.
     public var pollIntervalSeconds: Double = 0.05
     /// How long a claimed delivery is leased, seconds (≥ the HTTP total timeout): a worker that
@@ -22,7 +23,11 @@ public struct WebhookWorkerConfiguration: Sendable {
     public var leaseSeconds: Double = 60
     /// `User-Agent` of every request.
     public var userAgent: String = "LiveRelay/\(Capabilities.protocolVersion)"
-    public init(workerId: String) { self.workerId = workerId }
+    public init(workerId: String, concurrency: Int = 8) {
+        self.workerId = workerId
+        self.concurrency = concurrency
+        perEndpointInFlight = max(1, concurrency / 2)
+    }
 }
 
 /// Delivers queued webhook deliveries (docs/webhooks.md "Delivery"), at least once: a claimer
@@ -137,7 +142,8 @@ public final class WebhookWorker: @unchecked Sendable {
     }
 
     private func sendLoop() {
-        defer { exitThread() }
+        let connection = WebhookConnection()
+        defer { connection.close(); exitThread() }
         while true {
             condition.lock()
             while queue.isEmpty && !stopping { condition.wait() }
@@ -145,7 +151,7 @@ public final class WebhookWorker: @unchecked Sendable {
             let job = queue.removeFirst()
             total += 1
             condition.unlock()
-            deliver(job)
+            deliver(job, connection: connection)
             condition.lock()
             total -= 1
             inFlight[job.endpointId, default: 1] -= 1
@@ -157,7 +163,7 @@ public final class WebhookWorker: @unchecked Sendable {
 
     /// One attempt of `job`, recorded. Errors of the database are logged; the delivery's lease
     /// then runs out and it is attempted again (at least once).
-    func deliver(_ job: WebhookJob) {
+    func deliver(_ job: WebhookJob, connection: WebhookConnection? = nil) {
         do {
             let secrets = try db.system { c in
                 try WebhookStore.activeSecrets(c, tenantId: job.tenantId, endpointId: job.endpointId, now: now(), kek: kek)
@@ -167,7 +173,7 @@ public final class WebhookWorker: @unchecked Sendable {
             let headers = [("Content-Type", "application/json"), ("User-Agent", configuration.userAgent),
                            ("LiveRelay-Event-Id", job.eventId),
                            ("LiveRelay-Signature", WebhookSignature.header(timestamp: t, secrets: secrets, body: body))]
-            let outcome = client.post(url: job.url, headers: headers, body: body)
+            let outcome = client.post(url: job.url, headers: headers, body: body, connection: connection)
             let at = now()
             let done = try db.system { c in
                 try WebhookStore.complete(c, job: job, owner: configuration.workerId, outcome: outcome, now: at, random: random())

@@ -49,8 +49,7 @@ enum WorkerCommand {
         let client = try WebhookHTTPClient(configuration: WebhookHTTPConfiguration(allowPrivate: config.webhookAllowPrivate,
                                                                                      extraCAFile: config.extraCAFile))
         let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
-        var wc = WebhookWorkerConfiguration(workerId: id)
-        wc.concurrency = config.webhookThreads
+        let wc = WebhookWorkerConfiguration(workerId: id, concurrency: config.webhookThreads)
         return WebhookWorker(db: db, kek: try AESGCM(key: kek), client: client, configuration: wc, metrics: metrics, log: log)
     }
 
