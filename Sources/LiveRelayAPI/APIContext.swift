@@ -32,13 +32,19 @@ public final class APIContext: Sendable {
     /// account's `token_uri` may be on this origin or Google's token endpoint, nothing else.
     public let fcmURL: String
 
+    /// `LIVERELAY_WEBHOOK_ALLOW_PRIVATE=1`: webhook URLs may be `http://` and resolve to private
+    /// addresses (docs/webhooks.md "Safety").
+    public let webhookAllowPrivate: Bool
+
     public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
-                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, now: @escaping @Sendable () -> Date = Date.init,
+                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, webhookAllowPrivate: Bool = false,
+                now: @escaping @Sendable () -> Date = Date.init,
                 limits: TenantLimits = TenantLimits(), retentionDays: Int = TenantLimits.defaultRetentionDays,
                 fcmURL: String = "https://fcm.googleapis.com") {
         self.limits = limits
         self.retentionDays = retentionDays
         self.fcmURL = fcmURL
+        self.webhookAllowPrivate = webhookAllowPrivate
         self.events = events ?? EventWaiter(log: log)
         self.defaultExpirationSeconds = defaultExpirationSeconds
         self.db = db

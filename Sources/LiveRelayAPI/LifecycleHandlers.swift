@@ -99,6 +99,10 @@ enum LifecycleHandlers {
         if !exact && QuotaStore.worthFastPath(limit: q.limit, reserved: q.reserved, used: q.used) { return true }
         let e = try QuotaStore.lockAll(c, tenantId: tenant, day: day)
         try WriteRules.checkQuota(limit: e.limit, reserved: e.reserved, used: e.used, now: now)
+        // Only the exact path can take the day's last unit: `quota.exhausted` is recorded (in
+        // this transaction, once per day) when this write's reservation uses it up.
+        try EventStore.quotaReserved(c, tenantId: tenant, day: day, limit: e.limit, used: e.used, reserved: e.reserved + 1,
+                                     resetsAt: WriteRules.quotaResetsAt(now))
         return false
     }
 

@@ -76,6 +76,7 @@ public enum APIRoutes {
         DeviceTargetHandlers.register(r, ctx)
         DeviceHandlers.register(r, ctx)
         ProviderCredentialHandlers.register(r, ctx)
+        WebhookHandlers.register(r, ctx)
         return r
     }
 }

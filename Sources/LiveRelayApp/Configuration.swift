@@ -23,6 +23,8 @@ import LiveRelayCore
 /// | `LIVERELAY_MAX_INSTALLATIONS_PER_TENANT` | `limits.maxInstallationsPerTenant` | 1,000,000 |
 /// | `LIVERELAY_MAX_LIVE_TARGETS_PER_TENANT` | `limits.maxLiveTargetsPerTenant` | 100,000 |
 /// | `LIVERELAY_RETENTION_DAYS` | `retentionDays` (terminal targets and their operations) | 30 |
+/// | `LIVERELAY_WEBHOOK_ALLOW_PRIVATE` | `webhookAllowPrivate` (`1`: webhooks may use `http://` and private addresses, docs/webhooks.md) | unset |
+/// | `LIVERELAY_WEBHOOK_THREADS` | `webhookThreads` (webhook attempts in flight per process; `0`: this process delivers no webhooks) | 8 |
 public struct Configuration: Sendable {
     public var databaseURL: String?
     public var listenHost: String
@@ -48,6 +50,10 @@ public struct Configuration: Sendable {
     /// Days a terminal target and its operations are kept before maintenance purges them
     /// (docs/security.md "Retention").
     public var retentionDays = TenantLimits.defaultRetentionDays
+    /// Webhook URLs may be `http://` and resolve to loopback/private addresses.
+    public var webhookAllowPrivate: Bool = false
+    /// Webhook sender threads per process (0: no webhook worker).
+    public var webhookThreads: Int = 8
 
     /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
     public static func load(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
@@ -102,6 +108,13 @@ public struct Configuration: Sendable {
         let exp = int("LIVERELAY_DEFAULT_EXPIRATION_SECONDS", 3600, 0...2_592_000)
         let threads = int("LIVERELAY_HTTP_THREADS", 16, 1...256)
         let poolSize = int("LIVERELAY_DB_POOL_SIZE", 20, 1...500)
+        let webhookThreads = int("LIVERELAY_WEBHOOK_THREADS", 8, 0...256)
+        var allowPrivate = false
+        if let v = nonEmpty("LIVERELAY_WEBHOOK_ALLOW_PRIVATE") {
+            if v == "1" { allowPrivate = true } else if v != "0" {
+                problems.append("LIVERELAY_WEBHOOK_ALLOW_PRIVATE must be 1 (or unset), got \(v.debugDescription)")
+            }
+        }
 
         var level = LogLevel.info
         if let l = nonEmpty("LIVERELAY_LOG_LEVEL") {
@@ -124,6 +137,8 @@ public struct Configuration: Sendable {
         config.allowPrivilegedRole = allowPrivileged
         config.limits = TenantLimits(maxInstallationsPerTenant: maxInstallations, maxLiveTargetsPerTenant: maxLiveTargets)
         config.retentionDays = retentionDays
+        config.webhookAllowPrivate = allowPrivate
+        config.webhookThreads = webhookThreads
         return config
     }
 }

@@ -136,6 +136,16 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         }
     }
 
+    /// Deletes events older than 30 days with their deliveries (docs/webhooks.md "Events").
+    func purgeEvents(now: Date) {
+        do {
+            let n = try db.system { c in try EventStore.purgeExpired(c, now: now) }
+            if n > 0 { log.info("events purged", ["count": .int(Int64(n))]) }
+        } catch {
+            log.error("event purge failed", ["error": .string("\(error)")])
+        }
+    }
+
     /// One GC pass: deletes every collectable template version, logs each and a summary.
     /// Returns what it removed.
     @discardableResult
@@ -154,6 +164,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
             purgeIdempotencyRecords()
             purgeRetention()
             passes?.increment(["ok"])
+            purgeEvents(now: clock)
             return removed
         } catch {
             passes?.increment(["failed"])

@@ -44,6 +44,9 @@ public enum RemoteCommand {
                                             POST /v1/remote-updates/live-activities/end
       operation get --operation-id OP       GET  /v1/remote-updates/operations/{OP}
       usage                                 GET  /v1/remote-updates/usage
+      events list [--type TYPE] [--target-id T] [--channel-id CH] [--limit N] [--cursor C] [--all]
+                                            GET  /v1/events   (master key; last 30 days, newest first)
+      events get --event-id EVT             GET  /v1/events/{EVT}
 
     Writes without --idempotency-key use a new UUID, printed to stderr as "idempotency_key: …"
     (repeat the command with it to retry safely). Times are RFC 3339 (2026-10-18T13:00:00.000Z).
@@ -99,7 +102,7 @@ public enum RemoteCommand {
         guard let first = args.first else { throw RemoteUsageError("missing command") }
         var rest = Array(args.dropFirst())
         var command = first
-        if ["targets", "target", "operation"].contains(first) {
+        if ["targets", "target", "operation", "events"].contains(first) {
             guard !rest.isEmpty else { throw RemoteUsageError("\(first) needs a subcommand") }
             command += " " + rest.removeFirst()
         }
@@ -136,6 +139,16 @@ public enum RemoteCommand {
             let id = try f.id("operation-id")
             try f.finish()
             out = try client.get("/v1/remote-updates/operations/\(escape(id))")
+        case "events list":
+            var q: [(String, String)] = []
+            for flag in ["type", "target-id", "channel-id"] {
+                if let v = f.string(flag) { q.append((flag.replacingOccurrences(of: "-", with: "_"), v)) }
+            }
+            out = try list("/v1/events", query: q, flags: &f, client: client)
+        case "events get":
+            let id = try f.id("event-id")
+            try f.finish()
+            out = try client.get("/v1/events/\(escape(id))")
         case "start", "update", "end":
             let (body, waitMs) = try writeBody(command, &f)
             try f.finish()

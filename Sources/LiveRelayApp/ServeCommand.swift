@@ -28,6 +28,7 @@ enum ServeCommand {
         events.start(conninfo: rt.conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
                              events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
+                             webhookAllowPrivate: config.webhookAllowPrivate,
                              limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
@@ -39,6 +40,7 @@ enum ServeCommand {
         maintenance?.start()
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?
+        var webhooks: WebhookWorker?
         if withDispatcher {
             let push = try WorkerCommand.makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
             let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
@@ -46,6 +48,10 @@ enum ServeCommand {
             d.start()
             dispatcher = d
             stopSender = push.stop
+            if config.webhookThreads > 0 {
+                webhooks = try WorkerCommand.makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
+                webhooks?.start()
+            }
         }
         // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second
         // listener, started once every component registered its metrics.
@@ -58,6 +64,7 @@ enum ServeCommand {
         server.shutdown(drainTimeoutSeconds: 30)
         ops?.shutdown(drainTimeoutSeconds: 2)
         dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
+        webhooks?.stop(timeoutSeconds: 15)
         stopSender?()
         auth.stop()
         events.stop()

@@ -39,6 +39,8 @@ enum WorkerCommand {
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
+        let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
+        webhooks?.start()
         // After every component registered its metrics, so the first scrape sees them all.
         let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
         log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
@@ -46,11 +48,24 @@ enum WorkerCommand {
         log.info("shutting down", ["signal": .string(signal)])
         maintenance.stop()
         dispatcher.stop(timeoutSeconds: 20)
+        webhooks?.stop(timeoutSeconds: 15)
         push.stop()
         db.flushNotifications()
         ops?.shutdown(drainTimeoutSeconds: 2)
         pool.close()
         log.info("stopped")
+    }
+
+    /// The webhook delivery worker of `serve` and `worker` (docs/webhooks.md "Delivery"): libcurl
+    /// client trusting the system CAs plus `LIVERELAY_EXTRA_CA_FILE`, lease owner
+    /// `LIVERELAY_WORKER_ID` (or a generated one), `LIVERELAY_WEBHOOK_THREADS` senders.
+    static func makeWebhookWorker(config: Configuration, db: Database, kek: [UInt8], metrics: MetricsRegistry, log: Logger,
+                                  env: [String: String] = ProcessInfo.processInfo.environment) throws -> WebhookWorker {
+        let client = try WebhookHTTPClient(configuration: WebhookHTTPConfiguration(allowPrivate: config.webhookAllowPrivate,
+                                                                                     extraCAFile: config.extraCAFile))
+        let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
+        let wc = WebhookWorkerConfiguration(workerId: id, concurrency: config.webhookThreads)
+        return WebhookWorker(db: db, kek: try AESGCM(key: kek), client: client, configuration: wc, metrics: metrics, log: log)
     }
 
     /// The dispatcher settings from `config` and the `LIVERELAY_DISPATCH_*` variables.

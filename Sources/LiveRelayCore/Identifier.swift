@@ -16,7 +16,9 @@ public enum IdKind: String, Sendable, CaseIterable {
     case startTarget = "st"
     case target = "tgt"
     case operation = "op"
+    /// Audit events and webhook events share `evt_` (SPEC §3 lists one prefix for events).
     case auditEvent = "evt"
+    case webhookEndpoint = "we"
 }
 
 /// Generates and checks prefixed, time-ordered identifiers (SPEC §3).

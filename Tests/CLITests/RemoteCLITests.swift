@@ -197,3 +197,31 @@ final class RemoteCLITests: XCTestCase {
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 }
+
+/// `liverelay remote events list|get` (docs/webhooks.md "Events").
+final class RemoteEventsCLITests: XCTestCase {
+    var env: CLIEnvironment!
+
+    override func setUpWithError() throws { env = try CLIEnvironment.make() }
+    override func tearDown() { env?.tearDown() }
+
+    func testEventsListFiltersAndGet() throws {
+        let w = try env.world()  // its start target became ready: one start_target.ready event
+        let all = try env.remote(["events", "list"], key: w.master)
+        XCTAssertEqual(all.status, 0, all.stderr)
+        let data = all.json["data"]?.arrayValue ?? []
+        XCTAssertEqual(data.compactMap { $0["type"]?.stringValue }, ["start_target.ready"])
+        XCTAssertEqual(data.first?["data"]?["object"]?["id"]?.stringValue, w.startTarget)
+        let none = try env.remote(["events", "list", "--type", "target.ended", "--all"], key: w.master)
+        XCTAssertEqual(none.json["data"]?.arrayValue?.count, 0, none.stdout)
+        let id = data.first?["id"]?.stringValue ?? ""
+        let one = try env.remote(["events", "get", id], key: w.master)
+        XCTAssertEqual(one.status, 0, one.stderr)
+        XCTAssertEqual(one.json["id"]?.stringValue, id)
+        let bad = try env.remote(["events", "list", "--type", "nope"], key: w.master)
+        XCTAssertEqual(bad.status, 3)
+        XCTAssertTrue(bad.stderr.hasPrefix("INVALID_REQUEST (HTTP 400)"), bad.stderr)
+        let sender = try env.remote(["events", "list"], key: w.sender)
+        XCTAssertEqual(sender.status, 3, "a sender key cannot read events")
+    }
+}

@@ -36,6 +36,8 @@ final class EndToEndHarness: @unchecked Sendable {
     let workDir: URL
     let sender: ProviderSender
     let credentials: DatabaseProviderCredentialSource
+    /// The key-encryption key of this API (webhook secrets are sealed under it).
+    let kek: AESGCM
     let metrics = MetricsRegistry()
     let logs = LineCapture()
     private var stopDispatcher: (() -> Void)?
@@ -75,12 +77,13 @@ final class EndToEndHarness: @unchecked Sendable {
 
         let captured = logs
         let log = Logger(minimum: .info, sink: { line in captured.append(line) })
-        let kek = try AESGCM(key: SecureRandom.bytes(32))
+        kek = try AESGCM(key: SecureRandom.bytes(32))
         auth = Authenticator(db: db, log: log)
         auth.startInvalidationListener(conninfo: conninfo)
         events = EventWaiter(log: log)
         events.start(conninfo: conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
+                             webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
                              fcmURL: sandbox.baseURL)  // as `serve` with the sandbox's env: its token_uri is on this origin
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                            router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })

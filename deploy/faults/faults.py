@@ -12,7 +12,10 @@ starts, updates (state-only and with alerts) and ends; and meanwhile injects, on
               row locks held by a psql session;
   goaway      sandbox GOAWAY mid-batch (goaway_after_streams), then
   drop        sandbox drops connections after reading a request (drop_connection_after_request).
-After each fault a probe (a state-only update on a dedicated target) measures the time until the API
+A webhook endpoint (every event type) points at deploy/webhooks/receiver.py on loopback; the reconciliation
+also checks that every event of every acknowledged change exists and reached the receiver with a valid
+signature at least once, and that no event exists for a change that did not happen (definitions in
+`reconcile_webhooks`). After each fault a probe (a state-only update on a dedicated target) measures the time until the API
 acknowledges a write again and until the provider accepted it ("time to recover").
 
 The load driver retries a write with the SAME body and idempotency key on connection errors and 5xx (the
@@ -174,13 +177,23 @@ class Run:
             time.sleep(0.1)  # the files are written after both ports listen
         if not self.wait_http(self.sb_ctl, "/healthz", 30, self.procs["sandbox"][0]) or not os.path.exists(sbdir + "/env"):
             raise SystemExit("faults: the sandbox did not start (see " + self.dir + "/sandbox.log)")
+        # Webhook receiver (plain http on loopback, LIVERELAY_WEBHOOK_ALLOW_PRIVATE=1): outside LiveRelay, never
+        # killed; it records every request (and verifies its signature) in webhooks.jsonl.
+        self.hook_port, self.hook_record = free_port(), os.path.join(self.dir, "webhooks.jsonl")
+        self.hook_secret_file = os.path.join(self.dir, "webhook-secret")
+        hlog = open(os.path.join(self.dir, "receiver.log"), "ab")
+        hp = subprocess.Popen([sys.executable, os.path.join(ROOT, "deploy/webhooks/receiver.py"), "--port", str(self.hook_port),
+                               "--secret-file", self.hook_secret_file, "--record", self.hook_record, "--tolerance", "0"],
+                              cwd=ROOT, stdout=hlog, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs["receiver"] = (hp, [], {}, hlog)
         env = dict(os.environ)
         for line in open(sbdir + "/env"):
             k, _, v = line.strip().partition("=")
             if k: env[k] = v
         env.update({"DATABASE_URL": self.database_url, "LIVERELAY_KEK": __import__("base64").b64encode(os.urandom(32)).decode(),
                     "LIVERELAY_LISTEN": f"127.0.0.1:{self.api_port}", "LIVERELAY_DISPATCH_LEASE_SECONDS": str(self.args.lease),
-                    "LIVERELAY_DB_POOL_SIZE": "10", "LIVERELAY_HTTP_THREADS": "16", "LIVERELAY_LOG_LEVEL": "info"})
+                    "LIVERELAY_DB_POOL_SIZE": "10", "LIVERELAY_HTTP_THREADS": "16", "LIVERELAY_LOG_LEVEL": "info",
+                    "LIVERELAY_WEBHOOK_ALLOW_PRIVATE": "1", "LIVERELAY_WEBHOOK_THREADS": "4"})
         self.env, self.sbdir = env, sbdir
         if self.scenario == "A":
             self.spawn("serve", ["serve"], env)
@@ -203,6 +216,9 @@ class Run:
         t = json.loads(out.stdout)
         self.tenant_id = t["tenant"]["id"]
         self.master, publishable = t["master_key"]["credential"], t["publishable_key"]["credential"]
+        hook = must(call(self.api_port, "POST", "/v1/webhook-endpoints", {"url": f"http://127.0.0.1:{self.hook_port}/hook",
+                    "events": ["*"], "idempotency_key": "faults-hook"}, self.master), (201,), "webhook endpoint")
+        with open(self.hook_secret_file, "w") as f: f.write(hook["secret"] + "\n")
         apns = json.load(open(self.sbdir + "/apns.json"))
         key = open(self.sbdir + "/apns-key.p8").read()
         for env in ("sandbox", "production"):
@@ -574,7 +590,9 @@ class Run:
                 if ts < hi_ts or (rev is not None and rev < hi_rev):
                     disorder.append((tgt, d["sequence"], ts, hi_ts, rev, hi_rev))
                 hi_ts, hi_rev = max(hi_ts, ts), max(hi_rev, rev if rev is not None else -1)
+        hooks = self.reconcile_webhooks(acked, ops, targets)
         self.result = {
+            **hooks,
             "acknowledged": len(acked), "ack_by_kind": count_by(acked.values(), "kind"), "statuses": status_count,
             "lost": len(lost), "lost_why": {k: v[:5] for k, v in why.items()}, "lost_counts": {k: len(v) for k, v in why.items()},
             "dup_starts": len(dup_starts), "dup_alerts": len(dup_alerts), "dup_examples": list(dup_starts.items())[:3] + list(dup_alerts.items())[:3],
@@ -585,6 +603,58 @@ class Run:
         }
         json.dump(self.result, open(os.path.join(self.dir, "result.json"), "w"), indent=1, default=str)
         return self.result
+
+    def drain_webhooks(self, seconds):
+        """Waits until no webhook delivery of the tenant is pending (True) or `seconds` pass."""
+        end = time.time() + seconds
+        while time.time() < end:
+            try:
+                if self.psql(f"SELECT count(*) FROM webhook_deliveries WHERE tenant_id = '{self.tenant_id}' AND status = 'pending'")[0][0] == "0":
+                    return True
+            except Exception:
+                pass
+            time.sleep(1)
+        return False
+
+    def reconcile_webhooks(self, acked, ops, targets):
+        """Definitions:
+        - events lost: an acknowledged write whose operation ended accepted/failed/unknown/expired without the
+          matching operation.<status> event (the event commits with the status change), or an ended target
+          without target.ended.
+        - events invented: an operation.<s> event whose operation row is missing or still queued/sending; a
+          target.ended event for a target that is not ended; the same (type, object) recorded twice.
+        - events undelivered: an event of the tenant that the receiver never received with a valid signature
+          (at least once; duplicates are allowed and counted).
+        """
+        drained = self.drain_webhooks(90)  # a delivery leased by a killed worker comes due after its 60 s lease
+        evs = [(r[0], r[1], r[2]) for r in self.psql(
+            f"SELECT id, type, coalesce(data->'object'->>'id', '') FROM events WHERE tenant_id = '{self.tenant_id}'")]
+        got = {}
+        if os.path.exists(self.hook_record):
+            for line in open(self.hook_record):
+                try: r = json.loads(line)
+                except ValueError: continue
+                if r.get("verified"): got[r.get("event_id")] = got.get(r.get("event_id"), 0) + 1
+        have = {(t, oid) for _, t, oid in evs}
+        lost, invented = [], []
+        for op_id in acked:
+            o = ops.get(op_id)
+            if o and o["status"] in ("accepted", "failed", "unknown", "expired") and ("operation." + o["status"], op_id) not in have:
+                lost.append(("operation." + o["status"], op_id))
+        for tid, t in targets.items():
+            if t["status"] == "ended" and ("target.ended", tid) not in have: lost.append(("target.ended", tid))
+        seen = {}
+        for eid, typ, oid in evs:
+            seen[(typ, oid)] = seen.get((typ, oid), 0) + 1
+            if typ.startswith("operation.") and (oid not in ops or ops[oid]["status"] in ("queued", "sending")):
+                invented.append((eid, typ, oid))
+            if typ == "target.ended" and targets.get(oid, {}).get("status") != "ended":
+                invented.append((eid, typ, oid))
+        invented += [("twice", k, v) for k, v in seen.items() if v > 1 and k[0] != "target.ready" and k[0] != "start_target.ready"]
+        undelivered = [eid for eid, _, _ in evs if eid not in got]
+        return {"events": len(evs), "events_lost": len(lost), "events_invented": len(invented), "events_undelivered": len(undelivered),
+                "webhook_duplicates": sum(v - 1 for v in got.values() if v > 1), "webhooks_drained": drained,
+                "event_examples": (lost[:3], invented[:3], undelivered[:3])}
 
     # ---- the whole scenario ----------------------------------------------------------------
 
@@ -646,7 +716,11 @@ def print_table(results, elapsed):
             ("writes never acknowledged (gave up)", lambda r: str(r["unacked"])),
             ("rejected (4xx, not acked)", lambda r: " ".join(f"{k}:{v}" for k, v in sorted(r["rejected"].items())) or "0"),
             ("token registrations refused", lambda r: str(r["registrations_refused"])),
-            ("queue drained", lambda r: "yes" if r.get("drained") else "NO")]
+            ("queue drained", lambda r: "yes" if r.get("drained") else "NO"),
+            ("events (webhooks)", lambda r: str(r["events"])),
+            ("  lost / invented / undelivered", lambda r: f"{r['events_lost']} / {r['events_invented']} / {r['events_undelivered']}"),
+            ("  delivered more than once", lambda r: str(r["webhook_duplicates"])),
+            ("  webhook queue drained", lambda r: "yes" if r.get("webhooks_drained") else "NO")]
     for kind in ("kill", "pg_restart", "terminate", "pool", "goaway", "drop"):
         rows.append((f"recover s after {kind}", lambda r, k=kind: recovery_cell(r["faults"], k)))
     w0 = max(len(r[0]) for r in rows)
@@ -704,8 +778,10 @@ def main():
         for ex in r["dup_examples"]: print(f"  [{sc}] duplicated: {ex}")
         for ex in r["disorder_examples"]: print(f"  [{sc}] out of order (target, seq, ts, max ts, rev, max rev): {ex}")
         if any(f["delivery_s"] is None for f in r["faults"]): print(f"  [{sc}] some faults never recovered")
+        if r["events_lost"] or r["events_invented"] or r["events_undelivered"]: print(f"  [{sc}] events (lost, invented, undelivered): {r['event_examples']}")
     bad = failed or len(results) < len(a.scenario) or any(r["lost"] or r["dup_starts"] or r["dup_alerts"] or r["out_of_order"]
                                                           or any(f["delivery_s"] is None for f in r["faults"]) or not r.get("drained")
+                                                          or r["events_lost"] or r["events_invented"] or r["events_undelivered"]
                                                           for r in results.values())
     print("faults: " + ("FAILED" if bad else "passed") + f" (seed {a.seed}; details in {workdir}/scenario-*/)")
     if not a.keep and not bad:

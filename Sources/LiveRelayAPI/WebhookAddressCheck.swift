@@ -1,0 +1,53 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import LiveRelayCore
+
+/// The creation-time half of the webhook SSRF rule (docs/webhooks.md "Safety"): resolves a
+/// URL's host with `getaddrinfo` and refuses it when any address is loopback, private,
+/// link-local or unspecified (`WebhookRules.isForbiddenAddress`). The delivery client checks
+/// every connection's address again (DNS rebinding). A name that does not resolve is
+/// accepted: nothing can be reached through it until it does, and then the connect-time check
+/// applies.
+enum WebhookAddressCheck {
+    /// The addresses `host` resolves to (4 or 16 bytes each); empty when it does not resolve.
+    static func resolve(_ host: String) -> [[UInt8]] {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
+        var res: UnsafeMutablePointer<addrinfo>?
+        guard getaddrinfo(host, nil, &hints, &res) == 0, let first = res else { return [] }
+        defer { freeaddrinfo(first) }
+        var out: [[UInt8]] = []
+        var p: UnsafeMutablePointer<addrinfo>? = first
+        while let ai = p {
+            if let sa = ai.pointee.ai_addr {
+                if ai.pointee.ai_family == AF_INET {
+                    sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sin in
+                        var a = sin.pointee.sin_addr
+                        out.append(withUnsafeBytes(of: &a) { Array($0) })
+                    }
+                } else if ai.pointee.ai_family == AF_INET6 {
+                    sa.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { sin6 in
+                        var a = sin6.pointee.sin6_addr
+                        out.append(withUnsafeBytes(of: &a) { Array($0) })
+                    }
+                }
+            }
+            p = ai.pointee.ai_next
+        }
+        return out
+    }
+
+    /// Checks `url` for a webhook endpoint: shape (`WebhookRules.parseURL`) and, unless
+    /// `allowPrivate`, that no address of its host is forbidden.
+    /// - Throws: `DomainError` 400 `INVALID_REQUEST` with `details.field = "url"`.
+    static func check(_ url: String, allowPrivate: Bool) throws {
+        let target = try WebhookRules.parseURL(url, allowPrivate: allowPrivate)
+        if allowPrivate { return }
+        if resolve(target.host).contains(where: WebhookRules.isForbiddenAddress) {
+            throw DomainError.invalid("url", "url must not resolve to a loopback, private, link-local or unspecified address")
+        }
+    }
+}

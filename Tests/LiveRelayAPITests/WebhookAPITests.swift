@@ -1,0 +1,256 @@
+import Foundation
+import XCTest
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// The webhook-endpoint and events API on real PostgreSQL (docs/webhooks.md): creation with a
+/// secret shown once and replayed, validation at every limit, SSRF refusals at creation,
+/// tenant isolation, and the status triggers that write events (exact transitions only, same
+/// transaction: a rolled-back change leaves none).
+final class WebhookAPITests: XCTestCase {
+    var env: TestEnvironment!
+
+    override func setUpWithError() throws { env = try TestEnvironment.make(webhookAllowPrivate: true) }
+    override func tearDown() { env?.tearDown() }
+
+    func create(_ master: String, url: String = "https://hooks.example.test/lr", events: JSONValue = ["*"], key: String = UUID().uuidString,
+                extra: [String: JSONValue] = [:]) -> TestEnvironment.Reply {
+        var o: [String: JSONValue] = ["url": .string(url), "events": events, "idempotency_key": .string(key)]
+        for (k, v) in extra { o[k] = v }
+        return env.call("POST", "/v1/webhook-endpoints", .object(o), as: master)
+    }
+
+    func testCreateShowsTheSecretOnceAndReplaysIt() throws {
+        let t = try env.tenant()
+        let a = create(t.master, events: ["target.ended", "operation.failed"], key: "k1", extra: ["description": "ops"])
+        XCTAssertEqual(a.status, 201, String(decoding: a.raw, as: UTF8.self))
+        XCTAssertEqual(a["object"]?.stringValue, "webhook_endpoint")
+        XCTAssertEqual(a["status"]?.stringValue, "enabled")
+        XCTAssertEqual(a["events"], ["operation.failed", "target.ended"])
+        let secret = try XCTUnwrap(a["secret"]?.stringValue)
+        XCTAssertTrue(secret.hasPrefix("whsec_") && secret.count >= 6 + 43, secret)
+        let id = try XCTUnwrap(a["id"]?.stringValue)
+        XCTAssertTrue(id.hasPrefix("we_"))
+        // Replay: the same secret again, flagged; no second endpoint.
+        let b = create(t.master, events: ["target.ended", "operation.failed"], key: "k1", extra: ["description": "ops"])
+        XCTAssertEqual(b.headers["idempotent-replayed"], "true")
+        XCTAssertEqual(b["secret"]?.stringValue, secret)
+        XCTAssertEqual(b["id"]?.stringValue, id)
+        XCTAssertEqual(create(t.master, key: "k1").errorCode, "IDEMPOTENCY_KEY_REUSED")
+        // Reads never show it; the replay record is stored sealed, never in clear.
+        let g = env.call("GET", "/v1/webhook-endpoints/\(id)", as: t.master)
+        XCTAssertEqual(g.status, 200)
+        XCTAssertNil(g["secret"])
+        let l = env.call("GET", "/v1/webhook-endpoints", as: t.master)
+        XCTAssertEqual(l["data"]?.arrayValue?.count, 1)
+        XCTAssertNil(l["data"]?.arrayValue?.first?["secret"])
+        let clear = try env.db.system { c in
+            try c.query("SELECT count(*)::int AS n FROM idempotency_records WHERE convert_from(COALESCE(response_body, ''), 'UTF8') LIKE '%whsec_%'")[0].int("n")
+        }
+        XCTAssertEqual(clear, 0)
+        XCTAssertFalse(env.logText.contains(secret), "a secret is never logged")
+        // The audit trail names the action.
+        let audit = env.call("GET", "/v1/audit-events", as: t.master)
+        XCTAssertTrue((audit["data"]?.arrayValue ?? []).contains { $0["action"]?.stringValue == "webhook_endpoint.create" })
+    }
+
+    func testValidationAtEveryLimit() throws {
+        let t = try env.tenant()
+        func field(_ r: TestEnvironment.Reply) -> String? { r.json["error"]?["details"]?["field"]?.stringValue }
+        let longURL = "https://h.example.test/" + String(repeating: "a", count: WebhookRules.maxURLLength - 23)
+        XCTAssertEqual(longURL.utf8.count, 2048)
+        XCTAssertEqual(create(t.master, url: longURL).status, 201)
+        let tooLong = create(t.master, url: longURL + "a")
+        XCTAssertEqual(tooLong.status, 400)
+        XCTAssertEqual(field(tooLong), "url")
+        XCTAssertEqual(field(create(t.master, url: "ftp://h.example.test/")), "url")
+        XCTAssertEqual(field(create(t.master, url: "https://user:pw@h.example.test/")), "url")
+        XCTAssertEqual(field(create(t.master, url: "not a url")), "url")
+        XCTAssertEqual(field(create(t.master, events: [])), "events")
+        XCTAssertEqual(field(create(t.master, events: ["target.ended", "nope"])), "events.1")
+        XCTAssertEqual(field(create(t.master, events: ["target.ended", "target.ended"])), "events.1")
+        XCTAssertEqual(create(t.master, events: ["channel.ended"]).status, 201, "channel.ended is a reserved, subscribable type")
+        XCTAssertEqual(create(t.master, extra: ["description": .string(String(repeating: "d", count: 500))]).status, 201)
+        XCTAssertEqual(field(create(t.master, extra: ["description": .string(String(repeating: "d", count: 501))])), "description")
+        XCTAssertEqual(field(create(t.master, extra: ["unknown": 1])), "unknown")
+        let id = create(t.master)["id"]?.stringValue ?? ""
+        let ok = env.call("POST", "/v1/webhook-endpoints/\(id)/rotate-secret", ["expires_in_seconds": 604800], as: t.master)
+        XCTAssertEqual(ok.status, 200, String(decoding: ok.raw, as: UTF8.self))
+        let over = env.call("POST", "/v1/webhook-endpoints/\(id)/rotate-secret", ["expires_in_seconds": 604801], as: t.master)
+        XCTAssertEqual(over.status, 400)
+        XCTAssertEqual(field(over), "expires_in_seconds")
+        XCTAssertEqual(field(env.call("POST", "/v1/webhook-endpoints/\(id)/rotate-secret", ["expires_in_seconds": -1], as: t.master)), "expires_in_seconds")
+        XCTAssertEqual(field(env.call("PATCH", "/v1/webhook-endpoints/\(id)", ["status": "paused"], as: t.master)), "status")
+        XCTAssertEqual(field(env.call("GET", "/v1/events?type=target.exploded", as: t.master)), "type")
+        XCTAssertEqual(field(env.call("GET", "/v1/events?target_id=st_x", as: t.master)), "target_id")
+        XCTAssertEqual(field(env.call("GET", "/v1/events?channel_id=tgt_x", as: t.master)), "channel_id")
+        XCTAssertEqual(field(env.call("GET", "/v1/events?limit=201", as: t.master)), "limit")
+        XCTAssertEqual(env.call("GET", "/v1/events?limit=200", as: t.master).status, 200)
+    }
+
+    func testPatchRotateDeleteAndTenantIsolation() throws {
+        let a = try env.tenant(name: "A"), b = try env.tenant(name: "B")
+        let id = create(a.master)["id"]?.stringValue ?? ""
+        let p = env.call("PATCH", "/v1/webhook-endpoints/\(id)", ["url": "https://other.example.test/x", "events": ["target.ready"],
+                                                                  "status": "disabled"], as: a.master)
+        XCTAssertEqual(p.status, 200, String(decoding: p.raw, as: UTF8.self))
+        XCTAssertEqual(p["url"]?.stringValue, "https://other.example.test/x")
+        XCTAssertEqual(p["events"], ["target.ready"])
+        XCTAssertEqual(p["status"]?.stringValue, "disabled")
+        XCTAssertEqual(p["disabled_reason"]?.stringValue, "manual")
+        let e = env.call("PATCH", "/v1/webhook-endpoints/\(id)", ["status": "enabled"], as: a.master)
+        XCTAssertEqual(e["status"]?.stringValue, "enabled")
+        XCTAssertEqual(e["disabled_reason"], .null)
+        // Tenant B sees nothing of A's endpoint: every route is 404.
+        for (m, path) in [("GET", ""), ("PATCH", ""), ("DELETE", ""), ("POST", "/rotate-secret"), ("POST", "/test"), ("GET", "/deliveries")] {
+            let r = env.call(m, "/v1/webhook-endpoints/\(id)\(path)", m == "PATCH" ? ["status": "disabled"] : (m == "POST" ? [:] : nil), as: b.master)
+            XCTAssertEqual(r.status, 404, "\(m) \(path): \(String(decoding: r.raw, as: UTF8.self))")
+        }
+        XCTAssertEqual(env.call("GET", "/v1/webhook-endpoints", as: b.master)["data"]?.arrayValue?.count, 0)
+        // A's events are queued for A's endpoints only (B's subscribes to everything).
+        let bId = create(b.master)["id"]?.stringValue ?? ""
+        try env.db.tenant(a.id) { c in _ = try EventStore.record(c, tenantId: a.id, type: .targetReady, object: ["object": "target"]) }
+        let rows = try env.db.system { c in try c.query("SELECT endpoint_id FROM webhook_deliveries").map { try $0.string("endpoint_id") } }
+        XCTAssertEqual(rows, [id])
+        XCTAssertFalse(rows.contains(bId))
+        XCTAssertEqual(env.call("GET", "/v1/events", as: b.master)["data"]?.arrayValue?.count, 0)
+        let evA = env.call("GET", "/v1/events", as: a.master)["data"]?.arrayValue?.first?["id"]?.stringValue ?? ""
+        XCTAssertEqual(env.call("GET", "/v1/events/\(evA)", as: a.master).status, 200)
+        XCTAssertEqual(env.call("GET", "/v1/events/\(evA)", as: b.master).status, 404)
+        // RLS: B's transaction cannot see A's events or endpoints even without the filter.
+        let seen = try env.db.tenant(b.id) { c in try c.query("SELECT count(*)::int AS n FROM events")[0].int("n") +
+            (try c.query("SELECT count(*)::int AS n FROM webhook_endpoints")[0].int("n")) }
+        XCTAssertEqual(seen, 1, "only B's own endpoint")
+        // Sender keys cannot manage webhooks.
+        let w = try LifecycleWorld.make(env)
+        XCTAssertEqual(env.call("GET", "/v1/webhook-endpoints", as: w.sender.credential).status, 403)
+        XCTAssertEqual(env.call("GET", "/v1/events", as: w.sender.credential).status, 403)
+        // Delete: gone, with its queued deliveries.
+        let d = env.call("DELETE", "/v1/webhook-endpoints/\(id)", as: a.master)
+        XCTAssertEqual(d.status, 200)
+        XCTAssertEqual(d["deleted"], true)
+        XCTAssertEqual(env.call("GET", "/v1/webhook-endpoints/\(id)", as: a.master).status, 404)
+        XCTAssertEqual(try env.db.system { c in try c.query("SELECT count(*)::int AS n FROM webhook_deliveries")[0].int("n") }, 0)
+    }
+
+    func testEventsAreKeptThirtyDaysNewestFirst() throws {
+        let t = try env.tenant()
+        try env.db.tenant(t.id) { c in
+            for i in 0..<3 { _ = try EventStore.record(c, tenantId: t.id, type: .quotaExhausted, object: ["n": .int(Int64(i))]) }
+            try c.execute("UPDATE events SET created_at = now() - interval '30 days 1 minute' WHERE tenant_id = $1 AND data->'object'->>'n' = '0'", [t.id])
+        }
+        let page1 = env.call("GET", "/v1/events?limit=1", as: t.master)
+        XCTAssertEqual(page1["data"]?.arrayValue?.first?["data"]?["object"]?["n"]?.intValue, 2, "newest first")
+        let cursor = try XCTUnwrap(page1["next_cursor"]?.stringValue)
+        let page2 = env.call("GET", "/v1/events?limit=1&cursor=\(cursor)", as: t.master)
+        XCTAssertEqual(page2["data"]?.arrayValue?.first?["data"]?["object"]?["n"]?.intValue, 1)
+        XCTAssertEqual(page2["next_cursor"], .null, "the 30-day-old event is not listed")
+        let purged = try env.db.system { c in try EventStore.purgeExpired(c, now: Date()) }
+        XCTAssertEqual(purged, 1)
+    }
+
+    /// Each status trigger fires on exactly the transition its type names, in the transaction
+    /// that makes it.
+    func testStatusTriggersWriteExactlyTheNamedEvents() throws {
+        let w = try LifecycleWorld.make(env)  // inserts a ready start target → start_target.ready
+        let tenant = w.tenant.id
+        func types() throws -> [String] {
+            try env.db.tenant(tenant) { c in try c.query("SELECT type FROM events WHERE tenant_id = $1 ORDER BY id", [tenant]).map { try $0.string("type") } }
+        }
+        func sql(_ s: String, _ p: [PostgresBindable?] = []) throws { try env.db.tenant(tenant) { c in _ = try c.execute(s, p) } }
+        XCTAssertEqual(try types(), ["start_target.ready"])
+        let tgt = w.start()
+        let op = try env.db.tenant(tenant) { c in try c.query("SELECT id FROM operations WHERE tenant_id = $1", [tenant])[0].string("id") }
+        XCTAssertEqual(try types(), ["start_target.ready"], "an accepted write (queued) is no event yet")
+        try sql("UPDATE operations SET status = 'sending' WHERE tenant_id = $1 AND id = $2", [tenant, op])
+        try sql("UPDATE operations SET status = 'sending', attempts = attempts + 1 WHERE tenant_id = $1 AND id = $2", [tenant, op])
+        XCTAssertEqual(try types(), ["start_target.ready"], "queued/sending and same-status updates are no event")
+        // A rolled-back change leaves no event.
+        XCTAssertThrowsError(try env.db.tenant(tenant) { c in
+            try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND id = $2", [tenant, op])
+            throw PostgresError(kind: .query, message: "roll back", sqlState: "XX000")
+        })
+        XCTAssertEqual(try types(), ["start_target.ready"])
+        try sql("UPDATE operations SET status = 'unknown' WHERE tenant_id = $1 AND id = $2", [tenant, op])
+        try sql("UPDATE targets SET status = 'token_pending' WHERE tenant_id = $1 AND id = $2", [tenant, tgt])
+        XCTAssertEqual(try types(), ["start_target.ready", "operation.unknown"])
+        try sql("UPDATE targets SET status = 'ready' WHERE tenant_id = $1 AND id = $2", [tenant, tgt])
+        try sql("UPDATE targets SET status = 'ready', push_token = 'rotated' WHERE tenant_id = $1 AND id = $2", [tenant, tgt])
+        XCTAssertEqual(try types(), ["start_target.ready", "operation.unknown", "target.ready"], "a token rotation on a ready target is no event")
+        // Two updates: one superseded (no event), one expired.
+        let u1 = w.update(tgt, ["eta": 1], revision: 1)
+        let u2 = w.update(tgt, ["eta": 2], revision: 2)
+        XCTAssertEqual(u1.status, 202)
+        XCTAssertEqual(u2.status, 202)
+        try sql("UPDATE operations SET status = 'expired' WHERE tenant_id = $1 AND id = $2", [tenant, u2["operation"]?["id"]?.stringValue ?? ""])
+        try sql("UPDATE operations SET status = 'failed' WHERE tenant_id = $1 AND id = $2", [tenant, op])
+        XCTAssertEqual(Set(try types().suffix(2)), Set(["operation.expired", "operation.failed"]))
+        let before = try types().count
+        try sql("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'superseded'", [tenant])
+        XCTAssertEqual(try types().count, before, "superseded/cancelled are no event")
+        // Start target ready → pending (dead push-to-start token) and back.
+        try sql("UPDATE start_targets SET status = 'pending', push_to_start_token = NULL WHERE tenant_id = $1", [tenant])
+        try sql("UPDATE start_targets SET status = 'ready', push_to_start_token = 'new' WHERE tenant_id = $1", [tenant])
+        XCTAssertEqual(Set(try types().suffix(2)), Set(["start_target.pending", "start_target.ready"]))
+        // A device's local end → target.ended (device); retiring the installation → installation.retired.
+        let ended = env.call("POST", "/v1/installations/\(w.installationId)/targets/\(tgt)/ended", [:], as: w.installationCredential)
+        XCTAssertEqual(ended.status, 200, String(decoding: ended.raw, as: UTF8.self))
+        let retired = env.call("POST", "/v1/installations/\(w.installationId)/disconnect", [:], as: w.installationCredential)
+        XCTAssertEqual(retired.status, 200, String(decoding: retired.raw, as: UTF8.self))
+        XCTAssertEqual(Set(try types().suffix(2)), Set(["target.ended", "installation.retired"]))
+        let evs = env.call("GET", "/v1/events?type=target.ended", as: w.tenant.master)
+        XCTAssertEqual(evs["data"]?.arrayValue?.first?["data"]?["object"]?["end_reason"]?.stringValue, "device")
+        let st = env.call("GET", "/v1/events?type=installation.retired", as: w.tenant.master)
+        XCTAssertEqual(st["data"]?.arrayValue?.first?["data"]?["object"]?["status"]?.stringValue, "retired")
+        XCTAssertEqual(st["data"]?.arrayValue?.first?["data"]?["object"]?["id"]?.stringValue, w.installationId)
+    }
+
+    /// `quota.exhausted` once per day, at the write that takes the last unit.
+    func testQuotaExhaustedOnceAtTheLastUnit() throws {
+        let w = try LifecycleWorld.make(env, quota: 2)
+        func count() throws -> Int {
+            try env.db.tenant(w.tenant.id) { c in try c.query("SELECT count(*)::int AS n FROM events WHERE type = 'quota.exhausted'")[0].int("n") }
+        }
+        let tgt = w.start()
+        XCTAssertEqual(try count(), 0)
+        XCTAssertEqual(w.update(tgt, ["eta": 2], revision: 1).status, 202)
+        XCTAssertEqual(try count(), 1)
+        XCTAssertEqual(w.update(tgt, ["eta": 3], revision: 2).errorCode, "QUOTA_EXCEEDED")
+        // A refused write is no event either.
+        XCTAssertEqual(try count(), 1)
+        let ev = env.call("GET", "/v1/events?type=quota.exhausted", as: w.tenant.master)["data"]?.arrayValue?.first?["data"]?["object"]
+        XCTAssertEqual(ev?["limit"]?.intValue, 2)
+        XCTAssertEqual(ev?["remaining"]?.intValue, 0)
+    }
+}
+
+/// SSRF at creation with `LIVERELAY_WEBHOOK_ALLOW_PRIVATE` unset: https only, and no URL whose
+/// host resolves to a loopback, private, link-local or unspecified address.
+final class WebhookSSRFCreationTests: XCTestCase {
+    var env: TestEnvironment!
+    override func setUpWithError() throws { env = try TestEnvironment.make(webhookAllowPrivate: false) }
+    override func tearDown() { env?.tearDown() }
+
+    func testPrivateAddressesAndPlainHTTPAreRefusedAtCreation() throws {
+        let t = try env.tenant()
+        for url in ["https://localhost/hook", "https://127.0.0.1/hook", "https://127.8.9.10:8443/x", "https://10.1.2.3/",
+                    "https://172.16.0.1/", "https://192.168.1.1/", "https://169.254.169.254/latest", "https://0.0.0.0/",
+                    "https://[::1]/", "https://[fe80::1]/", "https://[fd00::1]/", "https://[::ffff:127.0.0.1]/",
+                    "http://hooks.example.test/"] {
+            let r = env.call("POST", "/v1/webhook-endpoints", ["url": .string(url), "events": ["*"], "idempotency_key": .string(UUID().uuidString)],
+                             as: t.master)
+            XCTAssertEqual(r.status, 400, url)
+            XCTAssertEqual(r.errorCode, "INVALID_REQUEST", url)
+            XCTAssertEqual(r.json["error"]?["details"]?["field"]?.stringValue, "url", url)
+        }
+        // A public address is accepted (an IP literal: resolving it sends nothing anywhere).
+        let id = env.call("POST", "/v1/webhook-endpoints", ["url": "https://8.8.8.8/x", "events": ["*"], "idempotency_key": "ok"],
+                          as: t.master)
+        XCTAssertEqual(id.status, 201)
+        let patched = env.call("PATCH", "/v1/webhook-endpoints/\(id["id"]?.stringValue ?? "")", ["url": "https://localhost:9/"], as: t.master)
+        XCTAssertEqual(patched.status, 400)
+        XCTAssertEqual(patched.json["error"]?["details"]?["field"]?.stringValue, "url")
+    }
+}
