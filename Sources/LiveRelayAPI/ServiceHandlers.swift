@@ -57,9 +57,11 @@ public enum APIRoutes {
         InstallationHandlers.register(r, ctx)
         LifecycleHandlers.register(r, ctx)
         TargetReadHandlers.register(r, ctx)
+        UsageDailyHandlers.register(r, ctx)
         DeviceTargetHandlers.register(r, ctx)
         DeviceHandlers.register(r, ctx)
         ProviderCredentialHandlers.register(r, ctx)
+        ConsoleHandlers.register(r)
         return r
     }
 }
