@@ -380,6 +380,19 @@ def test_target_timeline(b, w):
     b.shot("08-operation")
 
 
+def test_end_activity_cleanup(b, w):
+    target = w.more[0]
+    b.open(f"#/targets/{target}")
+    section = b.ready("targets")
+    section.find_element(By.XPATH, ".//button[text()='End activity (cleanup)']").click()
+    confirm = section.find_element(By.XPATH, ".//button[text()='Confirm: end without new state']")
+    assert b.d.switch_to.active_element == confirm, "the confirmation takes the focus"
+    section = b.click(confirm, "targets")
+    _, ops, _ = call("GET", f"/v1/remote-updates/live-activities/targets/{target}/operations", expect=200)
+    assert ops["data"][0]["kind"] == "end", ops["data"][0]
+    assert section.find_elements(By.CSS_SELECTOR, "ol.timeline > li")[0].get_attribute("data-operation") == ops["data"][0]["id"]
+
+
 def test_sender_key_secret_shown_once(b, w):
     section = b.nav("Keys", "keys")
     panel = section.find_element(By.ID, "sender-keys")
@@ -610,7 +623,7 @@ def main():
         print("console: 0 passed, 1 failed")
         return 1
     tests = [test_served_with_content_security_policy, test_sign_in_rejects_a_bad_key_and_shows_the_error, test_overview,
-             test_key_is_kept_in_session_storage_only, test_targets_filters_badges_and_pagination, test_target_timeline,
+             test_key_is_kept_in_session_storage_only, test_targets_filters_badges_and_pagination, test_target_timeline, test_end_activity_cleanup,
              test_sender_key_secret_shown_once, test_api_errors_show_code_and_request_id, test_revoke_and_rotate_keys, test_audit_log,
              test_keyboard_reaches_every_action, test_phone_width,
              test_webhook_endpoints if WEBHOOKS else test_webhooks_view_shows_the_api_error,
