@@ -173,6 +173,7 @@ class Browser:
         self.requests = []        # every URL the browser asked for
         self.console = []         # console entries
         self.allowed_errors = []  # (regex) network errors the test provoked on purpose
+        self.loads = 0
 
     def drain_logs(self):
         for e in self.d.get_log("performance"):
@@ -182,7 +183,9 @@ class Browser:
         self.console.extend(self.d.get_log("browser"))
 
     def open(self, hash_=""):
-        self.d.get(BASE + "/console/" + hash_)
+        # A fresh document each time (a hash-only change would keep the old view on the page).
+        self.loads += 1
+        self.d.get(f"{BASE}/console/?load={self.loads}{hash_}")
         return self
 
     def mark(self):

@@ -589,10 +589,11 @@
   async function viewAudit(params) {
     const cursor = params.get('cursor') || '';
     const page = await api('GET', '/v1/audit-events' + query({ limit: 50, cursor }));
-    const rows = page.data.map(e => [when(e.created_at), code(e.actor_id), h('strong', {}, e.action), h('span', {}, dash(e.object_type), ' ', code(e.object_id)),
-      code(e.request_id), e.details && Object.keys(e.details).length ? code(JSON.stringify(e.details)) : '—']);
+    const rows = page.data.map(e => [when(e.created_at), code(e.actor_id),
+      h('span', {}, h('strong', {}, e.action), e.details && Object.keys(e.details).length ? h('div', {}, h('code.wrap.muted', {}, JSON.stringify(e.details))) : null),
+      h('span', {}, dash(e.object_type), ' ', code(e.object_id)), code(e.request_id)]);
     return h('div', {}, h('h1', { tabindex: '-1' }, 'Audit log'), h('p.muted', {}, 'Every admin action, newest first.'),
-      table(['When', 'Who (key id)', 'Action', 'Object', 'Request id', 'Details'], rows, 'No admin actions yet.'),
+      table(['When', 'Who (key id)', 'Action and details', 'Object', 'Request id'], rows, 'No admin actions yet.'),
       h('div.pager', {}, cursor ? h('button.secondary', { type: 'button', onclick: () => go('#/audit') }, 'Newest') : null,
         page.next_cursor ? h('button', { type: 'button', class: 'next-page', onclick: () => go('#/audit' + query({ cursor: page.next_cursor })) }, 'Older events') : null));
   }
