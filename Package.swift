@@ -33,7 +33,12 @@ let package = Package(
         // The product.
         .target(name: "LiveRelayCore", dependencies: ["JSON"]),
         .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON", "Logging"]),
-        .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics"]),
+        // The tenant console's static files (Sources/LiveRelayConsole/Assets), compiled into the
+        // binary by the EmbedConsoleAssets build-tool plugin (docs/console.md).
+        .executableTarget(name: "ConsoleEmbedder"),
+        .plugin(name: "EmbedConsoleAssets", capability: .buildTool(), dependencies: ["ConsoleEmbedder"]),
+        .target(name: "LiveRelayConsole", plugins: ["EmbedConsoleAssets"]),
+        .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "LiveRelayConsole"]),
         .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics", "Logging", "CCurl"]),
         .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer", "Logging"]),
         .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
@@ -48,7 +53,7 @@ let package = Package(
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
         .testTarget(name: "DeliveryTests", dependencies: ["Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
         .testTarget(name: "CLITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
-        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON"]),
+        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
     ]
 )

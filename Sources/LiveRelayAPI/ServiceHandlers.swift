@@ -73,10 +73,12 @@ public enum APIRoutes {
         InstallationHandlers.register(r, ctx)
         LifecycleHandlers.register(r, ctx)
         TargetReadHandlers.register(r, ctx)
+        UsageDailyHandlers.register(r, ctx)
         DeviceTargetHandlers.register(r, ctx)
         DeviceHandlers.register(r, ctx)
         ProviderCredentialHandlers.register(r, ctx)
         WebhookHandlers.register(r, ctx)
+        ConsoleHandlers.register(r)
         return r
     }
 }
