@@ -14,6 +14,13 @@ public struct DispatcherConfiguration: Sendable {
     public var senderThreads: Int
     /// Most operations claimed per claim transaction.
     public var claimBatchSize: Int
+    /// Most candidates one tenant contributes to a claim (default `claimBatchSize`); tenants
+    /// share each claim round robin either way (docs/delivery.md "Claims").
+    public var claimPerTenant: Int
+    /// How often the per-tenant queue gauges are sampled (seconds).
+    public var tenantGaugeSeconds: Double
+    /// Tenants with their own label in the per-tenant gauges; the rest are `other`.
+    public var tenantGaugeTop: Int
     /// Most results applied per transaction.
     public var applyBatchSize: Int
     /// Claimed-but-unfinished operations this worker holds at most (defaults to 2 × threads).
@@ -42,8 +49,11 @@ public struct DispatcherConfiguration: Sendable {
                 applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
                 pollSeconds: Double = 1, maintenanceSeconds: Double = 1, unparkSweepSeconds: Double = 30, lifetimeSweepSeconds: Double = 60,
                 defaultExpirationSeconds: Int = 3600, retryPolicy: RetryPolicy = .standard,
-                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil) {
+                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil,
+                claimPerTenant: Int? = nil, tenantGaugeSeconds: Double = 5, tenantGaugeTop: Int = 10) {
         self.workerId = workerId; self.senderThreads = max(1, senderThreads); self.claimBatchSize = max(1, claimBatchSize)
+        self.claimPerTenant = max(1, claimPerTenant ?? claimBatchSize); self.tenantGaugeSeconds = tenantGaugeSeconds
+        self.tenantGaugeTop = tenantGaugeTop
         self.applyBatchSize = max(1, applyBatchSize); self.maxOutstanding = max(1, maxOutstanding ?? 2 * max(1, senderThreads))
         self.leaseSeconds = leaseSeconds; self.heartbeatSeconds = heartbeatSeconds ?? leaseSeconds / 3
         self.pollSeconds = pollSeconds; self.maintenanceSeconds = maintenanceSeconds
@@ -81,6 +91,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlightValue = LockedValue<Double>(0)
     private let lastUnpark = LockedValue<Date>(.distantPast)
+    private let lastTenantSample = LockedValue<Date>(.distantPast)
+    private let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
+    private var claimRotation = 0
 
     struct Job { let op: DispatchOperation }
     struct Completion { let op: DispatchOperation; let result: DispatchAttemptResult; let apnsId: String?; let token: String? }
@@ -111,6 +124,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             [([], depth.get())]
         }
         metrics.gauge("liverelay_dispatch_in_flight", help: "Provider requests in flight in this process") { [([], inflight.get())] }
+        let perTenant = tenantQueues
+        metrics.gauge("liverelay_tenant_queue_depth", help: "Queued operations per tenant (deepest tenants by id, the rest as other)",
+                      labels: ["tenant"]) { perTenant.get().map { ([$0.tenant], $0.depth) } }
+        metrics.gauge("liverelay_tenant_oldest_due_seconds", help: "Age of each tenant's oldest due claimable operation, seconds",
+                      labels: ["tenant"]) { perTenant.get().map { ([$0.tenant], $0.oldestDueSeconds) } }
     }
 
     // MARK: lifecycle
@@ -194,12 +212,15 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             }
             wakeRequested = false
             let limit = min(configuration.claimBatchSize, configuration.maxOutstanding - outstanding.count)
+            claimRotation &+= 1
+            let rotation = claimRotation
             cond.unlock()
 
             var claimed: [DispatchOperation] = []
             do {
                 claimed = try db.system { c in
-                    try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date())
+                    try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
+                                            perTenant: configuration.claimPerTenant, rotation: rotation)
                 }
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
@@ -425,7 +446,14 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 lastUnpark.set(Date())
                 if try db.system({ c in try DispatchStore.unparkTokenPending(c) }) > 0 { wake() }
             }
-            queueDepthValue.set(Double(try db.system { c in try DispatchStore.queueDepth(c) }))
+            if Date().timeIntervalSince(lastTenantSample.get()) >= configuration.tenantGaugeSeconds {
+                lastTenantSample.set(Date())
+                let queues = try db.system { c in try DispatchStore.tenantQueues(c) }
+                queueDepthValue.set(Double(queues.reduce(0) { $0 + $1.depth }))
+                tenantQueues.set(TenantQueueGauges.fold(queues.map {
+                    TenantQueueGauges.Entry(tenant: $0.tenantId, depth: Double($0.depth), oldestDueSeconds: $0.oldestDueSeconds)
+                }, top: configuration.tenantGaugeTop))
+            }
         } catch {
             if isRunningLocked() { log.warning("maintenance failed", ["error": .string("\(error)")]) }
         }

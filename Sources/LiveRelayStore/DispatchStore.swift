@@ -143,78 +143,77 @@ public enum DispatchStore {
 
     // MARK: claim
 
-    /// Claims up to `limit` due operations, each the head of its target's queue with its
-    /// token registered (`FOR UPDATE SKIP LOCKED` on the operation and its target), marks them
-    /// `sending` under `worker`'s lease, counts the attempt and assigns the APNs `timestamp`
-    /// (max(now, target.last_timestamp + 1), kept on resends) to the operation and the target.
-    /// Call inside one transaction.
-    ///
-    /// The queue is read in windows of `window` due operations in `next_attempt_at` order
-    /// (the `operations_queue` index; at most `maxWindows` per call), and each head operation
-    /// seen is handled: token registered → claimed; token missing → parked (`pending_reason =
-    /// 'token_pending'`, skipped until a token trigger or the un-park sweep clears it); target
-    /// already over → its queued work cancelled.
+    /// Claims up to `limit` due operations in one statement (docs/delivery.md "Claims"):
+    /// candidates come from `dispatch_heads` (migration 0007: at most one row per target, the
+    /// head of its queue in commit order), at most `perTenant` per tenant with due work, taken
+    /// round robin across tenants (every tenant's first candidate before any tenant's second;
+    /// ties between tenants broken by a hash of the tenant id and `rotation`, so no tenant is
+    /// always first). Each candidate is re-checked and locked with its target (`FOR UPDATE OF
+    /// o, t SKIP LOCKED`): token registered → marked `sending` under `worker`'s lease
+    /// (`leaseSeconds`), attempt counted, APNs `timestamp` assigned (max(now, target's
+    /// `last_timestamp` + 1), kept on resends) on the operation and the target; token missing →
+    /// parked (`pending_reason = 'token_pending'`, its head row leaves the queue until a token
+    /// trigger or the un-park sweep clears it); target over → its queued work cancelled.
+    /// Call inside one transaction; returns the claimed operations (attempts include this one).
     public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
-                             window: Int? = nil, maxWindows: Int = 8) throws -> [DispatchOperation] {
-        let w = max(window ?? 2 * limit, 1)
-        var rows: [DispatchOperation] = []
-        var seen = Set<String>()
-        for k in 0..<maxWindows where rows.count < limit {
-            // The window, straight from the partial queue index (row-level security hides the
-            // selectivity from the planner, which would otherwise sort the whole queue).
-            try c.execute("SET LOCAL enable_seqscan = off")
-            let window = try c.query("""
-                SELECT tenant_id, id FROM operations
-                 WHERE status = 'queued' AND next_attempt_at <= now() AND (pending_reason IS NULL OR pending_reason <> 'token_pending')
-                 ORDER BY next_attempt_at OFFSET $1 LIMIT $2
-                """, [k * w, w])
-            try c.execute("SET LOCAL enable_seqscan = on")
-            if window.isEmpty { break }
-            let found = try c.query("""
+                             perTenant: Int? = nil, rotation: Int = 0) throws -> [DispatchOperation] {
+        guard limit > 0 else { return [] }
+        let nowS = Timestamp.epochSeconds(now)
+        let rows = try c.query("""
+            WITH RECURSIVE tenants AS (
+                (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
+              UNION ALL
+                SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id AND h.due_at <= now()
+                         ORDER BY h.tenant_id LIMIT 1)
+                  FROM tenants w WHERE w.tenant_id IS NOT NULL
+            ), candidates AS (
+                SELECT x.tenant_id, x.operation_id,
+                       row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
+                  FROM tenants w CROSS JOIN LATERAL (
+                       SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
+                        WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
+                 WHERE w.tenant_id IS NOT NULL
+            ), picked AS (
+                SELECT tenant_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
+            ), locked AS (
                 SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
-                  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tenant_id, id, ord)
-                  JOIN operations o ON o.tenant_id = x.tenant_id AND o.id = x.id
+                  FROM picked p
+                  JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
                   JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
                   JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
                   LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-                 WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND \(isHead)
-                 ORDER BY x.ord
+                 WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
+                   AND \(isHead)
                    FOR UPDATE OF o, t SKIP LOCKED
-                """, [PostgresTextArray(try window.map { try $0.string("tenant_id") }), PostgresTextArray(try window.map { try $0.string("id") })])
-            var park: [DispatchOperation] = [], over: [DispatchOperation] = []
-            for r in found {
-                let op = try DispatchOperation(row: r)
-                guard seen.insert(op.id).inserted else { continue }
-                if try r.bool("target_over") { over.append(op) }
-                else if !(try r.bool("token_ready")) { park.append(op) }
-                else if rows.count < limit { rows.append(op) }
-            }
-            if !park.isEmpty {
-                try c.execute("""
-                    UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
-                      FROM unnest($1::text[], $2::text[]) AS x(tenant_id, id)
-                     WHERE o.tenant_id = x.tenant_id AND o.id = x.id AND o.status = 'queued'
-                    """, [PostgresTextArray(park.map(\.tenantId)), PostgresTextArray(park.map(\.id))])
-            }
-            for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
-            if window.count < w { break }  // the queue holds no more due operations
+            ), claimed AS (
+                UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $5),
+                       attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
+                       provider_timestamp = COALESCE(o.provider_timestamp, GREATEST($6::bigint, l.last_timestamp + 1)), updated_at = now()
+                  FROM locked l
+                 WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
+                RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
+            ), stamped AS (
+                UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, c.claimed_ts)
+                  FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id
+                RETURNING t.id
+            ), parked AS (
+                UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
+                  FROM locked l
+                 WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
+                RETURNING o.id
+            )
+            SELECT l.*, c.claimed_ts, (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
+              FROM locked l LEFT JOIN claimed c ON c.tenant_id = l.tenant_id AND c.id = l.id
+            """, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, nowS])
+        var claimed: [DispatchOperation] = []
+        var over: [DispatchOperation] = []
+        for r in rows {
+            let op = try DispatchOperation(row: r)
+            if try r.bool("target_over") { over.append(op); continue }
+            guard let ts = try r.optionalInt64("claimed_ts") else { continue }  // parked
+            claimed.append(op.claimed(providerTimestamp: ts))
         }
-        guard !rows.isEmpty else { return [] }
-        let nowS = Timestamp.epochSeconds(now)
-        let claimed = rows.map { o in o.claimed(providerTimestamp: o.providerTimestamp ?? max(nowS, o.lastTimestamp + 1)) }
-        let tenants = PostgresTextArray(claimed.map(\.tenantId)), ids = PostgresTextArray(claimed.map(\.id))
-        let stamps = PostgresTextArray(claimed.map { String($0.providerTimestamp!) })
-        try c.execute("""
-            UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2),
-                   attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL, provider_timestamp = x.ts, updated_at = now()
-              FROM unnest($3::text[], $4::text[], $5::text[]::bigint[]) AS x(tenant_id, id, ts)
-             WHERE o.tenant_id = x.tenant_id AND o.id = x.id
-            """, [worker, leaseSeconds, tenants, ids, stamps])
-        try c.execute("""
-            UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, x.ts)
-              FROM unnest($1::text[], $2::text[], $3::text[]::bigint[]) AS x(tenant_id, id, ts)
-             WHERE t.tenant_id = x.tenant_id AND t.id = x.id
-            """, [tenants, PostgresTextArray(claimed.map(\.targetId)), stamps])
+        for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
         return claimed
     }
 
@@ -492,6 +491,29 @@ public enum DispatchStore {
     }
 
     // MARK: observation
+
+    /// One tenant's queue: queued operations (`depth`, parked ones included) and the age in
+    /// seconds of its oldest claimable head that is due (`oldestDueSeconds`, 0 when none is due).
+    public struct TenantQueue: Sendable, Equatable {
+        public let tenantId: String
+        public let depth: Int
+        public let oldestDueSeconds: Double
+        public init(tenantId: String, depth: Int, oldestDueSeconds: Double) {
+            self.tenantId = tenantId; self.depth = depth; self.oldestDueSeconds = oldestDueSeconds
+        }
+    }
+
+    /// Every tenant with queued operations (one pass over the queue index plus `dispatch_heads`),
+    /// for the per-tenant gauges (docs/delivery.md "Metrics").
+    public static func tenantQueues(_ c: PostgresConnection) throws -> [TenantQueue] {
+        try c.query("""
+            SELECT COALESCE(q.tenant_id, h.tenant_id) AS tenant_id, COALESCE(q.n, 0) AS n,
+                   COALESCE(EXTRACT(EPOCH FROM now() - h.oldest)::float8, 0) AS oldest
+              FROM (SELECT tenant_id, count(*) AS n FROM operations WHERE status = 'queued' GROUP BY tenant_id) q
+              FULL JOIN (SELECT tenant_id, min(due_at) AS oldest FROM dispatch_heads WHERE due_at <= now() GROUP BY tenant_id) h
+                ON h.tenant_id = q.tenant_id
+            """).map { r in TenantQueue(tenantId: try r.string("tenant_id"), depth: try r.int("n"), oldestDueSeconds: try r.double("oldest")) }
+    }
 
     /// Queued operations over every tenant (the `liverelay_queue_depth` gauge).
     public static func queueDepth(_ c: PostgresConnection) throws -> Int {
