@@ -86,7 +86,8 @@ public enum OperationStore {
         }
     }
 
-    /// Inserts an operation; a queued one also wakes the dispatchers (NOTIFY, delivered on commit).
+    /// Inserts an operation; a queued one also wakes the dispatchers (NOTIFY `<tenant>:<operation>`,
+    /// delivered on commit; docs/delivery.md "Wake-ups").
     public static func insert(_ c: PostgresConnection, tenantId: String, _ n: New) throws -> OperationRecord {
         let alert: String? = n.alert.map { a in
             var o: [String: JSONValue] = ["title": .string(a.title), "body": .string(a.body)]
@@ -103,7 +104,7 @@ public enum OperationStore {
             [tenantId, n.id, n.targetId, n.seq, n.kind.rawValue, n.status.rawValue, n.pendingReason, n.revision, n.state != nil,
              n.state?.jsonString, alert, n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt,
              n.dismissAt, n.consumesQuota, n.quotaDay, n.createdByKeyId, n.idempotencyKey])[0])
-        if n.status == .queued { try c.notify(dispatchChannel, payload: tenantId) }
+        if n.status == .queued { try c.notify(dispatchChannel, payload: tenantId + ":" + n.id) }
         return rec
     }
 
