@@ -50,7 +50,7 @@ public final class HTTPServer: @unchecked Sendable {
         self.router = router
         self.log = log
         self.dispatcher = RequestDispatcher(router: router, log: log)
-        self.observer = RequestObserver(metrics: metrics, log: log)
+        self.observer = RequestObserver(metrics: metrics, accessLog: configuration.accessLog, log: log)
     }
 
     /// Binds `configuration.host:port` (IPv4; names such as "localhost" are resolved to IPv4)

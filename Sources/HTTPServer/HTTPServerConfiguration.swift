@@ -18,6 +18,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxBodyBytes: Int = 65_536
     /// Seconds a connection may stay idle (no bytes either way) before it is closed.
     public var connectionTimeoutSeconds: Int = 30
+    /// Whether access-log lines (level `info`) are written at all. False skips building them
+    /// (a JSON object and a timestamp per request), for a log sink that drops `info` anyway.
+    public var accessLog: Bool = true
 
     /// Creates a configuration; every parameter defaults to the property's documented default.
     public init(host: String = "127.0.0.1", port: Int = 8080, threads: Int = 8,

@@ -72,9 +72,6 @@ final class DispatchBenchTests: XCTestCase {
     }
 
     func testDrainQueuedUpdatesIntoHTTP2Sink() throws {
-        guard ProcessInfo.processInfo.environment["LIVERELAY_BENCH_DISPATCH"] == "1" else {
-            throw XCTSkip("benchmark: set LIVERELAY_BENCH_DISPATCH=1 (deploy/bench/dispatch)")
-        }
         let count = env("BENCH_OPERATIONS", 20_000)
         let threads = env("BENCH_SENDER_THREADS", 2)
         let batch = env("BENCH_BATCH", 512)
