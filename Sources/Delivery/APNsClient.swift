@@ -21,35 +21,49 @@ final class APNsClient: Sendable {
         self.endpoints = endpoints; self.tokens = tokens; self.metrics = metrics
     }
 
-    /// The outcome plus the last HTTP status seen (for health reports).
+    /// Sends and blocks until the outcome (wrapper over `submit`).
     func send(_ push: OutgoingPush, body: [UInt8], credential: APNsCredential) -> PushResult {
+        waitForCompletion { done in submit(push, body: body, credential: credential, written: nil, completion: done) }
+    }
+
+    /// Sends without blocking; `completion` gets the outcome after at most one refresh/retry
+    /// (see the type). The retry's token refresh or pool swap runs on a global queue, never on
+    /// a connection's I/O thread. `written`: the first attempt's HEADERS were written.
+    func submit(_ push: OutgoingPush, body: [UInt8], credential: APNsCredential, written: (@Sendable () -> Void)?,
+                completion: @escaping @Sendable (PushResult) -> Void) {
         guard isHexToken(push.deviceToken) else {
             // Not a token APNs could know; answered locally exactly as APNs would.
-            return .outcome(.tokenDead(providerStatus: 400, providerReason: "BadDeviceToken"))
+            return completion(.outcome(.tokenDead(providerStatus: 400, providerReason: "BadDeviceToken")))
         }
         let environment = push.environment == "production" ? "production" : "sandbox"
         let key = PoolKey(teamId: credential.teamId, keyId: credential.keyId, environment: environment)
-        var jwt: String
+        let jwt: String
         do { jwt = try tokens.token(for: credential) } catch {
-            return .outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0, providerReason: "cannot sign provider token"))
+            return completion(.outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0,
+                                               providerReason: "cannot sign provider token")))
         }
-        var pool = pool(key)
-        var first = attempt(push, body: body, jwt: jwt, pool: pool, isRetry: false)
-        guard case .outcome(let outcome) = first else { return first }
-        switch outcome {
-        case .refreshCredentialAndRetryOnce:
-            do { jwt = try tokens.refresh(for: credential, replacing: jwt) } catch {
-                return .outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 403, providerReason: "ExpiredProviderToken"))
+        let pool = pool(key)
+        attempt(push, body: body, jwt: jwt, pool: pool, isRetry: false, written: written) { [self] first in
+            guard case .outcome(let outcome) = first else { return completion(first) }
+            switch outcome {
+            case .refreshCredentialAndRetryOnce:
+                DispatchQueue.global().async { [self] in
+                    let fresh: String
+                    do { fresh = try tokens.refresh(for: credential, replacing: jwt) } catch {
+                        return completion(.outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 403,
+                                                           providerReason: "ExpiredProviderToken")))
+                    }
+                    attempt(push, body: body, jwt: fresh, pool: pool, isRetry: true, written: nil, completion: completion)
+                }
+            case .reconnectAndRetryOnce:
+                DispatchQueue.global().async { [self] in
+                    pools.replace(key, old: pool, graceSeconds: endpoints.requestTimeoutSeconds + 1)
+                    attempt(push, body: body, jwt: jwt, pool: self.pool(key), isRetry: true, written: nil, completion: completion)
+                }
+            default:
+                completion(first)
             }
-            first = attempt(push, body: body, jwt: jwt, pool: pool, isRetry: true)
-        case .reconnectAndRetryOnce:
-            pools.replace(key, old: pool, graceSeconds: endpoints.requestTimeoutSeconds + 1)
-            pool = self.pool(key)
-            first = attempt(push, body: body, jwt: jwt, pool: pool, isRetry: true)
-        default:
-            break
         }
-        return first
     }
 
     private func pool(_ key: PoolKey) -> HTTP2ConnectionPool {
@@ -59,23 +73,25 @@ final class APNsClient: Sendable {
         }
     }
 
-    private func attempt(_ push: OutgoingPush, body: [UInt8], jwt: String, pool: HTTP2ConnectionPool, isRetry: Bool) -> PushResult {
+    private func attempt(_ push: OutgoingPush, body: [UInt8], jwt: String, pool: HTTP2ConnectionPool, isRetry: Bool,
+                         written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void) {
         var headers: [(String, String)] = [("authorization", "bearer " + jwt)]
         headers += APNsPayload.headers(topicBundleId: push.appId, priority: push.priority, expiration: push.expiration, apnsId: push.apnsId)
         headers.append(("content-type", "application/json"))
         let request = HTTP2Request(method: "POST", path: "/3/device/" + push.deviceToken, headers: headers, body: body)
-        do {
-            let response = try pool.send(request)
-            let reason = response.status < 300 ? nil : ProviderOutcome.apnsReason(response.body)
-            metrics.response("apns", response.status, reason)
-            return .outcome(ProviderOutcome.apns(status: response.status, body: response.body,
-                                                 apnsId: response.header("apns-id") ?? push.apnsId,
-                                                 retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry))
-        } catch let failure as HTTP2Failure {
-            metrics.failure("apns", failure)
-            return pushResult(failure)
-        } catch {
-            return .notProcessed("\(error)")
+        let metrics = self.metrics
+        pool.submit(request, onWritten: written) { result in
+            switch result {
+            case .success(let response):
+                let reason = response.status < 300 ? nil : ProviderOutcome.apnsReason(response.body)
+                metrics.response("apns", response.status, reason)
+                completion(.outcome(ProviderOutcome.apns(status: response.status, body: response.body,
+                                                         apnsId: response.header("apns-id") ?? push.apnsId,
+                                                         retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry)))
+            case .failure(let failure):
+                metrics.failure("apns", failure)
+                completion(pushResult(failure))
+            }
         }
     }
 

@@ -5,19 +5,35 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
+import Synchronization
 
 /// Settings of one dispatcher (one worker identity).
 public struct DispatcherConfiguration: Sendable {
     /// This worker's id, written to `operations.lease_owner`. Unique per process.
     public var workerId: String
-    /// Threads calling `PushSender.send` (each send blocks its thread).
+    /// Threads that build pushes and hand them to `PushSender.submit`. An event-driven sender
+    /// (`ProviderSender`) returns at once, so a few suffice; a blocking sender (`submit`'s
+    /// default) holds one thread per push in flight.
     public var senderThreads: Int
     /// Most operations claimed per claim transaction.
     public var claimBatchSize: Int
+    /// Most candidates one tenant contributes to a claim (default `claimBatchSize`); tenants
+    /// share each claim round robin either way (docs/delivery.md "Claims").
+    public var claimPerTenant: Int
+    /// How often the per-tenant queue gauges are sampled (seconds).
+    public var tenantGaugeSeconds: Double
+    /// Tenants with their own label in the per-tenant gauges; the rest are `other`.
+    public var tenantGaugeTop: Int
     /// Most results applied per transaction.
     public var applyBatchSize: Int
-    /// Claimed-but-unfinished operations this worker holds at most (defaults to 2 × threads).
+    /// Claimed-but-unfinished operations this worker holds at most: with an event-driven sender
+    /// the bound on streams in flight (default `eventDrivenMaxOutstanding`), with a blocking one
+    /// 2 × threads unless given.
     public var maxOutstanding: Int
+    /// `maxOutstanding` for an event-driven sender when none was given.
+    public var eventDrivenMaxOutstanding: Int
+    /// True when `maxOutstanding` was given explicitly.
+    public var maxOutstandingIsExplicit: Bool
     /// Lease length; a lease not renewed for this long is rescued by any worker.
     public var leaseSeconds: Double
     /// How often in-flight leases are renewed (well under `leaseSeconds`).
@@ -35,16 +51,21 @@ public struct DispatcherConfiguration: Sendable {
     public var retryPolicy: RetryPolicy
     /// Jitter source for `RetryPolicy.delay` (uniform 0..<1).
     public var random: @Sendable () -> Double
-    /// Called just before each first send attempt with the commit → request lag (benchmarks).
+    /// Called once per operation when its first attempt's request was written, with the commit
+    /// → request lag in seconds (benchmarks).
     public var lagObserver: (@Sendable (Double) -> Void)?
 
     public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
                 applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
                 pollSeconds: Double = 1, maintenanceSeconds: Double = 1, unparkSweepSeconds: Double = 30, lifetimeSweepSeconds: Double = 60,
                 defaultExpirationSeconds: Int = 3600, retryPolicy: RetryPolicy = .standard,
-                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil) {
+                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil,
+                claimPerTenant: Int? = nil, tenantGaugeSeconds: Double = 5, tenantGaugeTop: Int = 10, eventDrivenMaxOutstanding: Int = 4096) {
         self.workerId = workerId; self.senderThreads = max(1, senderThreads); self.claimBatchSize = max(1, claimBatchSize)
+        self.claimPerTenant = max(1, claimPerTenant ?? claimBatchSize); self.tenantGaugeSeconds = tenantGaugeSeconds
+        self.tenantGaugeTop = tenantGaugeTop
         self.applyBatchSize = max(1, applyBatchSize); self.maxOutstanding = max(1, maxOutstanding ?? 2 * max(1, senderThreads))
+        self.maxOutstandingIsExplicit = maxOutstanding != nil; self.eventDrivenMaxOutstanding = max(1, eventDrivenMaxOutstanding)
         self.leaseSeconds = leaseSeconds; self.heartbeatSeconds = heartbeatSeconds ?? leaseSeconds / 3
         self.pollSeconds = pollSeconds; self.maintenanceSeconds = maintenanceSeconds
         self.unparkSweepSeconds = unparkSweepSeconds; self.lifetimeSweepSeconds = lifetimeSweepSeconds
@@ -59,89 +80,136 @@ public struct DispatcherConfiguration: Sendable {
     }
 }
 
-/// The dispatcher service (SPEC §5 ordering and unknown outcomes, §8 delivery, §9 workers):
-/// claims due operations (`FOR UPDATE SKIP LOCKED`, at most one in flight per target, commit
-/// order per target), sends them on `senderThreads` threads through a `PushSender`, applies
-/// each result with `DispatchDecision` (batched transactions), renews its leases, rescues
-/// other workers' expired leases, expires operations and runs the lifetime sweep. Any number
-/// of dispatchers may share one database.
+/// The dispatcher service (docs/delivery.md; SPEC §5 ordering and unknown outcomes, §8
+/// delivery, §9 workers): claims due operations fairly (`DispatchStore.claim`: one head per
+/// target, shared round robin across tenants, `FOR UPDATE SKIP LOCKED`), hands their pushes to
+/// the `PushSender` without waiting for the provider, applies the results in batches with
+/// `DispatchDecision`, renews its leases, rescues other workers' expired leases, expires
+/// operations and runs the lifetime sweep. Any number of dispatchers may share one database.
 ///
-/// Threads: a claim loop (woken by `LISTEN liverelay_dispatch`, by finished operations, and
-/// every `pollSeconds`), a listener, `senderThreads` senders, one applier and one housekeeper
-/// (heartbeat, maintenance). All shared state sits behind one `NSCondition`.
-public final class Dispatcher: @unchecked Sendable {  // mutable state only under `cond`
+/// Threads (River's producer / executor / completer split): a claim loop (woken by `LISTEN
+/// liverelay_dispatch`, by `noteCommitted` from writes in this process, by finished operations,
+/// and every `pollSeconds`), a listener, `senderThreads` submitters (build the push, `submit`),
+/// one applier and one housekeeper (heartbeat, maintenance). An event-driven sender completes
+/// on its connection threads; completions queue for the applier, which takes them in batches.
+/// No thread waits per push. State is split over three locks that are never held together:
+/// `cond` (lifecycle, outstanding, wake-ups), `jobsCond` (claimed, not yet submitted),
+/// `applyCond` (completed, not yet applied).
+public final class Dispatcher: @unchecked Sendable {  // mutable state only under its lock (see above)
     public let configuration: DispatcherConfiguration
     let db: Database
     let conninfo: String
     let sender: any PushSender
     let log: Logger
+    /// Claimed-but-unfinished operations held at most (see `DispatcherConfiguration.maxOutstanding`).
+    public let maxOutstanding: Int
 
     let operationsTotal: Counter
     let lag: Histogram
+    let claimSeconds: Histogram
+    let claimBatch: Histogram
+    let applyBatch: Histogram
     private let queueDepthValue = LockedValue<Double>(0)
-    private let inFlightValue = LockedValue<Double>(0)
+    private let inFlight = InFlightCounter()
     private let lastUnpark = LockedValue<Date>(.distantPast)
+    private let lastTenantSample = LockedValue<Date>(.distantPast)
+    private let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
+    private let commitHints = CommitHints()
 
     struct Job { let op: DispatchOperation }
+    /// One finished attempt, as the applier gets it. `apnsId`: the attempt's `apns-id`;
+    /// `token`: the token the push went to.
     struct Completion { let op: DispatchOperation; let result: DispatchAttemptResult; let apnsId: String?; let token: String? }
 
+    // `cond`
     private let cond = NSCondition()
     private var running = false
     private var stopping = false
     private var wakeRequested = true
-    private var jobs: [Job] = []
-    private var completions: [Completion] = []
     /// Claimed and not yet applied, by operation id.
     private var outstanding: [String: (tenantId: String, id: String)] = [:]
-    private var sending = 0
-    private var threads: [Thread] = []
+    private var claimRotation = 0
     private let exited = DispatchSemaphore(value: 0)
     private var threadCount = 0
+    // `jobsCond`
+    private let jobsCond = NSCondition()
+    private var jobs: [Job] = []
+    private var jobsHead = 0
+    private var submittersStop = false
+    // `applyCond`
+    private let applyCond = NSCondition()
+    private var completions: [Completion] = []
+    private var applierStop = false
 
     public init(db: Database, conninfo: String, sender: any PushSender, configuration: DispatcherConfiguration = DispatcherConfiguration(),
                 metrics: MetricsRegistry, log: Logger) {
         self.db = db; self.conninfo = conninfo; self.sender = sender; self.configuration = configuration
+        self.maxOutstanding = sender.isEventDriven && !configuration.maxOutstandingIsExplicit
+            ? configuration.eventDrivenMaxOutstanding : configuration.maxOutstanding
         self.log = log.with(["component": "dispatcher", "worker": .string(configuration.workerId)])
         operationsTotal = metrics.counter("liverelay_operations_total", help: "Operation status transitions made by the dispatcher",
                                           labels: ["kind", "status"])
-        lag = metrics.histogram("liverelay_dispatch_lag_seconds", help: "Commit of an operation to its first provider request",
+        lag = metrics.histogram("liverelay_dispatch_lag_seconds",
+                                help: "Commit of an operation to its first provider request written (seconds)",
                                 labels: [], buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
-        let depth = queueDepthValue, inflight = inFlightValue
+        claimSeconds = metrics.histogram("liverelay_dispatch_claim_seconds", help: "Duration of one claim transaction (seconds)",
+                                         labels: [], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1])
+        claimBatch = metrics.histogram("liverelay_dispatch_claim_batch_size", help: "Operations claimed per claim transaction",
+                                       labels: [], buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        applyBatch = metrics.histogram("liverelay_dispatch_apply_batch_size", help: "Results applied per apply transaction",
+                                       labels: [], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        let depth = queueDepthValue, inflight = inFlight
         metrics.gauge("liverelay_queue_depth", help: "Queued operations (all tenants), sampled every maintenance interval") {
             [([], depth.get())]
         }
-        metrics.gauge("liverelay_dispatch_in_flight", help: "Provider requests in flight in this process") { [([], inflight.get())] }
+        metrics.gauge("liverelay_dispatch_in_flight", help: "Provider requests in flight in this process") {
+            [([], Double(inflight.now))]
+        }
+        metrics.gauge("liverelay_dispatch_in_flight_max", help: "High-water mark of provider requests in flight in this process") {
+            [([], Double(inflight.highWater))]
+        }
+        let perTenant = tenantQueues
+        metrics.gauge("liverelay_tenant_queue_depth", help: "Queued operations per tenant (deepest tenants by id, the rest as other)",
+                      labels: ["tenant"]) { perTenant.get().map { ([$0.tenant], $0.depth) } }
+        metrics.gauge("liverelay_tenant_oldest_due_seconds", help: "Age of each tenant's oldest due claimable operation, seconds",
+                      labels: ["tenant"]) { perTenant.get().map { ([$0.tenant], $0.oldestDueSeconds) } }
     }
 
     // MARK: lifecycle
 
-    /// Starts every thread. Idempotent.
+    /// Starts every thread and subscribes to this process's commits of `db`. Idempotent.
     public func start() {
         cond.lock()
         guard !running else { cond.unlock(); return }
         running = true
         cond.unlock()
+        db.addCommitObserver { [weak self] notifications, at in self?.committed(notifications, at: at) }
         spawn("dispatch-claim") { self.claimLoop() }
         spawn("dispatch-listen") { self.listenLoop() }
         for i in 0..<configuration.senderThreads { spawn("dispatch-send-\(i)") { self.senderLoop() } }
         spawn("dispatch-apply") { self.applyLoop() }
         spawn("dispatch-housekeeping") { self.housekeepingLoop() }
         log.info("dispatcher started", ["sender_threads": .int(Int64(configuration.senderThreads)),
+                                        "max_outstanding": .int(Int64(maxOutstanding)),
                                         "lease_seconds": .double(configuration.leaseSeconds)])
     }
 
     /// Stops claiming, returns claimed-but-unsent operations to the queue, waits up to
     /// `timeoutSeconds` for in-flight sends to finish and their results to be applied, then
-    /// stops every thread. Sends still blocked after that keep their leases, which expire and
+    /// stops every thread. Sends still unanswered after that keep their leases, which expire and
     /// are rescued by another worker (outcome unknown). Call before closing the pool.
     public func stop(timeoutSeconds: Double = 10) {
         cond.lock()
         guard running, !stopping else { cond.unlock(); return }
         stopping = true
-        let unsent = jobs.map { (tenantId: $0.op.tenantId, id: $0.op.id) }
-        jobs.removeAll()
-        for u in unsent { outstanding[u.id] = nil }
         cond.broadcast()
+        cond.unlock()
+        jobsCond.lock()
+        let unsent = jobs[jobsHead...].map { (tenantId: $0.op.tenantId, id: $0.op.id) }
+        jobs.removeAll(); jobsHead = 0
+        jobsCond.unlock()
+        cond.lock()
+        for u in unsent { outstanding[u.id] = nil }
         cond.unlock()
         if !unsent.isEmpty {
             do { _ = try db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: unsent) } } catch {
@@ -150,22 +218,47 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         }
         let deadline = Date().addingTimeInterval(timeoutSeconds)
         cond.lock()
-        while (!outstanding.isEmpty) && Date() < deadline { _ = cond.wait(until: min(deadline, Date().addingTimeInterval(0.05))) }
+        while !outstanding.isEmpty && Date() < deadline { _ = cond.wait(until: min(deadline, Date().addingTimeInterval(0.05))) }
         running = false
         cond.broadcast()
         let n = threadCount
         cond.unlock()
+        jobsCond.lock(); submittersStop = true; jobsCond.broadcast(); jobsCond.unlock()
+        applyCond.lock(); applierStop = true; applyCond.broadcast(); applyCond.unlock()
         for _ in 0..<n { _ = exited.wait(timeout: .now() + max(0.5, deadline.timeIntervalSinceNow) + 2) }
         log.info("dispatcher stopped")
     }
 
-    /// Asks the claim loop to look for work now (tests; NOTIFY does this in production).
+    /// Asks the claim loop to look for work now (tests; NOTIFY and `noteCommitted` do this in production).
     public func wake() {
         cond.lock(); wakeRequested = true; cond.broadcast(); cond.unlock()
     }
 
+    /// The in-process wake-up (docs/delivery.md "Wake-ups"): `operationIds` were committed at
+    /// `at` by a writer sharing this process. Records the commit time of each (the start of its
+    /// commit → request lag) and wakes the claim loop at once, without the NOTIFY round trip.
+    public func noteCommitted(operationIds: [String], at: Date = Date()) {
+        commitHints.record(operationIds, at: at)
+        wake()
+    }
+
+    /// Commit observer of `db`: the write path's NOTIFY on `liverelay_dispatch` carries
+    /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert); any such commit wakes the claim loop.
+    private func committed(_ notifications: [(channel: String, payload: String)], at: Date) {
+        var ids: [String] = []
+        var dispatch = false
+        for n in notifications where n.channel == OperationStore.dispatchChannel {
+            dispatch = true
+            if let colon = n.payload.firstIndex(of: ":") { ids.append(String(n.payload[n.payload.index(after: colon)...])) }
+        }
+        if dispatch { noteCommitted(operationIds: ids, at: at) }
+    }
+
     /// Operations claimed and not yet finished by this dispatcher.
     public var outstandingCount: Int { cond.lock(); defer { cond.unlock() }; return outstanding.count }
+
+    /// Provider requests in flight now, and the most seen at once since start.
+    public var streamsInFlight: (now: Int, max: Int) { (inFlight.now, inFlight.highWater) }
 
     private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         cond.lock(); threadCount += 1; cond.unlock()
@@ -185,22 +278,28 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             cond.lock()
             while true {
                 if !isRunning { cond.unlock(); return }
-                let free = configuration.maxOutstanding - outstanding.count
-                let worthIt = outstanding.isEmpty || free >= min(configuration.claimBatchSize, max(1, configuration.maxOutstanding / 2))
+                let free = maxOutstanding - outstanding.count
+                let worthIt = outstanding.isEmpty || free >= min(configuration.claimBatchSize, max(1, maxOutstanding / 2))
                 if free > 0 && worthIt && (wakeRequested || lastClaimFull) { break }
                 if !cond.wait(until: Date().addingTimeInterval(configuration.pollSeconds)) {
                     wakeRequested = true  // poll fallback
                 }
             }
             wakeRequested = false
-            let limit = min(configuration.claimBatchSize, configuration.maxOutstanding - outstanding.count)
+            let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count)
+            claimRotation &+= 1
+            let rotation = claimRotation
             cond.unlock()
 
             var claimed: [DispatchOperation] = []
+            let began = Date()
             do {
                 claimed = try db.system { c in
-                    try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date())
+                    try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
+                                            perTenant: configuration.claimPerTenant, rotation: rotation)
                 }
+                claimSeconds.observe([], Date().timeIntervalSince(began))
+                claimBatch.observe([], Double(claimed.count))
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
                 Thread.sleep(forTimeInterval: 0.2)
@@ -213,12 +312,12 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 _ = try? db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: claimed.map { ($0.tenantId, $0.id) }) }
                 return
             }
-            for op in claimed {
-                outstanding[op.id] = (op.tenantId, op.id)
-                jobs.append(Job(op: op))
-            }
-            cond.broadcast()
+            for op in claimed { outstanding[op.id] = (op.tenantId, op.id) }
             cond.unlock()
+            jobsCond.lock()
+            jobs.append(contentsOf: claimed.map { Job(op: $0) })
+            jobsCond.broadcast()
+            jobsCond.unlock()
         }
     }
 
@@ -249,55 +348,70 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
 
     // MARK: send
 
+    /// Takes claimed jobs, builds each push and submits it; an event-driven sender returns at
+    /// once, a blocking one holds this thread until the result.
     private func senderLoop() {
         while true {
-            cond.lock()
-            while jobs.isEmpty && running { cond.wait() }
-            if jobs.isEmpty { cond.unlock(); return }
-            let job = jobs.removeFirst()
-            sending += 1
-            inFlightValue.set(Double(sending))
-            cond.unlock()
-
-            let result: DispatchAttemptResult, apnsId: String?, token = job.op.deviceToken
-            let now = Date()
-            if let e = job.op.expiresAt, e <= now {
-                result = .expired; apnsId = nil
-            } else {
-                do {
-                    let push = try DispatchPush.build(job.op, now: now, defaultExpirationSeconds: configuration.defaultExpirationSeconds)
-                    apnsId = push.apnsId
-                    if job.op.attempts == 1 {
-                        let l = max(0, Date().timeIntervalSince(job.op.createdAt))
-                        lag.observe([], l)
-                        configuration.lagObserver?(l)
-                    }
-                    result = DispatchPush.attemptResult(sender.send(push))
-                } catch let e as DomainError {
-                    result = .notSendable(code: e.code, message: e.message); apnsId = nil
-                } catch {
-                    result = .notSendable(code: "PUSH_BUILD_FAILED", message: "\(error)"); apnsId = nil
-                }
-            }
-            cond.lock()
-            sending -= 1
-            inFlightValue.set(Double(sending))
-            completions.append(Completion(op: job.op, result: result, apnsId: apnsId, token: token))
-            cond.broadcast()
-            cond.unlock()
+            jobsCond.lock()
+            while jobsHead == jobs.count && !submittersStop { jobsCond.wait() }
+            if jobsHead == jobs.count { jobsCond.unlock(); return }
+            let job = jobs[jobsHead]
+            jobsHead += 1
+            if jobsHead == jobs.count { jobs.removeAll(keepingCapacity: true); jobsHead = 0 }
+            jobsCond.unlock()
+            submit(job)
         }
+    }
+
+    private func submit(_ job: Job) {
+        let token = job.op.deviceToken
+        let now = Date()
+        if let e = job.op.expiresAt, e <= now { return complete(Completion(op: job.op, result: .expired, apnsId: nil, token: token)) }
+        let push: OutgoingPush
+        do {
+            push = try DispatchPush.build(job.op, now: now, defaultExpirationSeconds: configuration.defaultExpirationSeconds)
+        } catch let e as DomainError {
+            return complete(Completion(op: job.op, result: .notSendable(code: e.code, message: e.message), apnsId: nil, token: token))
+        } catch {
+            return complete(Completion(op: job.op, result: .notSendable(code: "PUSH_BUILD_FAILED", message: "\(error)"), apnsId: nil, token: token))
+        }
+        inFlight.increment()
+        var written: (@Sendable () -> Void)?
+        if job.op.attempts == 1 {
+            let committedAt = commitHints.take(job.op.id) ?? job.op.createdAt
+            let lag = self.lag, observer = configuration.lagObserver
+            written = {
+                let l = max(0, Date().timeIntervalSince(committedAt))
+                lag.observe([], l)
+                observer?(l)
+            }
+        }
+        let apnsId = push.apnsId
+        sender.submit(push, written: written) { [self] result in
+            inFlight.decrement()
+            complete(Completion(op: job.op, result: DispatchPush.attemptResult(result), apnsId: apnsId, token: token))
+        }
+    }
+
+    /// Queues a finished attempt for the applier (any thread; short).
+    private func complete(_ c: Completion) {
+        applyCond.lock()
+        completions.append(c)
+        if completions.count == 1 { applyCond.signal() }
+        applyCond.unlock()
     }
 
     // MARK: apply
 
     private func applyLoop() {
         while true {
-            cond.lock()
-            while completions.isEmpty && running { cond.wait() }
-            if completions.isEmpty { cond.unlock(); return }
+            applyCond.lock()
+            while completions.isEmpty && !applierStop { applyCond.wait() }
+            if completions.isEmpty { applyCond.unlock(); return }
             let batch = Array(completions.prefix(configuration.applyBatchSize))
             completions.removeFirst(batch.count)
-            cond.unlock()
+            applyCond.unlock()
+            applyBatch.observe([], Double(batch.count))
 
             let now = Date()
             let decided = batch.map { ($0, DispatchDecision.decide($0.op.facts, $0.result, now: now, random: configuration.random(),
@@ -309,7 +423,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 // One bad row must not hold the others back: apply one by one.
                 log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
                 applied = decided.map { item in
-                    do { return try db.system { c in try apply(c, item.0, item.1) } } catch {
+                    do { return try db.system { c in try applyBatch(c, [item])[0] } } catch {
                         log.error("could not apply a result; the lease will expire and be rescued",
                                   ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
                         return false
@@ -330,36 +444,26 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         }
     }
 
-    /// Applies a batch in the caller's transaction: plain acceptances in bulk
-    /// (`DispatchStore.applyAccepted`), everything else one by one (`DispatchStore.apply`).
+    /// Applies a batch in the caller's transaction (`DispatchStore.applyResults`: every outcome
+    /// class in bulk, target effects per row) and runs `afterApply` on what was applied.
     private func applyBatch(_ c: PostgresConnection, _ decided: [(Completion, DispatchDecision)]) throws -> [Bool] {
-        var bulk: [DispatchStore.Acceptance] = []
-        for (comp, d) in decided {
-            if case .accepted(let pid) = d.operation, d.target == .none, d.cancelQueued == nil, d.deadToken == nil {
-                bulk.append(DispatchStore.Acceptance(op: comp.op, providerId: pid, apnsId: comp.apnsId))
-            }
+        let results = decided.map { comp, d in
+            DispatchStore.Result(op: comp.op, decision: d, apnsId: comp.apnsId, usedToken: comp.token)
         }
-        let bulkIds = Set(bulk.map(\.op.id))
-        let done = try DispatchStore.applyAccepted(c, bulk, owner: configuration.workerId)
-        return try decided.map { comp, d in
-            if bulkIds.contains(comp.op.id) {
-                if !done.contains(comp.op.id) {
-                    log.warning("result discarded: the operation's lease was taken over", ["operation_id": .string(comp.op.id)])
-                }
-                return done.contains(comp.op.id)
-            }
-            return try apply(c, comp, d)
+        let done = try DispatchStore.applyResults(c, results, owner: configuration.workerId)
+        let applied = results.filter { done.contains($0.op.id) }
+        try afterApply(c, applied)
+        return decided.map { comp, _ in
+            let ok = done.contains(comp.op.id)
+            if !ok { log.warning("result discarded: the operation's lease was taken over", ["operation_id": .string(comp.op.id)]) }
+            return ok
         }
     }
 
-    private func apply(_ c: PostgresConnection, _ comp: Completion, _ d: DispatchDecision) throws -> Bool {
-        let g: DispatchApplyGuard = .lease(owner: configuration.workerId, attempts: comp.op.attempts)
-        let ok = try DispatchStore.apply(c, comp.op, d, guard: g, apnsId: comp.apnsId, usedToken: comp.token)
-        if !ok {
-            log.warning("result discarded: the operation's lease was taken over", ["operation_id": .string(comp.op.id)])
-        }
-        return ok
-    }
+    /// The one place for per-outcome side effects that belong in the apply transaction
+    /// (events, budgets): called with every result applied, in the same transaction, after the
+    /// operation rows and their target effects were written. Does nothing yet.
+    func afterApply(_ c: PostgresConnection, _ applied: [DispatchStore.Result]) throws {}
 
     // MARK: housekeeping
 
@@ -425,7 +529,14 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 lastUnpark.set(Date())
                 if try db.system({ c in try DispatchStore.unparkTokenPending(c) }) > 0 { wake() }
             }
-            queueDepthValue.set(Double(try db.system { c in try DispatchStore.queueDepth(c) }))
+            if Date().timeIntervalSince(lastTenantSample.get()) >= configuration.tenantGaugeSeconds {
+                lastTenantSample.set(Date())
+                let queues = try db.system { c in try DispatchStore.tenantQueues(c) }
+                queueDepthValue.set(Double(queues.reduce(0) { $0 + $1.depth }))
+                tenantQueues.set(TenantQueueGauges.fold(queues.map {
+                    TenantQueueGauges.Entry(tenant: $0.tenantId, depth: Double($0.depth), oldestDueSeconds: $0.oldestDueSeconds)
+                }, top: configuration.tenantGaugeTop))
+            }
         } catch {
             if isRunningLocked() { log.warning("maintenance failed", ["error": .string("\(error)")]) }
         }
@@ -439,4 +550,46 @@ final class LockedValue<T: Sendable>: @unchecked Sendable {  // all access under
     init(_ v: T) { value = v }
     func set(_ v: T) { lock.lock(); value = v; lock.unlock() }
     func get() -> T { lock.lock(); defer { lock.unlock() }; return value }
+}
+
+/// Commit times of operations committed in this process (`Dispatcher.noteCommitted`), kept
+/// until their first attempt is written; bounded (oldest half dropped beyond `limit`), so a
+/// hint for an operation another worker sends costs only memory for a while.
+final class CommitHints: Sendable {
+    private let state = Mutex<(times: [String: Date], order: [String])>(([:], []))
+    let limit: Int
+    init(limit: Int = 100_000) { self.limit = limit }
+
+    func record(_ ids: [String], at: Date) {
+        guard !ids.isEmpty else { return }
+        state.withLock { s in
+            for id in ids where s.times.updateValue(at, forKey: id) == nil { s.order.append(id) }
+            if s.order.count > limit {
+                let drop = s.order.count / 2
+                for id in s.order.prefix(drop) { s.times[id] = nil }
+                s.order.removeFirst(drop)
+            }
+        }
+    }
+
+    /// The commit time of `id`, forgotten once taken.
+    func take(_ id: String) -> Date? { state.withLock { $0.times.removeValue(forKey: id) } }
+}
+
+/// Provider requests in flight and their high-water mark (lock-free counters).
+final class InFlightCounter: Sendable {
+    private let value = Atomic<Int>(0)
+    private let high = Atomic<Int>(0)
+    var now: Int { value.load(ordering: .relaxed) }
+    var highWater: Int { high.load(ordering: .relaxed) }
+    func increment() {
+        let n = value.wrappingAdd(1, ordering: .relaxed).newValue
+        var h = high.load(ordering: .relaxed)
+        while n > h {
+            let (exchanged, original) = high.compareExchange(expected: h, desired: n, ordering: .relaxed)
+            if exchanged { break }
+            h = original
+        }
+    }
+    func decrement() { value.wrappingSubtract(1, ordering: .relaxed) }
 }

@@ -18,13 +18,27 @@ final class FCMClient: Sendable {
         self.endpoints = endpoints; self.tokens = tokens; self.metrics = metrics
     }
 
+    /// Sends and blocks until the outcome (wrapper over `submit`).
     func send(_ push: OutgoingPush, body: [UInt8], credential: FCMCredential) -> PushResult {
-        var token: String
-        do { token = try tokens.accessToken(credential) } catch { return tokenFailure(error) }
-        let first = attempt(body, credential: credential, token: token, isRetry: false)
-        guard case .outcome(.refreshCredentialAndRetryOnce) = first else { return first }
-        do { token = try tokens.accessToken(credential, replacing: token) } catch { return tokenFailure(error) }
-        return attempt(body, credential: credential, token: token, isRetry: true)
+        waitForCompletion { done in submit(push, body: body, credential: credential, written: nil, completion: done) }
+    }
+
+    /// Sends without blocking on the provider's answer (a cold access-token cache fetches a
+    /// token on the caller's thread first); after a `401` the new access token is fetched on a
+    /// global queue, never on a connection's I/O thread, and the message is retried once.
+    /// `written`: the first attempt's HEADERS were written.
+    func submit(_ push: OutgoingPush, body: [UInt8], credential: FCMCredential, written: (@Sendable () -> Void)?,
+                completion: @escaping @Sendable (PushResult) -> Void) {
+        let token: String
+        do { token = try tokens.accessToken(credential) } catch { return completion(tokenFailure(error)) }
+        attempt(body, credential: credential, token: token, isRetry: false, written: written) { [self] first in
+            guard case .outcome(.refreshCredentialAndRetryOnce) = first else { return completion(first) }
+            DispatchQueue.global().async { [self] in
+                let fresh: String
+                do throws(FCMAccessTokenCache.Failure) { fresh = try tokens.accessToken(credential, replacing: token) } catch { return completion(tokenFailure(error)) }
+                attempt(body, credential: credential, token: fresh, isRetry: true, written: nil, completion: completion)
+            }
+        }
     }
 
     private func tokenFailure(_ failure: FCMAccessTokenCache.Failure) -> PushResult {
@@ -44,24 +58,26 @@ final class FCMClient: Sendable {
         }
     }
 
-    private func attempt(_ body: [UInt8], credential: FCMCredential, token: String, isRetry: Bool) -> PushResult {
+    private func attempt(_ body: [UInt8], credential: FCMCredential, token: String, isRetry: Bool, written: (@Sendable () -> Void)?,
+                         completion: @escaping @Sendable (PushResult) -> Void) {
         let pool = pools.pool("fcm") {
             HTTP2ConnectionPool(configuration: endpoints.configuration(endpoints.fcmURL), maxConnections: endpoints.maxConnectionsPerPool)
         }
         let request = HTTP2Request(method: "POST", path: "/v1/projects/\(credential.projectId)/messages:send",
                                    headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=utf-8")],
                                    body: body)
-        do {
-            let response = try pool.send(request)
-            let reason = response.status < 300 ? nil : FCMErrorBody(body: response.body).reason
-            metrics.response("fcm", response.status, reason)
-            return .outcome(ProviderOutcome.fcm(status: response.status, body: response.body,
-                                                retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry))
-        } catch let failure as HTTP2Failure {
-            metrics.failure("fcm", failure)
-            return pushResult(failure)
-        } catch {
-            return .notProcessed("\(error)")
+        let metrics = self.metrics
+        pool.submit(request, onWritten: written) { result in
+            switch result {
+            case .success(let response):
+                let reason = response.status < 300 ? nil : FCMErrorBody(body: response.body).reason
+                metrics.response("fcm", response.status, reason)
+                completion(.outcome(ProviderOutcome.fcm(status: response.status, body: response.body,
+                                                        retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry)))
+            case .failure(let failure):
+                metrics.failure("fcm", failure)
+                completion(pushResult(failure))
+            }
         }
     }
 

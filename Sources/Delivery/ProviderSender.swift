@@ -12,7 +12,8 @@ import Metrics
 /// (`liverelay_provider_responses_total{provider,status,reason}`) and reports credential health
 /// (last success / last credential failure) to the credential source.
 ///
-/// Thread-safe; `send` blocks the calling worker thread. Logs name tenants, operations and key
+/// Thread-safe; `send` blocks the calling worker thread, `submit` does not (it returns once the
+/// request is queued on a connection). Logs name tenants, operations and key
 /// fingerprints, never device tokens, JWTs, access tokens or keys.
 public final class ProviderSender: PushSender {
     let source: ProviderCredentialSource
@@ -42,36 +43,50 @@ public final class ProviderSender: PushSender {
         fcm = FCMClient(endpoints: endpoints, tokens: fcmTokens, metrics: self.metrics)
     }
 
+    /// True: `submit` never waits for the provider.
+    public var isEventDriven: Bool { true }
+
+    /// Sends one push and blocks until its result (wrapper over `submit`).
     public func send(_ push: OutgoingPush) -> PushResult {
+        waitForCompletion { done in submit(push, written: nil, completion: done) }
+    }
+
+    /// Sends one push without waiting for the provider (docs/delivery.md "Sending"): the
+    /// tenant's credentials come from the source's cache (a miss reads the database on the
+    /// caller's thread), the request goes to the pooled HTTP/2 connections, and `completion`
+    /// runs on a connection thread with the classified result.
+    public func submit(_ push: OutgoingPush, written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void) {
         let creds: TenantProviderCredentials
         do { creds = try source.credentials(tenantId: push.tenantId) } catch {
             log.warning("provider credentials unavailable", ["tenant_id": .string(push.tenantId), "operation_id": .string(push.operationId),
                                                              "error": .string("\(error)")])
-            return .notProcessed("provider credentials unavailable: \(error)")
+            return completion(.notProcessed("provider credentials unavailable: \(error)"))
         }
         switch push.platform {
         case "ios":
-            guard let body = push.apnsBody else { return .outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no APNs body")) }
+            guard let body = push.apnsBody else { return completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no APNs body"))) }
             guard let credential = creds.apnsCredential(environment: push.environment, topic: push.appId) else {
                 let why = creds.unusable["apns_\(push.environment)"] ?? (creds.apns.isEmpty
                     ? "the tenant has no APNs credential" : "no APNs credential lists topic \(push.appId)")
-                return .noCredentials(why)
+                return completion(.noCredentials(why))
             }
-            let result = apns.send(push, body: body, credential: credential)
-            reportHealth(result, provider: "apns", tenantId: push.tenantId, environment: credential.environment,
-                         fingerprint: credential.fingerprint, operationId: push.operationId)
-            return result
+            apns.submit(push, body: body, credential: credential, written: written) { [self] result in
+                reportHealth(result, provider: "apns", tenantId: push.tenantId, environment: credential.environment,
+                             fingerprint: credential.fingerprint, operationId: push.operationId)
+                completion(result)
+            }
         case "android":
-            guard let body = push.fcmBody else { return .outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no FCM body")) }
+            guard let body = push.fcmBody else { return completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no FCM body"))) }
             guard let credential = creds.fcm else {
-                return .noCredentials(creds.unusable["fcm"] ?? "the tenant has no FCM service account")
+                return completion(.noCredentials(creds.unusable["fcm"] ?? "the tenant has no FCM service account"))
             }
-            let result = fcm.send(push, body: body, credential: credential)
-            reportHealth(result, provider: "fcm", tenantId: push.tenantId, environment: nil, fingerprint: credential.fingerprint,
-                         operationId: push.operationId)
-            return result
+            fcm.submit(push, body: body, credential: credential, written: written) { [self] result in
+                reportHealth(result, provider: "fcm", tenantId: push.tenantId, environment: nil, fingerprint: credential.fingerprint,
+                             operationId: push.operationId)
+                completion(result)
+            }
         default:
-            return .outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "unknown platform"))
+            completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "unknown platform")))
         }
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import LiveRelayCore
+import Synchronization
 
 /// One push attempt, fully built by the dispatcher (SPEC §8): who it is for, where it goes,
 /// and the exact bytes.
@@ -49,7 +50,40 @@ public enum PushResult: Sendable, Equatable {
 }
 
 /// Sends pushes to APNs/FCM (or the local sandbox). Implementations are thread-safe and keep
-/// their own connection pools and token caches; `send` blocks the calling worker thread.
+/// their own connection pools and token caches; `send` blocks the calling worker thread,
+/// `submit` need not (docs/delivery.md "Sending").
 public protocol PushSender: Sendable {
+    /// Sends one push and blocks until its result.
     func send(_ push: OutgoingPush) -> PushResult
+    /// Sends one push and calls `completion` exactly once with its result. `written` is called
+    /// at most once, when the first attempt's request has been written to the provider
+    /// connection (used for the commit → request lag). An event-driven sender returns at once
+    /// and calls both from its connection threads (keep them short); the default
+    /// implementation calls `written`, then `send`, then `completion` on the caller's thread.
+    func submit(_ push: OutgoingPush, written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void)
+    /// True when `submit` returns without waiting for the provider (the dispatcher then keeps
+    /// many more pushes in flight than it has threads). Default false.
+    var isEventDriven: Bool { get }
+}
+
+extension PushSender {
+    public var isEventDriven: Bool { false }
+
+    public func submit(_ push: OutgoingPush, written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void) {
+        written?()
+        completion(send(push))
+    }
+}
+
+/// Blocks until an asynchronous `submit`-style call completes (the blocking `send` of the
+/// event-driven senders).
+func waitForCompletion<T: Sendable>(_ start: (@escaping @Sendable (T) -> Void) -> Void) -> T {
+    let done = DispatchSemaphore(value: 0)
+    let box = Mutex<T?>(nil)
+    start { v in
+        box.withLock { $0 = v }
+        done.signal()
+    }
+    done.wait()
+    return box.withLock { $0! }
 }

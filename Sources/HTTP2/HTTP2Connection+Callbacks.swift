@@ -21,6 +21,7 @@ extension HTTP2Connection {
                let stream = connection.streams[frame.pointee.hd.stream_id] {
                 // mem_send returned this frame's last byte already: it ends at producedBytes.
                 stream.headersEnd = connection.producedBytes
+                if stream.pending.onWritten != nil { connection.writeWatch.append((connection.producedBytes, stream.pending)) }
             }
             return 0
         }

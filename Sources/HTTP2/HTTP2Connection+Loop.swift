@@ -17,6 +17,7 @@ extension HTTP2Connection {
             expireStreams(now: now)
             if let reason = keepalive(now: now) { failure = reason; break }
             if let reason = flush() { failure = reason; break }
+            reportWritten()
             if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
                 && outboundHead == outbound.count { break }
             var fds = [pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
@@ -27,6 +28,15 @@ extension HTTP2Connection {
             if fds[0].revents != 0 { failure = readAvailable(&buffer) }
         }
         finish(reason: failure)
+    }
+
+    /// Calls `onWritten` for every request whose HEADERS the socket has accepted by now.
+    private func reportWritten() {
+        while writeWatchHead < writeWatch.count && writeWatch[writeWatchHead].end <= writtenBytes {
+            writeWatch[writeWatchHead].pending.onWritten?()
+            writeWatchHead += 1
+        }
+        if writeWatchHead == writeWatch.count { writeWatch.removeAll(keepingCapacity: true); writeWatchHead = 0 }
     }
 
     /// Milliseconds until the earliest request deadline or keepalive check (at most 1 s).

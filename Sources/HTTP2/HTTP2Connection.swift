@@ -11,7 +11,8 @@ import Glibc
 /// Threading model: the connection owns one I/O thread that alone touches the socket, the
 /// OpenSSL `SSL` object and the nghttp2 session (non-blocking socket + `poll`). `send` may be
 /// called from any number of threads at once: it queues the request under a mutex, wakes the
-/// I/O thread through a self-pipe, and blocks its caller until the response or a failure.
+/// I/O thread through a self-pipe, and blocks its caller until the response or a failure;
+/// `submit` does the same without blocking and calls a completion instead.
 /// The I/O thread opens a stream for a queued request only while fewer streams are open than
 /// the peer's `SETTINGS_MAX_CONCURRENT_STREAMS` (RFC 9113 §5.1.2); others wait in FIFO order.
 /// That is why the type is `@unchecked Sendable`: its mutable state is either behind `shared`
@@ -50,6 +51,9 @@ public final class HTTP2Connection: @unchecked Sendable {
     var producedBytes: UInt64 = 0
     var writtenBytes: UInt64 = 0
     var goawayLastStreamID: Int32?
+    /// Requests whose HEADERS end at the given outbound offset and want `onWritten` (in order).
+    var writeWatch: [(end: UInt64, pending: PendingRequest)] = []
+    var writeWatchHead = 0
     var lastActivity = Socket.now()
     var pingSentAt: Double?
 
@@ -106,14 +110,33 @@ public final class HTTP2Connection: @unchecked Sendable {
     ///   out after sending, other stream reset). SPEC §5.
     public func send(_ request: HTTP2Request) throws -> HTTP2Response {
         let pending = PendingRequest(request, deadline: Socket.now() + configuration.requestTimeoutSeconds)
+        guard enqueue(pending) else { throw HTTP2Failure.notProcessed(reason: "connection is not usable") }
+        return try pending.wait(backstopSeconds: configuration.requestTimeoutSeconds + 10).get()
+    }
+
+    /// Sends `request` without blocking: it is queued for the I/O thread, which opens its stream
+    /// as soon as fewer than the peer's `SETTINGS_MAX_CONCURRENT_STREAMS` are open, and
+    /// `completion` is called exactly once with the response or the failure (same
+    /// classification and `requestTimeoutSeconds` limit as `send`). `onWritten` is called once
+    /// when the request's HEADERS frame has been completely written to the socket (the moment
+    /// the request counts as sent). Both run on the I/O thread (or at once on the caller's, when
+    /// the connection is not usable): keep them short, never block in them.
+    public func submit(_ request: HTTP2Request, onWritten: (@Sendable () -> Void)? = nil,
+                       completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void) {
+        let pending = PendingRequest(request, deadline: Socket.now() + configuration.requestTimeoutSeconds, onWritten: onWritten,
+                                     completion: completion)
+        if !enqueue(pending) { pending.complete(.failure(.notProcessed(reason: "connection is not usable"))) }
+    }
+
+    /// Queues `pending` for the I/O thread; false when the connection takes no new requests.
+    func enqueue(_ pending: PendingRequest) -> Bool {
         let accepted = shared.withLock { state -> Bool in
             guard state.usable, !state.closing, !state.finished else { return false }
             state.queue.append(pending)
             return true
         }
-        guard accepted else { throw HTTP2Failure.notProcessed(reason: "connection is not usable") }
-        wake.signal()
-        return try pending.wait(backstopSeconds: configuration.requestTimeoutSeconds + 10).get()
+        if accepted { wake.signal() }
+        return accepted
     }
 
     /// False once the connection received GOAWAY, was lost or closed: it takes no new requests

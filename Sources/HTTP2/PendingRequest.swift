@@ -2,17 +2,25 @@ import Dispatch
 import Synchronization
 
 /// A request handed from a caller thread to a connection's I/O thread. The first `complete`
-/// wins; the caller blocks in `wait` until then.
+/// wins; a blocking caller waits in `wait` until then, an asynchronous one gets `completion`
+/// (called once, on the thread that completes: usually the I/O thread, so it must be short and
+/// must not block).
 final class PendingRequest: Sendable {
     let request: HTTP2Request
     /// Monotonic seconds (`Socket.now()`) after which the request times out.
     let deadline: Double
+    /// Called once when the request's HEADERS frame has been completely written to the socket.
+    let onWritten: (@Sendable () -> Void)?
+    private let completion: (@Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void)?
     private let done = DispatchSemaphore(value: 0)
     private let outcome = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
 
-    init(_ request: HTTP2Request, deadline: Double) {
+    init(_ request: HTTP2Request, deadline: Double, onWritten: (@Sendable () -> Void)? = nil,
+         completion: (@Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void)? = nil) {
         self.request = request
         self.deadline = deadline
+        self.onWritten = onWritten
+        self.completion = completion
     }
 
     /// Records the outcome unless one is already recorded; returns whether this call won.
@@ -23,7 +31,10 @@ final class PendingRequest: Sendable {
             current = result
             return true
         }
-        if won { done.signal() }
+        if won {
+            done.signal()
+            completion?(result)
+        }
         return won
     }
 

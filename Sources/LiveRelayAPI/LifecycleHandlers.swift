@@ -292,7 +292,7 @@ enum LifecycleHandlers {
             let r2 = try c.pipeline(writes).get()
             let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
             if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
-            try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: nil)
+            try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: nil, operationId: opId)
             return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
@@ -397,7 +397,7 @@ enum LifecycleHandlers {
         let r2 = try c.pipeline(writes).get()
         let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
         if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
-        try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: t.id)
+        try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: t.id, operationId: opId)
         return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
     }
 

@@ -80,13 +80,25 @@ enum WorkerCommand {
             }
             return v
         }
-        let threads = int("LIVERELAY_DISPATCH_THREADS", 16, 1...512)
+        let threads = int("LIVERELAY_DISPATCH_THREADS", 4, 1...512)
         let batch = int("LIVERELAY_DISPATCH_BATCH", 64, 1...1000)
         let lease = int("LIVERELAY_DISPATCH_LEASE_SECONDS", 30, 3...3600)
+        let inFlight = int("LIVERELAY_DISPATCH_MAX_IN_FLIGHT", 4096, 1...100_000)
         if !problems.isEmpty { throw ConfigurationError(problems: problems) }
         let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
         return DispatcherConfiguration(workerId: id, senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
-                                       leaseSeconds: Double(lease), defaultExpirationSeconds: config.defaultExpirationSeconds)
+                                       leaseSeconds: Double(lease), defaultExpirationSeconds: config.defaultExpirationSeconds,
+                                       eventDrivenMaxOutstanding: inFlight)
+    }
+
+    /// `LIVERELAY_DISPATCH_CONNECTIONS`: HTTP/2 connections per (team, key, environment) pool
+    /// (1…64, default 4; docs/delivery.md "Sending").
+    static func dispatchConnections(env: [String: String] = ProcessInfo.processInfo.environment) throws -> Int {
+        guard let s = env["LIVERELAY_DISPATCH_CONNECTIONS"], !s.isEmpty else { return 4 }
+        guard let v = Int(s), (1...64).contains(v) else {
+            throw ConfigurationError(problems: ["LIVERELAY_DISPATCH_CONNECTIONS must be an integer in 1...64, got \(s.debugDescription)"])
+        }
+        return v
     }
 
     /// The APNs/FCM client for this process. Until the provider clients are wired in here,
@@ -100,7 +112,8 @@ enum WorkerCommand {
                                log: Logger) throws -> (sender: any PushSender, stop: () -> Void) {
         let endpoints = ProviderEndpoints(apnsProductionURL: URL(string: config.apnsProductionURL)!,
                                           apnsSandboxURL: URL(string: config.apnsSandboxURL)!,
-                                          fcmURL: URL(string: config.fcmURL)!, extraCAFile: config.extraCAFile)
+                                          fcmURL: URL(string: config.fcmURL)!, extraCAFile: config.extraCAFile,
+                                          maxConnectionsPerPool: try dispatchConnections())
         let (sender, credentials) = ProviderSender.make(db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
                                                         log: log.with(["component": "provider"]))
         credentials.startChangeListener(conninfo: conninfo)

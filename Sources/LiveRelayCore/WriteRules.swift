@@ -87,12 +87,13 @@ public enum WriteRules {
 
     /// Which queued operations a new write supersedes (SPEC §5 "Ordering and coalescing"):
     /// a state-bearing write supersedes queued **state-only** updates (no alert); an end
-    /// supersedes every queued update. Starts and ends are never superseded, nor alert
-    /// updates except by an end.
+    /// supersedes every queued update and every older queued end (duplicate cleanups collapse
+    /// into the newest, docs/delivery.md). Starts are never superseded, nor alert updates
+    /// except by an end.
     public static func superseded(by kind: PushEvent, hasState: Bool, queued: [QueuedOperation]) -> [String] {
         queued.filter { q in
+            if kind == .end { return q.kind == .update || q.kind == .end }
             guard q.kind == .update else { return false }
-            if kind == .end { return true }
             return hasState && !q.hasAlert
         }.map(\.id)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Postgres
+import Synchronization
 
 /// The one door to PostgreSQL for the product: every transaction declares whose rows it may
 /// see, so row-level security (migration 0001) is a second wall behind the `tenant_id`
@@ -9,6 +10,7 @@ public final class Database: Sendable {
     public let pool: PostgresPool
 
     let notifier: Notifier
+    private let commitObservers = Mutex<[@Sendable ([(channel: String, payload: String)], Date) -> Void]>([])
 
     public init(pool: PostgresPool) {
         self.pool = pool
@@ -51,8 +53,24 @@ public final class Database: Sendable {
                 throw error
             }
         }
-        if !pending.isEmpty { sendNotifications(pending) }
+        if !pending.isEmpty {
+            let observers = commitObservers.withLock { $0 }
+            if !observers.isEmpty {
+                let committedAt = Date()
+                for o in observers { o(pending, committedAt) }
+            }
+            sendNotifications(pending)
+        }
         return result
+    }
+
+    /// Registers `observer`, called in this process right after each transaction of this
+    /// `Database` that queued notifications has committed, with those notifications and the
+    /// time COMMIT returned (docs/delivery.md "Wake-ups": a dispatcher in the same process
+    /// wakes without the NOTIFY round trip and measures lag from the commit). Observers run on
+    /// the committing thread before the NOTIFYs are sent: keep them short.
+    public func addCommitObserver(_ observer: @escaping @Sendable ([(channel: String, payload: String)], Date) -> Void) {
+        commitObservers.withLock { $0.append(observer) }
     }
 
     /// How long any statement waits for a row lock before failing with SQLSTATE 55P03

@@ -143,78 +143,77 @@ public enum DispatchStore {
 
     // MARK: claim
 
-    /// Claims up to `limit` due operations, each the head of its target's queue with its
-    /// token registered (`FOR UPDATE SKIP LOCKED` on the operation and its target), marks them
-    /// `sending` under `worker`'s lease, counts the attempt and assigns the APNs `timestamp`
-    /// (max(now, target.last_timestamp + 1), kept on resends) to the operation and the target.
-    /// Call inside one transaction.
-    ///
-    /// The queue is read in windows of `window` due operations in `next_attempt_at` order
-    /// (the `operations_queue` index; at most `maxWindows` per call), and each head operation
-    /// seen is handled: token registered → claimed; token missing → parked (`pending_reason =
-    /// 'token_pending'`, skipped until a token trigger or the un-park sweep clears it); target
-    /// already over → its queued work cancelled.
+    /// Claims up to `limit` due operations in one statement (docs/delivery.md "Claims"):
+    /// candidates come from `dispatch_heads` (migration 0007: at most one row per target, the
+    /// head of its queue in commit order), at most `perTenant` per tenant with due work, taken
+    /// round robin across tenants (every tenant's first candidate before any tenant's second;
+    /// ties between tenants broken by a hash of the tenant id and `rotation`, so no tenant is
+    /// always first). Each candidate is re-checked and locked with its target (`FOR UPDATE OF
+    /// o, t SKIP LOCKED`): token registered → marked `sending` under `worker`'s lease
+    /// (`leaseSeconds`), attempt counted, APNs `timestamp` assigned (max(now, target's
+    /// `last_timestamp` + 1), kept on resends) on the operation and the target; token missing →
+    /// parked (`pending_reason = 'token_pending'`, its head row leaves the queue until a token
+    /// trigger or the un-park sweep clears it); target over → its queued work cancelled.
+    /// Call inside one transaction; returns the claimed operations (attempts include this one).
     public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
-                             window: Int? = nil, maxWindows: Int = 8) throws -> [DispatchOperation] {
-        let w = max(window ?? 2 * limit, 1)
-        var rows: [DispatchOperation] = []
-        var seen = Set<String>()
-        for k in 0..<maxWindows where rows.count < limit {
-            // The window, straight from the partial queue index (row-level security hides the
-            // selectivity from the planner, which would otherwise sort the whole queue).
-            try c.execute("SET LOCAL enable_seqscan = off")
-            let window = try c.query("""
-                SELECT tenant_id, id FROM operations
-                 WHERE status = 'queued' AND next_attempt_at <= now() AND (pending_reason IS NULL OR pending_reason <> 'token_pending')
-                 ORDER BY next_attempt_at OFFSET $1 LIMIT $2
-                """, [k * w, w])
-            try c.execute("SET LOCAL enable_seqscan = on")
-            if window.isEmpty { break }
-            let found = try c.query("""
+                             perTenant: Int? = nil, rotation: Int = 0) throws -> [DispatchOperation] {
+        guard limit > 0 else { return [] }
+        let nowS = Timestamp.epochSeconds(now)
+        let rows = try c.query("""
+            WITH RECURSIVE tenants AS (
+                (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
+              UNION ALL
+                SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id AND h.due_at <= now()
+                         ORDER BY h.tenant_id LIMIT 1)
+                  FROM tenants w WHERE w.tenant_id IS NOT NULL
+            ), candidates AS (
+                SELECT x.tenant_id, x.operation_id,
+                       row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
+                  FROM tenants w CROSS JOIN LATERAL (
+                       SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
+                        WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
+                 WHERE w.tenant_id IS NOT NULL
+            ), picked AS (
+                SELECT tenant_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
+            ), locked AS (
                 SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
-                  FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tenant_id, id, ord)
-                  JOIN operations o ON o.tenant_id = x.tenant_id AND o.id = x.id
+                  FROM picked p
+                  JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
                   JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
                   JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
                   LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-                 WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND \(isHead)
-                 ORDER BY x.ord
+                 WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
+                   AND \(isHead)
                    FOR UPDATE OF o, t SKIP LOCKED
-                """, [PostgresTextArray(try window.map { try $0.string("tenant_id") }), PostgresTextArray(try window.map { try $0.string("id") })])
-            var park: [DispatchOperation] = [], over: [DispatchOperation] = []
-            for r in found {
-                let op = try DispatchOperation(row: r)
-                guard seen.insert(op.id).inserted else { continue }
-                if try r.bool("target_over") { over.append(op) }
-                else if !(try r.bool("token_ready")) { park.append(op) }
-                else if rows.count < limit { rows.append(op) }
-            }
-            if !park.isEmpty {
-                try c.execute("""
-                    UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
-                      FROM unnest($1::text[], $2::text[]) AS x(tenant_id, id)
-                     WHERE o.tenant_id = x.tenant_id AND o.id = x.id AND o.status = 'queued'
-                    """, [PostgresTextArray(park.map(\.tenantId)), PostgresTextArray(park.map(\.id))])
-            }
-            for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
-            if window.count < w { break }  // the queue holds no more due operations
+            ), claimed AS (
+                UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $5),
+                       attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
+                       provider_timestamp = COALESCE(o.provider_timestamp, GREATEST($6::bigint, l.last_timestamp + 1)), updated_at = now()
+                  FROM locked l
+                 WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
+                RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
+            ), stamped AS (
+                UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, c.claimed_ts)
+                  FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id
+                RETURNING t.id
+            ), parked AS (
+                UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
+                  FROM locked l
+                 WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
+                RETURNING o.id
+            )
+            SELECT l.*, c.claimed_ts, (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
+              FROM locked l LEFT JOIN claimed c ON c.tenant_id = l.tenant_id AND c.id = l.id
+            """, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, nowS])
+        var claimed: [DispatchOperation] = []
+        var over: [DispatchOperation] = []
+        for r in rows {
+            let op = try DispatchOperation(row: r)
+            if try r.bool("target_over") { over.append(op); continue }
+            guard let ts = try r.optionalInt64("claimed_ts") else { continue }  // parked
+            claimed.append(op.claimed(providerTimestamp: ts))
         }
-        guard !rows.isEmpty else { return [] }
-        let nowS = Timestamp.epochSeconds(now)
-        let claimed = rows.map { o in o.claimed(providerTimestamp: o.providerTimestamp ?? max(nowS, o.lastTimestamp + 1)) }
-        let tenants = PostgresTextArray(claimed.map(\.tenantId)), ids = PostgresTextArray(claimed.map(\.id))
-        let stamps = PostgresTextArray(claimed.map { String($0.providerTimestamp!) })
-        try c.execute("""
-            UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $2),
-                   attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL, provider_timestamp = x.ts, updated_at = now()
-              FROM unnest($3::text[], $4::text[], $5::text[]::bigint[]) AS x(tenant_id, id, ts)
-             WHERE o.tenant_id = x.tenant_id AND o.id = x.id
-            """, [worker, leaseSeconds, tenants, ids, stamps])
-        try c.execute("""
-            UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, x.ts)
-              FROM unnest($1::text[], $2::text[], $3::text[]::bigint[]) AS x(tenant_id, id, ts)
-             WHERE t.tenant_id = x.tenant_id AND t.id = x.id
-            """, [tenants, PostgresTextArray(claimed.map(\.targetId)), stamps])
+        for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
         return claimed
     }
 
@@ -271,31 +270,14 @@ public enum DispatchStore {
             return false
         }
 
-        var failure: JSONValue?
-        var providerId: String?
-        var delay: Double = 0
-        var pendingReason: String?
-        switch d.operation {
-        case .accepted(let pid): providerId = pid
-        case .failed(let f):
-            failure = .object(["code": .string(f.code), "message": .string(f.message),
-                               "provider_status": f.providerStatus.map { .int(Int64($0)) } ?? .null,
-                               "provider_reason": f.providerReason.map { .string($0) } ?? .null])
-        case .requeue(let s, let reason): delay = s; pendingReason = reason
-        case .unknown(let reason):
-            failure = .object(["code": "OUTCOME_UNKNOWN", "message": .string(reason), "provider_status": .null, "provider_reason": .null])
-        case .expired:
-            failure = nil
-        }
-        let status = d.operation.status
+        let row = OperationUpdate(op, d, apnsId: apnsId)
         try c.execute("""
             UPDATE operations SET status = $3, failure = COALESCE($4::jsonb, failure), apns_id = COALESCE($5, $6, apns_id),
                    accepted_at = CASE WHEN $3 = 'accepted' THEN now() ELSE accepted_at END,
                    next_attempt_at = CASE WHEN $3 = 'queued' THEN now() + make_interval(secs => $7) ELSE next_attempt_at END,
                    pending_reason = $8, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
              WHERE tenant_id = $1 AND id = $2
-            """, [tenant, op.id, status.rawValue, failure?.jsonString, providerId, apnsId, delay, pendingReason])
-
+            """, [tenant, op.id, row.status, row.failure, row.providerId, apnsId, row.delay, row.pendingReason])
         if op.consumesQuota, let day = op.quotaDay {
             switch d.quota {
             case .consume: try QuotaStore.consume(c, tenantId: tenant, day: day)
@@ -303,7 +285,50 @@ public enum DispatchStore {
             case .none: break
             }
         }
+        try applyEffects(c, op, d, usedToken: usedToken, currentToken: try target.optionalString("push_token"))
+        return true
+    }
 
+    /// The operation-row values of a decision (shared by `apply` and `applyResults`).
+    struct OperationUpdate {
+        let status: String
+        let failure: String?
+        let providerId: String?
+        let delay: Double
+        let pendingReason: String?
+
+        init(_ op: DispatchOperation, _ d: DispatchDecision, apnsId: String?) {
+            var failure: JSONValue?
+            var providerId: String?
+            var delay: Double = 0
+            var pendingReason: String?
+            switch d.operation {
+            case .accepted(let pid): providerId = pid
+            case .failed(let f):
+                failure = .object(["code": .string(f.code), "message": .string(f.message),
+                                   "provider_status": f.providerStatus.map { .int(Int64($0)) } ?? .null,
+                                   "provider_reason": f.providerReason.map { .string($0) } ?? .null])
+            case .requeue(let s, let reason): delay = s; pendingReason = reason
+            case .unknown(let reason):
+                failure = .object(["code": "OUTCOME_UNKNOWN", "message": .string(reason), "provider_status": .null, "provider_reason": .null])
+            case .expired:
+                failure = nil
+            }
+            status = d.operation.status.rawValue
+            self.failure = failure?.jsonString; self.providerId = providerId; self.delay = delay; self.pendingReason = pendingReason
+        }
+    }
+
+    /// Whether a decision changes anything beyond the operation row and the quota.
+    static func hasEffects(_ d: DispatchDecision) -> Bool { d.target != .none || d.cancelQueued != nil || d.deadToken != nil }
+
+    /// A decision's effects on the target, its queued work, tokens and installation, plus the
+    /// events NOTIFY, in the caller's transaction (target row locked). `currentToken`: the
+    /// target's `push_token` as locked.
+    static func applyEffects(_ c: PostgresConnection, _ op: DispatchOperation, _ d: DispatchDecision, usedToken: String?,
+                             currentToken: String?) throws {
+        let tenant = op.tenantId
+        let status = d.operation.status
         var targetChanged = 0
         var cancel = d.cancelQueued
         switch d.target {
@@ -315,7 +340,6 @@ public enum DispatchStore {
                 """, [tenant, op.targetId])
         case .ended(let reason):
             // A dead update token ends the target only while that token is still its token.
-            let currentToken = try target.optionalString("push_token")
             let tokenStillCurrent = reason != "token_invalid" || currentToken == usedToken
             if tokenStillCurrent {
                 targetChanged = try c.execute("""
@@ -373,50 +397,85 @@ public enum DispatchStore {
             if status.isFinal { try c.notify(OperationStore.eventsChannel, payload: op.id) }
             try c.notify(OperationStore.eventsChannel, payload: op.targetId)
         }
-        return true
     }
 
-    /// One accepted result for `applyAccepted`.
-    public struct Acceptance: Sendable {
+    /// One finished attempt for `applyResults`: the claimed operation, its decision, the
+    /// attempt's `apns-id` and the token the push went to.
+    public struct Result: Sendable {
         public let op: DispatchOperation
-        public let providerId: String?
+        public let decision: DispatchDecision
         public let apnsId: String?
-        public init(op: DispatchOperation, providerId: String?, apnsId: String?) { self.op = op; self.providerId = providerId; self.apnsId = apnsId }
+        public let usedToken: String?
+        public init(op: DispatchOperation, decision: DispatchDecision, apnsId: String?, usedToken: String?) {
+            self.op = op; self.decision = decision; self.apnsId = apnsId; self.usedToken = usedToken
+        }
     }
 
-    /// The common case in bulk: accepted operations whose decision touches nothing but the
-    /// operation and the quota (accepted updates: `DispatchDecision` with `target == .none`,
-    /// no cancel, no dead token). Same effect as `apply` for each, in three statements.
-    /// Returns the ids applied (others were taken over by another worker: fenced off).
-    public static func applyAccepted(_ c: PostgresConnection, _ items: [Acceptance], owner: String) throws -> Set<String> {
-        guard !items.isEmpty else { return [] }
-        let rows = try c.query("""
-            UPDATE operations o SET status = 'accepted', accepted_at = now(), apns_id = COALESCE(NULLIF(x.provider_id, ''), NULLIF(x.apns_id, ''), o.apns_id),
-                   pending_reason = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-              FROM unnest($2::text[], $3::text[], $4::text[]::int[], $5::text[], $6::text[]) AS x(tenant_id, id, attempts, provider_id, apns_id)
-             WHERE o.tenant_id = x.tenant_id AND o.id = x.id
-               AND o.status = 'sending' AND o.lease_owner = $1 AND o.attempts = x.attempts
-            RETURNING o.tenant_id, o.id, o.target_id, o.consumes_quota, o.quota_day::text AS quota_day
-            """, [owner, PostgresTextArray(items.map(\.op.tenantId)), PostgresTextArray(items.map(\.op.id)),
-                  PostgresTextArray(items.map { String($0.op.attempts) }), PostgresTextArray(items.map { $0.providerId ?? "" }),
-                  PostgresTextArray(items.map { $0.apnsId ?? "" })])
-        var applied = Set<String>()
-        var perDay: [String: (tenant: String, day: String, n: Int64)] = [:]
-        var events: [String] = []
-        for r in rows {
-            let id = try r.string("id"), tenant = try r.string("tenant_id")
-            applied.insert(id)
-            events.append(id); events.append(try r.string("target_id"))
-            if try r.bool("consumes_quota"), let day = try r.optionalString("quota_day") {
-                perDay["\(tenant)|\(day)", default: (tenant, day, 0)].n += 1
+    /// Applies a batch of `owner`'s results in the caller's transaction, every outcome class in
+    /// bulk (docs/delivery.md "Applying results"): the targets that get effects are locked first
+    /// (sorted; the write path's order, target then operations), then one UPDATE writes every
+    /// operation row still leased by `owner` on that attempt (others were taken over: fenced
+    /// off), one call per (tenant, day) settles the quota, and only decisions with target
+    /// effects (start accepted, ended, dead token, cancel) run per row. Same effect as `apply`
+    /// with guard `.lease` for each. Returns the ids applied.
+    public static func applyResults(_ c: PostgresConnection, _ results: [Result], owner: String) throws -> Set<String> {
+        guard !results.isEmpty else { return [] }
+        var tokens: [String: String?] = [:]
+        let effectful = results.filter { hasEffects($0.decision) }
+        if !effectful.isEmpty {
+            let keys = Set(effectful.map { "\($0.op.tenantId)\u{1}\($0.op.targetId)" }).sorted()
+            let pairs = keys.map { $0.split(separator: "\u{1}", omittingEmptySubsequences: false).map(String.init) }
+            for r in try c.query("""
+                SELECT t.tenant_id, t.id, t.push_token FROM targets t
+                  JOIN unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tenant_id, id, ord) ON t.tenant_id = x.tenant_id AND t.id = x.id
+                 ORDER BY x.ord FOR UPDATE OF t
+                """, [PostgresTextArray(pairs.map { $0[0] }), PostgresTextArray(pairs.map { $0[1] })]) {
+                tokens["\(try r.string("tenant_id"))\u{1}\(try r.string("id"))"] = .some(try r.optionalString("push_token"))
             }
         }
-        // Through QuotaStore, whatever its bookkeeping (counters, shards): one call per unit.
-        for v in perDay.values {
-            try QuotaStore.consume(c, tenantId: v.tenant, day: v.day, count: Int64(v.n))
+        let rows = results.map { OperationUpdate($0.op, $0.decision, apnsId: $0.apnsId) }
+        let updated = try c.query("""
+            UPDATE operations o SET status = x.status, failure = COALESCE(NULLIF(x.failure, '')::jsonb, o.failure),
+                   apns_id = COALESCE(NULLIF(x.provider_id, ''), NULLIF(x.apns_id, ''), o.apns_id),
+                   accepted_at = CASE WHEN x.status = 'accepted' THEN now() ELSE o.accepted_at END,
+                   next_attempt_at = CASE WHEN x.status = 'queued' THEN now() + make_interval(secs => x.delay) ELSE o.next_attempt_at END,
+                   pending_reason = NULLIF(x.pending_reason, ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+              FROM unnest($2::text[], $3::text[], $4::text[]::int[], $5::text[], $6::text[], $7::text[], $8::text[],
+                          $9::text[]::float8[], $10::text[])
+                   AS x(tenant_id, id, attempts, status, failure, provider_id, apns_id, delay, pending_reason)
+             WHERE o.tenant_id = x.tenant_id AND o.id = x.id
+               AND o.status = 'sending' AND o.lease_owner = $1 AND o.attempts = x.attempts
+            RETURNING o.id
+            """, [owner, PostgresTextArray(results.map(\.op.tenantId)), PostgresTextArray(results.map(\.op.id)),
+                  PostgresTextArray(results.map { String($0.op.attempts) }), PostgresTextArray(rows.map(\.status)),
+                  PostgresTextArray(rows.map { $0.failure ?? "" }), PostgresTextArray(rows.map { $0.providerId ?? "" }),
+                  PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
+                  PostgresTextArray(rows.map { $0.pendingReason ?? "" })])
+        let applied = Set(try updated.map { try $0.string("id") })
+        // Through QuotaStore, whatever its bookkeeping (counters, shards): one call per (tenant, day, direction).
+        var consume: [String: (tenant: String, day: String, n: Int64)] = [:], release = consume
+        for r in results where applied.contains(r.op.id) && r.op.consumesQuota {
+            guard let day = r.op.quotaDay else { continue }
+            switch r.decision.quota {
+            case .consume: consume["\(r.op.tenantId)|\(day)", default: (r.op.tenantId, day, 0)].n += 1
+            case .release: release["\(r.op.tenantId)|\(day)", default: (r.op.tenantId, day, 0)].n += 1
+            case .none: break
+            }
         }
-        if !events.isEmpty {
-            for e in events { try c.notify(OperationStore.eventsChannel, payload: e) }  // sent after commit (Database.run)
+        for v in consume.values.sorted(by: { ($0.tenant, $0.day) < ($1.tenant, $1.day) }) {
+            try QuotaStore.consume(c, tenantId: v.tenant, day: v.day, count: v.n)
+        }
+        for v in release.values.sorted(by: { ($0.tenant, $0.day) < ($1.tenant, $1.day) }) {
+            try QuotaStore.release(c, tenantId: v.tenant, day: v.day, count: v.n)
+        }
+        for r in results where applied.contains(r.op.id) {
+            if hasEffects(r.decision) {
+                let current = tokens["\(r.op.tenantId)\u{1}\(r.op.targetId)"] ?? nil
+                try applyEffects(c, r.op, r.decision, usedToken: r.usedToken, currentToken: current)
+            } else if r.decision.operation.status.isFinal {
+                try c.notify(OperationStore.eventsChannel, payload: r.op.id)  // sent after commit (Database.run)
+                try c.notify(OperationStore.eventsChannel, payload: r.op.targetId)
+            }
         }
         return applied
     }
@@ -492,6 +551,29 @@ public enum DispatchStore {
     }
 
     // MARK: observation
+
+    /// One tenant's queue: queued operations (`depth`, parked ones included) and the age in
+    /// seconds of its oldest claimable head that is due (`oldestDueSeconds`, 0 when none is due).
+    public struct TenantQueue: Sendable, Equatable {
+        public let tenantId: String
+        public let depth: Int
+        public let oldestDueSeconds: Double
+        public init(tenantId: String, depth: Int, oldestDueSeconds: Double) {
+            self.tenantId = tenantId; self.depth = depth; self.oldestDueSeconds = oldestDueSeconds
+        }
+    }
+
+    /// Every tenant with queued operations (one pass over the queue index plus `dispatch_heads`),
+    /// for the per-tenant gauges (docs/delivery.md "Metrics").
+    public static func tenantQueues(_ c: PostgresConnection) throws -> [TenantQueue] {
+        try c.query("""
+            SELECT COALESCE(q.tenant_id, h.tenant_id) AS tenant_id, COALESCE(q.n, 0) AS n,
+                   COALESCE(EXTRACT(EPOCH FROM now() - h.oldest)::float8, 0) AS oldest
+              FROM (SELECT tenant_id, count(*) AS n FROM operations WHERE status = 'queued' GROUP BY tenant_id) q
+              FULL JOIN (SELECT tenant_id, min(due_at) AS oldest FROM dispatch_heads WHERE due_at <= now() GROUP BY tenant_id) h
+                ON h.tenant_id = q.tenant_id
+            """).map { r in TenantQueue(tenantId: try r.string("tenant_id"), depth: try r.int("n"), oldestDueSeconds: try r.double("oldest")) }
+    }
 
     /// Queued operations over every tenant (the `liverelay_queue_depth` gauge).
     public static func queueDepth(_ c: PostgresConnection) throws -> Int {

@@ -86,10 +86,11 @@ public enum OperationStore {
         }
     }
 
-    /// Inserts an operation; a queued one also wakes the dispatchers (NOTIFY, delivered on commit).
+    /// Inserts an operation; a queued one also wakes the dispatchers (NOTIFY `<tenant>:<operation>`,
+    /// delivered on commit; docs/delivery.md "Wake-ups").
     public static func insert(_ c: PostgresConnection, tenantId: String, _ n: New) throws -> OperationRecord {
         let rec = try OperationRecord(row: c.query(insertStatement(tenantId: tenantId, n))[0])
-        if n.status == .queued { try c.notify(dispatchChannel, payload: tenantId) }
+        if n.status == .queued { try c.notify(dispatchChannel, payload: tenantId + ":" + n.id) }
         return rec
     }
 

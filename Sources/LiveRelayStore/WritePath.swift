@@ -164,8 +164,11 @@ public enum WritePath {
     /// Records the wake-ups of a write (sent after commit by `Database`): the dispatchers for
     /// a queued operation, the events channel for each superseded operation and for a target
     /// whose status changed.
-    public static func notify(_ c: PostgresConnection, tenantId: String, queued: Bool, superseded: [String], targetChanged: String?) throws {
-        if queued { try c.notify(OperationStore.dispatchChannel, payload: tenantId) }
+    /// `operationId`: the queued operation, named in the dispatch wake-up (`<tenant>:<operation>`,
+    /// docs/delivery.md "Wake-ups") so a dispatcher in this process measures lag from the commit.
+    public static func notify(_ c: PostgresConnection, tenantId: String, queued: Bool, superseded: [String], targetChanged: String?,
+                              operationId: String? = nil) throws {
+        if queued { try c.notify(OperationStore.dispatchChannel, payload: operationId.map { tenantId + ":" + $0 } ?? tenantId) }
         for id in superseded { try c.notify(OperationStore.eventsChannel, payload: id) }
         if let targetChanged { try c.notify(OperationStore.eventsChannel, payload: targetChanged) }
     }

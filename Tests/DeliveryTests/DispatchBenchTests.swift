@@ -9,21 +9,78 @@ import LiveRelayStore
 import Postgres
 import Synchronization
 
-/// `deploy/bench/dispatch`: drains 20,000 queued updates through the dispatcher into a local
-/// HTTP/2 sink (TLS, answers 200 at once) via a minimal APNs-shaped `PushSender`, then runs
-/// `h2load` with the same body against the same sink, and measures commit → request lag in a
-/// live phase. Runs only with `LIVERELAY_BENCH_DISPATCH=1`. Loopback only, bounded.
+/// `deploy/bench/dispatch` (docs/delivery.md "Measuring"): drains queued updates through the
+/// dispatcher into a local HTTP/2 sink (TLS, answers 200 at once) via a minimal APNs-shaped
+/// event-driven `PushSender`, then runs `h2load` with the same body against the same sink at
+/// the same number of streams in flight; measures commit → request lag in a live phase at a
+/// steady commit rate; drains again with 200 ms of sink latency per response; and times the
+/// claim statement with a small and a large queue. Runs only with `LIVERELAY_BENCH_DISPATCH=1`.
+/// Loopback only, bounded.
 final class DispatchBenchTests: XCTestCase {
     func env(_ k: String, _ d: Int) -> Int { ProcessInfo.processInfo.environment[k].flatMap(Int.init) ?? d }
 
+    static func loadavg() -> String {
+        (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "n/a"
+    }
+
+    func pct(_ a: [Double], _ p: Double) -> String {
+        guard !a.isEmpty else { return "n/a" }
+        return String(format: "%.1f ms", a[min(a.count - 1, Int(Double(a.count) * p))] * 1000)
+    }
+
+    /// `count` ready iOS targets named `prefix…`, one queued state-only update each (as the write path leaves them).
+    func loadQueue(_ h: DispatchHarness, tenant t: String, installation inst: String, prefix: String, count: Int, queued: Int? = nil) throws {
+        try h.db.tenant(t) { c in
+            let day = QuotaStore.day(Date())
+            try c.execute("""
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                     push_token, token_status, op_seq)
+                SELECT $1, 'tgt_' || $4 || lpad(g::text, 8, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2,
+                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), lpad(to_hex(g), 64, '0'), 'registered', 1
+                  FROM generate_series(1, $3) g
+                """, [t, inst, count, prefix])
+            try c.execute("""
+                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
+                SELECT $1, 'op_' || $4 || lpad(g::text, 8, '0'), 'tgt_' || $4 || lpad(g::text, 8, '0'), 1, 'update', 'queued', 2, true,
+                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), 10, true, $3::date
+                  FROM generate_series(1, $2) g
+                """, [t, queued ?? count, day, prefix])
+            try c.execute("ANALYZE operations"); try c.execute("ANALYZE targets"); try c.execute("ANALYZE dispatch_heads")
+        }
+    }
+
+    /// Starts a dispatcher on `sender`, waits until `count` results of tenant `t` are committed.
+    /// Returns (seconds until the last result was committed, streams in flight high-water mark).
+    func drain(_ h: DispatchHarness, sender: SinkSender, tenant t: String, count: Int, batch: Int, threads: Int, worker: String,
+               lags: Shared<[Double]>?) throws -> (seconds: Double, streams: Int, dispatcher: Dispatcher) {
+        var observer: (@Sendable (Double) -> Void)?
+        if let lags { observer = { v in lags.m.withLock { $0.append(v) } } }
+        let config = DispatcherConfiguration(workerId: worker, senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
+                                             leaseSeconds: 60, pollSeconds: 1, lagObserver: observer)
+        let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: sender, configuration: config, metrics: h.metrics, log: h.logger)
+        h.dispatchers.append(d)
+        let started = Date()
+        d.start()
+        while Date().timeIntervalSince(started) < 300 {
+            if sender.answered.load(ordering: .relaxed) >= count && d.outstandingCount == 0 { break }
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+        let seconds = Date().timeIntervalSince(started)
+        let accepted = try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n")
+        XCTAssertEqual(accepted, count, "every result committed")
+        return (seconds, d.streamsInFlight.max, d)
+    }
+
     func testDrainQueuedUpdatesIntoHTTP2Sink() throws {
         let count = env("BENCH_OPERATIONS", 20_000)
-        let threads = env("BENCH_SENDER_THREADS", 64)
-        let batch = env("BENCH_BATCH", 128)
+        let threads = env("BENCH_SENDER_THREADS", 2)
+        let batch = env("BENCH_BATCH", 512)
+        let connections = env("BENCH_CONNECTIONS", 2)
         let h = try DispatchHarness.make()
         defer { h.tearDown() }
+        let loadStart = Self.loadavg()
 
-        // Sink: HTTP/2 over TLS on loopback, 200 at once.
+        // Sink: HTTP/2 over TLS on loopback, 200 at once (or after the fault delay).
         let ca = try X509.makeCertificateAuthority(commonName: "dispatch bench CA")
         let serverId = try X509.issueServerCertificate(ca: ca, hosts: ["127.0.0.1", "localhost"])
         let caFile = NSTemporaryDirectory() + "dispatch-bench-ca-\(getpid()).pem"
@@ -36,82 +93,73 @@ final class DispatchBenchTests: XCTestCase {
         }
         try sink.start()
         defer { sink.stop() }
-        let pool = HTTP2ConnectionPool(configuration: HTTP2ClientConfiguration(baseURL: URL(string: "https://127.0.0.1:\(sink.port)")!,
-                                                                              extraCAFile: caFile, requestTimeoutSeconds: 30), maxConnections: 2)
-        defer { pool.close() }
-        let sender = SinkSender(pool: pool)
+        func makeSender() -> SinkSender {
+            SinkSender(pool: HTTP2ConnectionPool(configuration: HTTP2ClientConfiguration(baseURL: URL(string: "https://127.0.0.1:\(sink.port)")!,
+                                                                                         extraCAFile: caFile, requestTimeoutSeconds: 60),
+                                                 maxConnections: connections))
+        }
 
-        // 20,000 ready iOS targets, one queued state-only update each (as the write path leaves them).
-        let t = try h.tenant(quota: 10_000_000)
+        let t = try h.tenant(quota: 100_000_000)
         let inst = try h.installation(t)
         let setup = Date()
-        try h.db.tenant(t) { c in
-            let day = QuotaStore.day(Date())
-            try c.execute("""
-                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
-                                     push_token, token_status, op_seq)
-                SELECT $1, 'tgt_bench' || lpad(g::text, 8, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2,
-                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), lpad(to_hex(g), 64, '0'), 'registered', 1
-                  FROM generate_series(1, $3) g
-                """, [t, inst, count])
-            try c.execute("""
-                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
-                SELECT $1, 'op_bench' || lpad(g::text, 8, '0'), 'tgt_bench' || lpad(g::text, 8, '0'), 1, 'update', 'queued', 2, true,
-                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), 10, true, $3::date
-                  FROM generate_series(1, $2) g
-                """, [t, count, day])
-            try c.execute("ANALYZE operations"); try c.execute("ANALYZE targets")
-        }
+        try loadQueue(h, tenant: t, installation: inst, prefix: "bench", count: count)
         print("bench: setup of \(count) targets + queued updates took \(String(format: "%.1f", Date().timeIntervalSince(setup))) s")
 
-        // Phase 1: drain the backlog.
+        // Phase 1: drain the backlog, counted until the last result is committed.
         let lags = Shared<[Double]>([])
-        let config = DispatcherConfiguration(workerId: "bench", senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
-                                             maxOutstanding: max(2 * threads, batch * 2), leaseSeconds: 30, pollSeconds: 1,
-                                             lagObserver: { l in lags.m.withLock { $0.append(l) } })
-        let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: sender, configuration: config, metrics: h.metrics, log: h.logger)
-        h.dispatchers.append(d)
-        let started = Date()
-        d.start()
-        var sentAll: Date?
-        while Date().timeIntervalSince(started) < 300 {
-            if sentAll == nil && sender.sent.load(ordering: .relaxed) >= count { sentAll = Date() }
-            if sentAll != nil && d.outstandingCount == 0 { break }
-            Thread.sleep(forTimeInterval: 0.01)
-        }
-        let drained = Date()
-        let accepted = try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n")
-        XCTAssertEqual(accepted, count)
+        let sender = makeSender()
+        defer { sender.pool.close() }
+        let (drainSeconds, streamsMax, d) = try drain(h, sender: sender, tenant: t, count: count, batch: batch, threads: threads,
+                                                      worker: "bench", lags: lags)
         XCTAssertEqual(received.load(ordering: .relaxed), count, "each update reached the sink exactly once")
-        let sendSeconds = (sentAll ?? drained).timeIntervalSince(started)
-        let drainSeconds = drained.timeIntervalSince(started)
+        let pushesPerSecond = Double(count) / drainSeconds
         let backlogLags = lags.m.withLock { $0 }.sorted()
+        let poolConnections = max(1, sender.pool.connectionCount)
 
-        // Phase 2: live commits at a steady rate through the write path → commit-to-request lag.
+        // Phase 2: live commits at a steady rate through the write path (several writer threads)
+        // → commit-to-request-written lag, from the commit time the in-process hook recorded.
         lags.m.withLock { $0.removeAll() }
-        let liveTargets = try (0..<50).map { i in try h.target(t, installation: inst, token: String(format: "%064x", 900_000 + i)) }
-        let liveCount = env("BENCH_LIVE_OPERATIONS", 1000)
+        let liveRate = Double(env("BENCH_LIVE_RATE", 1000))
+        let liveCount = env("BENCH_LIVE_OPERATIONS", 3000)
+        let writers = env("BENCH_LIVE_WRITERS", 8)
+        let liveTargets = try (0..<writers * 50).map { i in try h.target(t, installation: inst, token: String(format: "%064x", 900_000 + i)) }
         let liveStart = Date()
-        for i in 0..<liveCount {
-            try h.update(t, target: liveTargets[i % liveTargets.count], state: ["eta": .int(Int64(i))])
-            let due = liveStart.addingTimeInterval(Double(i + 1) / 200)  // ~200 commits/s
-            let wait = due.timeIntervalSinceNow
-            if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+        let group = DispatchGroup()
+        let errors = Atomic<Int>(0)
+        for w in 0..<writers {
+            group.enter()
+            let th = Thread {
+                var i = w
+                while i < liveCount {
+                    do { try h.update(t, target: liveTargets[(i / writers) % 50 + w * 50], state: ["eta": .int(Int64(i))]) }
+                    catch { errors.wrappingAdd(1, ordering: .relaxed) }
+                    i += writers
+                    let wait = liveStart.addingTimeInterval(Double(i) / liveRate).timeIntervalSinceNow
+                    if wait > 0 { Thread.sleep(forTimeInterval: wait) }
+                }
+                group.leave()
+            }
+            th.start()
         }
+        group.wait()
+        let liveSeconds = Date().timeIntervalSince(liveStart)
         try h.eventually(within: 60, "live phase done") {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status IN ('queued', 'sending')", [t]).int("n") == 0
         }
         let liveLags = lags.m.withLock { $0 }.sorted()
+        d.stop()
 
-        // Phase 3: h2load, same body and headers, same sink.
+        // Phase 3: h2load, same body and headers, same sink, same streams in flight.
         let body = sender.sampleBody.m.withLock { $0 }
         let bodyFile = NSTemporaryDirectory() + "dispatch-bench-body-\(getpid()).json"
         try Data(body).write(to: URL(fileURLWithPath: bodyFile))
+        let perConnection = max(1, min(1000, (streamsMax + poolConnections - 1) / poolConnections))
         var h2loadLine = "h2load: not installed"
+        var h2loadRate: Double?
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/h2load") {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
-            p.arguments = ["-n", String(count), "-c", "2", "-m", String(min(threads, 100)), "-t", "1", "-d", bodyFile,
+            p.arguments = ["-n", String(count), "-c", String(poolConnections), "-m", String(perConnection), "-t", "1", "-d", bodyFile,
                            "-H", "apns-topic: com.example.app.push-type.liveactivity", "-H", "apns-push-type: liveactivity",
                            "-H", "apns-priority: 10", "-H", "content-type: application/json",
                            "https://127.0.0.1:\(sink.port)/3/device/\(String(repeating: "ab", count: 32))"]
@@ -121,20 +169,69 @@ final class DispatchBenchTests: XCTestCase {
             let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             p.waitUntilExit()
             h2loadLine = text.split(separator: "\n").first { $0.hasPrefix("finished in") }.map(String.init) ?? "h2load failed: \(text.suffix(400))"
+            if let r = h2loadLine.range(of: #"[0-9.]+ req/s"#, options: .regularExpression) {
+                h2loadRate = Double(h2loadLine[r].dropLast(6))
+            }
         }
 
-        func pct(_ a: [Double], _ p: Double) -> String {
-            guard !a.isEmpty else { return "n/a" }
-            return String(format: "%.1f ms", a[min(a.count - 1, Int(Double(a.count) * p))] * 1000)
+        // Phase 4: 200 ms of sink latency per response (the sandbox's fault delay).
+        let delayMs = env("BENCH_SINK_DELAY_MS", 200)
+        let delayedCount = env("BENCH_DELAYED_OPERATIONS", 10_000)
+        sink.setFaults(HTTP2ServerFaults(responseDelaySeconds: Double(delayMs) / 1000))
+        let t2 = try h.tenant(quota: 100_000_000)
+        let inst2 = try h.installation(t2)
+        try loadQueue(h, tenant: t2, installation: inst2, prefix: "slow", count: delayedCount)
+        let slowSender = makeSender()
+        defer { slowSender.pool.close() }
+        let (slowSeconds, slowStreams, d2) = try drain(h, sender: slowSender, tenant: t2, count: delayedCount, batch: batch, threads: threads,
+                                                       worker: "bench-slow", lags: nil)
+        d2.stop()
+        sink.setFaults(HTTP2ServerFaults())
+
+        // Phase 5: claim cost, small vs large queue (each claim rolled back, so the queue stays as it is).
+        struct Rollback: Error {}
+        func claimP50(_ reps: Int) -> Double {
+            var times: [Double] = []
+            for _ in 0..<reps {
+                _ = try? h.db.system { c -> Int in
+                    let t0 = Date()
+                    let n = try DispatchStore.claim(c, worker: "claim-bench", limit: 64, leaseSeconds: 30, now: Date()).count
+                    times.append(Date().timeIntervalSince(t0))
+                    XCTAssertEqual(n, 64)
+                    throw Rollback()
+                }
+            }
+            return times.sorted()[times.count / 2] * 1000
         }
+        var claimSmall = 0.0, claimLarge = 0.0
+        let largeTargets = env("BENCH_CLAIM_TARGETS", 1_000_000), largeQueued = env("BENCH_CLAIM_QUEUED", 100_000)
+        if env("BENCH_CLAIM", 1) == 1 {
+            let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
+            try loadQueue(h, tenant: ts, installation: insts, prefix: "small", count: 1000)
+            claimSmall = claimP50(60)
+            try h.db.tenant(ts) { c in try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts]) }
+            let tl = try h.tenant(quota: 100_000_000), il = try h.installation(tl)
+            let t0 = Date()
+            try loadQueue(h, tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
+            print("bench: setup of \(largeTargets) targets, \(largeQueued) queued took \(String(format: "%.1f", Date().timeIntervalSince(t0))) s")
+            claimLarge = claimP50(60)
+        }
+
+        let ratio = h2loadRate.map { String(format: "%.3f", pushesPerSecond / $0) } ?? "n/a"
         let report = """
             == dispatch bench (\(ProcessInfo.processInfo.activeProcessorCount) cores shared by PostgreSQL, dispatcher, sink and h2load)
-            dispatcher: \(count) queued updates, \(threads) sender threads, claim/apply batch \(batch), HTTP/2+TLS sink on loopback
-            dispatch_pushes_per_second=\(String(format: "%.0f", Double(count) / sendSeconds)) (all requests sent in \(String(format: "%.2f", sendSeconds)) s)
-            dispatch_drain_seconds=\(String(format: "%.2f", drainSeconds)) (until every result was committed)
+            loadavg=\(loadStart) (start) \(Self.loadavg()) (end)
+            dispatcher: \(count) queued updates, \(threads) submitter threads, claim/apply batch \(batch), \(poolConnections) HTTP/2+TLS connections to a loopback sink
+            dispatch_pushes_per_second=\(String(format: "%.0f", pushesPerSecond)) (\(count) results committed in \(String(format: "%.2f", drainSeconds)) s)
+            streams_in_flight_max=\(streamsMax)
             backlog commit->request lag: p50 \(pct(backlogLags, 0.5)) p99 \(pct(backlogLags, 0.99)) (queueing behind the backlog)
-            live commit->request lag (\(liveCount) commits at ~200/s): p50 \(pct(liveLags, 0.5)) p99 \(pct(liveLags, 0.99))
-            h2load same body, same sink (-c 2 -m \(min(threads, 100))): \(h2loadLine)
+            live commit->request lag (\(liveCount) commits at ~\(Int(liveRate))/s, achieved \(String(format: "%.0f", Double(liveCount) / liveSeconds))/s, \(errors.load(ordering: .relaxed)) write errors): p50 \(pct(liveLags, 0.5)) p99 \(pct(liveLags, 0.99))
+            h2load same body, same sink (-c \(poolConnections) -m \(perConnection)): \(h2loadLine)
+            ratio_dispatch_to_h2load=\(ratio)
+            delayed sink (\(delayMs) ms per response, \(delayedCount) updates): delayed_pushes_per_second=\(String(format: "%.0f", Double(delayedCount) / slowSeconds)) streams_in_flight_max_delayed=\(slowStreams)
+            claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64)
+            claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64)
+            claim_ratio_large_to_small=\(claimSmall > 0 ? String(format: "%.2f", claimLarge / claimSmall) : "n/a")
             """
         print(report)
         try? report.write(toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "dispatch-bench.txt"),
@@ -142,26 +239,37 @@ final class DispatchBenchTests: XCTestCase {
     }
 }
 
-/// The smallest APNs-shaped sender: POST /3/device/<token> with SPEC §8 headers (no JWT) to the sink.
+/// The smallest APNs-shaped sender: POST /3/device/<token> with SPEC §8 headers (no JWT) to
+/// the sink, event-driven (`submit` returns at once; the pool's connection threads complete).
 final class SinkSender: PushSender, @unchecked Sendable {  // Atomic and Shared are thread-safe
     let pool: HTTP2ConnectionPool
-    let sent = Atomic<Int>(0)
+    let answered = Atomic<Int>(0)
     let sampleBody = Shared<[UInt8]>([])
     init(pool: HTTP2ConnectionPool) { self.pool = pool }
 
+    var isEventDriven: Bool { true }
+
     func send(_ push: OutgoingPush) -> PushResult {
+        let done = DispatchSemaphore(value: 0)
+        let box = Shared<PushResult?>(nil)
+        submit(push, written: nil) { r in box.m.withLock { $0 = r }; done.signal() }
+        done.wait()
+        return box.m.withLock { $0! }
+    }
+
+    func submit(_ push: OutgoingPush, written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void) {
         let body = push.apnsBody ?? push.fcmBody ?? []
         var headers = APNsPayload.headers(topicBundleId: push.appId, priority: push.priority, expiration: push.expiration, apnsId: push.apnsId)
         headers.append(("content-type", "application/json"))
         let req = HTTP2Request(method: "POST", path: "/3/device/\(push.deviceToken)", headers: headers, body: body)
-        do {
-            let r = try pool.send(req)
-            if sent.wrappingAdd(1, ordering: .relaxed).newValue == 1 { sampleBody.m.withLock { $0 = body } }
-            return r.status == 200 ? .outcome(.accepted(providerId: r.header("apns-id"))) : .outcome(.retry(after: nil))
-        } catch let f as HTTP2Failure {
-            return f.isSafeToResend ? .notProcessed("\(f)") : .possiblyProcessed("\(f)")
-        } catch {
-            return .possiblyProcessed("\(error)")
+        pool.submit(req, onWritten: written) { [self] result in
+            switch result {
+            case .success(let r):
+                if answered.wrappingAdd(1, ordering: .relaxed).newValue == 1 { sampleBody.m.withLock { $0 = body } }
+                completion(r.status == 200 ? .outcome(.accepted(providerId: r.header("apns-id"))) : .outcome(.retry(after: nil)))
+            case .failure(let f):
+                completion(f.isSafeToResend ? .notProcessed("\(f)") : .possiblyProcessed("\(f)"))
+            }
         }
     }
 }

@@ -65,7 +65,7 @@ final class DispatchHarness: @unchecked Sendable {
     static func testConfiguration(worker: String, threads: Int = 4, lease: Double = 30) -> DispatcherConfiguration {
         DispatcherConfiguration(workerId: worker, senderThreads: threads, claimBatchSize: 16, applyBatchSize: 16, leaseSeconds: lease,
                                 pollSeconds: 0.2, maintenanceSeconds: 0.2, lifetimeSweepSeconds: 0.5, defaultExpirationSeconds: 3600,
-                                retryPolicy: RetryPolicy(base: 0.1, factor: 2, cap: 0.4), random: { 0.5 })
+                                retryPolicy: RetryPolicy(base: 0.1, factor: 2, cap: 0.4), random: { 0.5 }, tenantGaugeSeconds: 0.2)
     }
 
     @discardableResult

@@ -1,0 +1,127 @@
+import Foundation
+import XCTest
+import Delivery
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// Fair claims (docs/delivery.md "Claims"): one candidate per target, claims shared across
+/// tenants, a never-sendable target parks once and stays out of the way, duplicate cleanups
+/// collapse. Real PostgreSQL; the end-to-end case also the sandbox over real HTTP/2.
+final class DispatchFairnessTests: XCTestCase {
+    var h: DispatchHarness!
+    override func setUpWithError() throws { h = try DispatchHarness.make() }
+    override func tearDown() { h?.tearDown() }
+
+    /// Tenant A's backlog: 1,000 ready iOS targets with 100 queued updates each (100,000 queued
+    /// operations), plus an `ending` local target that never registered its update token and
+    /// holds 600 queued stateless ends (as left by a client retrying cleanups before ends
+    /// collapsed). Returns the ending target's id.
+    @discardableResult
+    func loadBacklog(_ a: String, installation inst: String) throws -> String {
+        try h.db.tenant(a) { c in
+            let day = QuotaStore.day(Date())
+            try c.execute("""
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                     push_token, token_status, op_seq)
+                SELECT $1, 'tgt_a' || lpad(g::text, 6, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2, '{"eta": 1}'::jsonb,
+                       lpad(to_hex(g), 64, '0'), 'registered', 100
+                  FROM generate_series(1, 1000) g
+                """, [a, inst])
+            try c.execute("""
+                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
+                SELECT $1, 'op_a' || lpad(g::text, 7, '0'), 'tgt_a' || lpad(((g - 1) / 100 + 1)::text, 6, '0'), (g - 1) % 100 + 1,
+                       'update', 'queued', 2, true, '{"eta": 1}'::jsonb, 10, true, $2::date
+                  FROM generate_series(1, 100000) g
+                """, [a, day])
+            try c.execute("""
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                     push_token, token_status, op_seq)
+                VALUES ($1, 'tgt_a_ending', $2, 'local', 'delivery', 'tv_test', 'ending', 1, '{"eta": 1}'::jsonb, NULL, 'pending', 600)
+                """, [a, inst])
+            try c.execute("""
+                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, priority, consumes_quota,
+                                        next_attempt_at)
+                SELECT $1, 'op_e' || lpad(g::text, 4, '0'), 'tgt_a_ending', g, 'end', 'queued', 1, false, 10, false,
+                       now() - interval '1 minute'  -- due before all of A's updates: the first candidate of A
+                  FROM generate_series(1, 600) g
+                """, [a])
+            try c.execute("ANALYZE operations"); try c.execute("ANALYZE targets"); try c.execute("ANALYZE dispatch_heads")
+        }
+        return "tgt_a_ending"
+    }
+
+    func testClaimTakesOneHeadPerTargetAndSharesTheClaimAcrossTenants() throws {
+        let a = try h.tenant(quota: 10_000_000), instA = try h.installation(a)
+        let ending = try loadBacklog(a, installation: instA)
+        let b = try h.tenant(), instB = try h.installation(b)
+        let tgtB = try h.target(b, installation: instB, token: String(repeating: "b", count: 64))
+        let opB = try h.update(b, target: tgtB, state: ["eta": 2])
+        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM dispatch_heads").int("n"), 1002, "one head per target with work")
+
+        for round in 0..<3 {
+            let claimed = try h.db.system { c in
+                try DispatchStore.claim(c, worker: "w", limit: 8, leaseSeconds: 30, now: Date(), rotation: round)
+            }
+            // Round 0: A's first candidate is the ending target's head, which is parked instead of sent.
+            XCTAssertEqual(claimed.count, round == 0 ? 7 : 8, "round \(round)")
+            XCTAssertEqual(Set(claimed.map(\.targetId)).count, claimed.count, "at most one operation per target")
+            XCTAssertFalse(claimed.contains { $0.targetId == ending }, "a target without token is never claimed")
+            if round == 0 {
+                XCTAssertTrue(claimed.contains { $0.id == opB }, "tenant B's only update is in the first claim")
+                XCTAssertEqual(claimed.filter { $0.tenantId == a }.count, 6)
+            }
+            for op in claimed where op.tenantId == a { XCTAssertEqual(op.seq, 1, "the head of its target's queue (commit order)") }
+        }
+        // The ending target's head was parked once; its other 599 ends were never touched.
+        let parked = try h.row("SELECT count(*) AS n FROM operations WHERE target_id = $1 AND pending_reason = 'token_pending'", [ending]).int("n")
+        XCTAssertEqual(parked, 1)
+        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM dispatch_heads WHERE target_id = $1", [ending]).int("n"), 0,
+                       "a parked head leaves the claim queue")
+        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM operations WHERE status = 'sending'").int("n"), 23)
+    }
+
+    func testTenantBsUpdateIsSentWithinOneSecondBehindTenantAsBacklog() throws {
+        let a = try h.tenant(quota: 10_000_000), instA = try h.installation(a)
+        try loadBacklog(a, installation: instA)
+        let b = try h.tenant(), instB = try h.installation(b)
+        let tokenB = ProviderHarness.hexToken("tenant-b")
+        let tgtB = try h.target(b, installation: instB, token: tokenB)
+
+        let ph = try ProviderHarness()
+        defer { ph.tearDown() }
+        let creds = try ph.source.credentials(tenantId: ProviderHarness.tenant)
+        ph.source.set(a, creds); ph.source.set(b, creds)
+        h.dispatcher(ph.sender)
+        // The dispatcher is busy with tenant A before B writes.
+        try h.eventually(within: 30, "tenant A is being delivered") { ph.sandbox.deliveries(provider: "apns").count >= 50 }
+
+        try h.update(b, target: tgtB, state: ["eta": 3])
+        let committed = Date()
+        var sentAfter: Double?
+        while Date().timeIntervalSince(committed) < 10 {
+            if !ph.sandbox.deliveries(token: tokenB, provider: "apns").isEmpty { sentAfter = Date().timeIntervalSince(committed); break }
+            Thread.sleep(forTimeInterval: 0.002)
+        }
+        let delivered = ph.sandbox.deliveries(token: tokenB, provider: "apns")
+        XCTAssertEqual(delivered.count, 1, "tenant B's update reached the sandbox once")
+        XCTAssertEqual(delivered.first?.status, 200)
+        XCTAssertLessThanOrEqual(sentAfter ?? 99, 1.0, "tenant B's update waited behind tenant A's backlog")
+    }
+
+    func testAQueuedEndSupersedesOlderQueuedEnds() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: nil)  // never registers its update token
+        let first = try h.end(t, target: tgt)
+        let second = try h.end(t, target: tgt)
+        let third = try h.end(t, target: tgt)
+        XCTAssertEqual(try h.operation(t, first).status, .superseded)
+        XCTAssertEqual(try h.operation(t, first).supersededBy, second)
+        XCTAssertEqual(try h.operation(t, second).status, .superseded)
+        XCTAssertEqual(try h.operation(t, second).supersededBy, third, "superseded_by names the newer end")
+        XCTAssertEqual(try h.operation(t, third).status, .queued)
+        XCTAssertEqual(try h.row("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [tgt]).string("operation_id"), third,
+                       "the newest end is the head of the queue")
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import XCTest
+import Delivery
+import JSON
+import LiveRelayCore
+import LiveRelaySandbox
+import LiveRelayStore
+import Synchronization
+
+/// Event-driven sending (docs/delivery.md "Sending", "Wake-ups"): streams in flight are bounded
+/// by the provider connection, not by threads; a write in the same process reaches the
+/// dispatcher as COMMIT returns. Real PostgreSQL and the sandbox over real HTTP/2.
+final class DispatchStreamingTests: XCTestCase {
+    var h: DispatchHarness!
+    override func setUpWithError() throws { h = try DispatchHarness.make() }
+    override func tearDown() { h?.tearDown() }
+
+    func testOneSubmitterThreadKeepsEveryClaimedPushInFlight() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        var tokens: [String] = []
+        for i in 0..<60 {
+            let token = ProviderHarness.hexToken("stream-\(i)")
+            tokens.append(token)
+            try h.update(t, target: try h.target(t, installation: inst, token: token), state: ["eta": .int(Int64(i))])
+        }
+        let ph = try ProviderHarness()
+        defer { ph.tearDown() }
+        ph.source.set(t, try ph.source.credentials(tenantId: ProviderHarness.tenant))
+        _ = ph.sandbox.addFault(SandboxFault(provider: "apns", delaySeconds: 2))  // every APNs answer takes 2 s
+        let d = h.dispatcher(ph.sender, threads: 1)
+        try h.eventually(within: 30, "all 60 delivered") { ph.sandbox.deliveries(provider: "apns").count == 60 }
+        try h.eventually(within: 30, "all 60 accepted") {
+            try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == 60
+        }
+        XCTAssertEqual(d.streamsInFlight.max, 60, "one thread kept all 60 requests in flight at once")
+        XCTAssertEqual(d.streamsInFlight.now, 0)
+        XCTAssertEqual(Set(ph.sandbox.deliveries(provider: "apns").map(\.token)), Set(tokens), "each target's update arrived once")
+        XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_in_flight_max 60"))
+    }
+
+    func testAWriteInThisProcessIsSeenAtCommitWithItsOperationId() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok")
+        let seen = Mutex<[(String, String, Date)]>([])
+        h.db.addCommitObserver { list, at in seen.withLock { s in for n in list { s.append((n.channel, n.payload, at)) } } }
+        let before = Date()
+        let op = try h.update(t, target: tgt, state: ["eta": 5])
+        let hits = seen.withLock { $0 }.filter { $0.0 == OperationStore.dispatchChannel }
+        XCTAssertEqual(hits.map(\.1), ["\(t):\(op)"], "the dispatch wake-up names tenant and operation")
+        XCTAssertGreaterThanOrEqual(hits.first?.2 ?? .distantPast, before)
+    }
+
+    func testInProcessCommitWakesTheDispatcherWithoutPollingOrNotify() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok")
+        var config = DispatchHarness.testConfiguration(worker: "w-inproc")
+        config.pollSeconds = 3600  // no poll fallback within this test
+        // A dispatcher whose LISTEN connection points nowhere: only the in-process hook can wake it.
+        let d = Dispatcher(db: h.db, conninfo: "host=/nonexistent dbname=none connect_timeout=1", sender: h.fakeSender(),
+                           configuration: config, metrics: h.metrics, log: h.logger)
+        h.dispatchers.append(d)
+        d.start()
+        // The start-up claim has run and found nothing; the claim loop now waits for a wake-up.
+        try h.eventually("first claim done") { h.metrics.render().contains("liverelay_dispatch_claim_seconds_count 1\n") }
+        let op = try h.update(t, target: tgt, state: ["eta": 6])
+        try h.waitFor(t, op, .accepted, within: 5)
+        XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))
+    }
+}

@@ -1,0 +1,44 @@
+import XCTest
+import LiveRelayCore
+
+/// Pure rules behind fair delivery (docs/delivery.md): which queued work a new end collapses,
+/// and how per-tenant gauges keep their label cardinality bounded.
+final class DispatchFairnessRulesTests: XCTestCase {
+    let queued = [
+        QueuedOperation(id: "op_end1", kind: .end, hasState: false, hasAlert: false),
+        QueuedOperation(id: "op_upd", kind: .update, hasState: true, hasAlert: false),
+        QueuedOperation(id: "op_alert", kind: .update, hasState: true, hasAlert: true),
+        QueuedOperation(id: "op_end2", kind: .end, hasState: true, hasAlert: false),
+        QueuedOperation(id: "op_start", kind: .start, hasState: true, hasAlert: true),
+    ]
+
+    func testAnEndSupersedesQueuedUpdatesAndOlderEndsButNoStart() {
+        XCTAssertEqual(WriteRules.superseded(by: .end, hasState: false, queued: queued), ["op_end1", "op_upd", "op_alert", "op_end2"])
+        XCTAssertEqual(WriteRules.superseded(by: .end, hasState: true, queued: queued), ["op_end1", "op_upd", "op_alert", "op_end2"])
+    }
+
+    func testAnUpdateNeverSupersedesEnds() {
+        XCTAssertEqual(WriteRules.superseded(by: .update, hasState: true, queued: queued), ["op_upd"])
+        XCTAssertEqual(WriteRules.superseded(by: .update, hasState: false, queued: queued), [])
+    }
+
+    func testGaugesKeepTheDeepestTenantsAndFoldTheRestIntoOther() {
+        let entries = (1...5).map { TenantQueueGauges.Entry(tenant: "ten_\($0)", depth: Double($0 * 10), oldestDueSeconds: Double(6 - $0)) }
+        let folded = TenantQueueGauges.fold(entries, top: 2)
+        XCTAssertEqual(folded, [
+            TenantQueueGauges.Entry(tenant: "ten_5", depth: 50, oldestDueSeconds: 1),
+            TenantQueueGauges.Entry(tenant: "ten_4", depth: 40, oldestDueSeconds: 2),
+            TenantQueueGauges.Entry(tenant: "other", depth: 60, oldestDueSeconds: 5),
+        ])
+        XCTAssertEqual(TenantQueueGauges.fold(entries, top: 5).count, 5, "no other series when every tenant fits")
+        XCTAssertEqual(TenantQueueGauges.fold(entries, top: 0), [TenantQueueGauges.Entry(tenant: "other", depth: 150, oldestDueSeconds: 5)])
+        XCTAssertEqual(TenantQueueGauges.fold([], top: 3), [])
+    }
+
+    func testGaugeTiesGoToTheOlderThenTheSmallerTenantId() {
+        let e = [TenantQueueGauges.Entry(tenant: "ten_b", depth: 5, oldestDueSeconds: 1),
+                 TenantQueueGauges.Entry(tenant: "ten_a", depth: 5, oldestDueSeconds: 1),
+                 TenantQueueGauges.Entry(tenant: "ten_c", depth: 5, oldestDueSeconds: 9)]
+        XCTAssertEqual(TenantQueueGauges.fold(e, top: 2).map(\.tenant), ["ten_c", "ten_a", "other"])
+    }
+}
