@@ -65,7 +65,7 @@ public final class HTTPServer: @unchecked Sendable {
         self.router = router
         self.log = log
         self.dispatcher = RequestDispatcher(router: router, log: log)
-        self.observer = RequestObserver(metrics: metrics, log: log)
+        self.observer = RequestObserver(metrics: metrics, accessLog: configuration.accessLog, log: log)
         self.pool = HandlerPool(threads: configuration.threads, maxThreads: configuration.maxThreads, capacity: configuration.maxQueuedRequests)
         self.connectionGuard = ConnectionGuard(deadlineSeconds: configuration.requestReadTimeoutSeconds) { n in
             log(AccessLog.line(level: "warn", msg: "connections cut off at the request read deadline",

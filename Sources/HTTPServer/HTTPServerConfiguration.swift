@@ -37,6 +37,9 @@ public struct HTTPServerConfiguration: Sendable {
     /// Requests waiting for a free worker; beyond it a request is answered
     /// `503 SERVICE_UNAVAILABLE` with `Retry-After: 1`.
     public var maxQueuedRequests: Int = 1_024
+    /// Whether access-log lines (level `info`) are written at all. False skips building them
+    /// (a JSON object and a timestamp per request), for a log sink that drops `info` anyway.
+    public var accessLog: Bool = true
 
     /// Creates a configuration; every parameter defaults to the property's documented default.
     public init(host: String = "127.0.0.1", port: Int = 8080, threads: Int = 8, maxThreads: Int = 64,

@@ -1,6 +1,6 @@
 import Metrics
 
-/// Records each finished request: one access-log line and, when a registry is given,
+/// Records each finished request: one access-log line (built only when `accessLog` is on) and, when a registry is given,
 /// `http_requests_total{route,method,status}` and
 /// `http_request_duration_seconds{route,method}` (seconds).
 struct RequestObserver: Sendable {
@@ -11,11 +11,13 @@ struct RequestObserver: Sendable {
     static let knownMethods: Set<String> = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
     let log: @Sendable (String) -> Void
+    let accessLog: Bool
     let requests: Counter?
     let durations: Histogram?
 
-    init(metrics: MetricsRegistry?, log: @escaping @Sendable (String) -> Void) {
+    init(metrics: MetricsRegistry?, accessLog: Bool = true, log: @escaping @Sendable (String) -> Void) {
         self.log = log
+        self.accessLog = accessLog
         requests = metrics?.counter("http_requests_total", help: "HTTP requests answered, by route pattern, method and status.",
                                     labels: ["route", "method", "status"])
         durations = metrics?.histogram("http_request_duration_seconds",
@@ -25,8 +27,10 @@ struct RequestObserver: Sendable {
 
     func record(requestId: String, method: String, route: String?, path: String, status: Int,
                 durationSeconds: Double, bytesIn: Int, bytesOut: Int) {
-        log(AccessLog.request(requestId: requestId, method: method, route: route, path: path, status: status,
-                              durationSeconds: durationSeconds, bytesIn: bytesIn, bytesOut: bytesOut))
+        if accessLog {
+            log(AccessLog.request(requestId: requestId, method: method, route: route, path: path, status: status,
+                                  durationSeconds: durationSeconds, bytesIn: bytesIn, bytesOut: bytesOut))
+        }
         let routeLabel = route ?? "unmatched"
         let methodLabel = Self.knownMethods.contains(method) ? method : "OTHER"
         requests?.increment([routeLabel, methodLabel, String(status)])

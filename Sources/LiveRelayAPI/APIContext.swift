@@ -115,8 +115,9 @@ enum Endpoint {
     }
 
     /// Runs a mutating request exactly once per (tenant, endpoint, idempotency key) (SPEC §3):
-    /// replays the stored response with `Idempotent-Replayed: true` (a replayed creation
-    /// answers 200, SPEC §3 "replays and reads 200"), `422 IDEMPOTENCY_KEY_REUSED` for a
+    /// replays the stored response with its original status and body plus
+    /// `Idempotent-Replayed: true` (a replayed creation answers 201 again, docs/write-path.md
+    /// "Idempotent replays"), `422 IDEMPOTENCY_KEY_REUSED` for a
     /// different request under the same key. `seal` stores the response encrypted (it holds
     /// a secret). `before` (optional) runs first in the same transaction, for the rules that
     /// precede idempotency; `work` runs inside the tenant's transaction and returns status and body.
@@ -130,8 +131,7 @@ enum Endpoint {
             try before?(c)  // rules that precede idempotency (SPEC §5 rules 1–2), in the same transaction
             if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek,
                                                        retentionSeconds: retentionSeconds) {
-                let status = stored.status == 201 ? 200 : stored.status
-                return HTTPResponse(status: status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
+                return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
                                     body: stored.body)
             }
             let (status, value) = try work(c)

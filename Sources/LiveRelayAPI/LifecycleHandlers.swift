@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Crypto
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -16,7 +17,7 @@ enum LifecycleHandlers {
         r.add("POST", "/v1/remote-updates/live-activities/end") { req in try Endpoint.run(ctx, req) { try end(ctx, req) } }
     }
 
-    /// Idempotency keys of writes are kept as long as their operation (SPEC §3); ten years here.
+    /// Idempotency keys of writes are kept as long as their operation (docs/write-path.md); ten years here.
     static let writeKeyRetentionSeconds: Double = 10 * 365 * 86400
 
     /// `?wait_ms=0..10000` (SPEC §5).
@@ -35,14 +36,89 @@ enum LifecycleHandlers {
 
     static func notFoundTarget() -> DomainError { Endpoint.notFound("target") }
 
-    /// Rule 1 for update/end: the target must exist in the tenant (else 404) and be covered (else 403).
-    static func checkCoverage(_ c: PostgresConnection, tenant: String, scope: SenderScope?, targetId: String, action: TargetAction) throws -> TargetRecord {
-        guard let t = try TargetStore.get(c, tenantId: tenant, id: targetId, forUpdate: true) else { throw notFoundTarget() }
+    /// Rule 1 for update/end on the locked target: it must exist in the tenant (else 404) and
+    /// be covered (else 403).
+    static func checkCoverage(_ t: TargetRecord?, scope: SenderScope?, targetId: String, action: TargetAction) throws -> TargetRecord {
+        guard let t else { throw notFoundTarget() }
         if let scope, !Coverage.allows(scope, action, on: t.ownership) {
             if !Coverage.covers(scope, t.ownership) { throw Endpoint.forbidden("this sender key does not cover target \(targetId)") }
             throw Endpoint.forbidden("this sender key lacks the activities:\(action == .update ? "update" : "end") permission")
         }
         return t
+    }
+
+    // MARK: the pipelined transaction (docs/write-path.md "Round trips")
+
+    /// What a write knows about its idempotency key before its transaction.
+    struct Idempotency {
+        let endpoint: String
+        let key: String
+        let hash: String
+
+        init(_ req: HTTPRequest, key: String, body: JSONValue) {
+            endpoint = "\(req.method) \(req.path)"
+            self.key = key
+            hash = Digest.sha256Hex(body.serialized())
+        }
+
+        func claim(_ tenant: String) -> PostgresStatement {
+            IdempotencyStore.claimStatement(tenantId: tenant, endpoint: endpoint, key: key, requestHash: hash,
+                                            retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds)
+        }
+
+        /// Rule 3 from the claim's result: nil (do the work) or the replay response.
+        func replay(_ outcome: PostgresPipelineOutcome, at index: Int) throws -> HTTPResponse? {
+            let rows: [PostgresRow]
+            do {
+                rows = try result(outcome, index).rows
+            } catch let e as PostgresError where e.sqlState == "55P03" && outcome.failure?.index == index {
+                throw IdempotencyStore.inUse
+            }
+            guard let stored = try IdempotencyStore.claimed(rows, requestHash: hash) else { return nil }
+            return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
+                                body: stored.body)
+        }
+    }
+
+    /// The result of statement `index` of a pipeline, or the error that stopped the pipeline
+    /// at or before it.
+    static func result(_ outcome: PostgresPipelineOutcome, _ index: Int) throws -> PostgresResult {
+        if index < outcome.results.count { return outcome.results[index] }
+        throw outcome.failure?.error ?? PostgresError(kind: .decoding, message: "pipeline result \(index) missing")
+    }
+
+    /// Rule 8 quota (state-bearing writes) from the day's counters read in round trip 1:
+    /// `429 QUOTA_EXCEEDED` when used up. Far from the limit the reservation is checked again
+    /// after it is made (`needsRecheck`, in round trip 2); near it, or when that re-check
+    /// failed once, the counters are locked and read exactly (`QuotaStore.lockAll`, one more
+    /// round trip) so the quota is never overshot.
+    /// - Returns: whether round trip 2 must re-read the counters.
+    static func checkQuota(_ c: PostgresConnection, tenant: String, day: String, read q: (limit: Int64, reserved: Int64, used: Int64),
+                           exact: Bool, now: Date) throws -> Bool {
+        try WriteRules.checkQuota(limit: q.limit, reserved: q.reserved, used: q.used, now: now)
+        if !exact && QuotaStore.worthFastPath(limit: q.limit, reserved: q.reserved, used: q.used) { return true }
+        let e = try QuotaStore.lockAll(c, tenantId: tenant, day: day)
+        try WriteRules.checkQuota(limit: e.limit, reserved: e.reserved, used: e.used, now: now)
+        return false
+    }
+
+    /// The round trip 2 re-check of the fast quota path (see `checkQuota`): when other
+    /// sessions' uncommitted reservations could push the day past its limit, the transaction
+    /// is run again (SQLSTATE 40001 → `PostgresPool.transaction` retries) on the exact path.
+    static func recheckQuota(_ r: PostgresResult, exactNext: inout Bool) throws {
+        let q = try WritePath.quota(r)
+        if !QuotaStore.fastPathAllows(limit: q.limit, reserved: q.reserved, used: q.used) {
+            exactNext = true
+            throw PostgresError(kind: .query, message: "quota near its limit: checking exactly", sqlState: "40001")
+        }
+    }
+
+    /// Round trip 3: stores the response under the idempotency key and commits, in one pipeline.
+    static func finish(_ c: PostgresConnection, tenant: String, _ idem: Idempotency, status: Int, _ value: JSONValue) throws -> HTTPResponse {
+        let bytes = value.serialized()
+        _ = try c.pipeline([WritePath.complete(tenantId: tenant, endpoint: idem.endpoint, key: idem.key,
+                                               response: StoredResponse(status: status, body: bytes))], commit: true).get()
+        return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: bytes)
     }
 
     // MARK: start
@@ -61,9 +137,22 @@ enum LifecycleHandlers {
         try WriteRules.checkStartStaleAt(s.options.staleAt, now: now)
         try WriteRules.checkExpiresAt(s.options.expiresAt, now: now)
         let wait = try waitMs(req)
-        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: s.idempotencyKey, body: body, seal: false,
-                                           retentionSeconds: writeKeyRetentionSeconds) { c in
-            guard let st = try TargetStore.startTargetForStart(c, tenantId: tenant, id: stId) else { throw Endpoint.notFound("start target") }
+        let idem = Idempotency(req, key: s.idempotencyKey, body: body)
+        let day = QuotaStore.day(now)
+        var exactQuota = false
+        let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
+            c.transactionLabel = "start"
+            // Round trip 1: claim (rule 3), the start target (shared lock), the quota counters,
+            // and the business instance's lock and holder when one is named.
+            var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId), WritePath.readQuota(tenantId: tenant, day: day)]
+            let business = s.businessKey.flatMap { bk in s.businessGeneration.map { (bk, $0) } }
+            if let (bk, bg) = business {
+                reads += [WritePath.lockBusiness(tenantId: tenant, key: bk, generation: bg),
+                          WritePath.businessHolder(tenantId: tenant, key: bk, generation: bg)]
+            }
+            let r1 = try c.pipeline(reads)
+            if let replay = try idem.replay(r1, at: 0) { return replay }
+            guard let st = try WritePath.startTarget(result(r1, 1)) else { throw Endpoint.notFound("start target") }
             if st.installationStatus == "retired" {
                 throw DomainError(status: 410, code: "INSTALLATION_RETIRED", message: "the start target's installation was disconnected")
             }
@@ -79,12 +168,7 @@ enum LifecycleHandlers {
                                   details: ["field": "template_version", "current_template_version": .string(st.currentTemplateVersion)])
             }
             let alert = try WriteRules.requireStartAlert(s.alert)
-            if let bk = s.businessKey, let bg = s.businessGeneration {
-                try TargetStore.lockBusiness(c, tenantId: tenant, key: bk, generation: bg)
-                if let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg) {
-                    throw businessConflict(holder.id)
-                }
-            }
+            if business != nil, let holder = try WritePath.holder(result(r1, 4)) { throw businessConflict(holder) }
             if let schemaJSON = st.schema {
                 try SchemaCache.shared.schema(tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion,
                                               json: schemaJSON).check(s.state)
@@ -94,17 +178,26 @@ enum LifecycleHandlers {
                 event: .start, targetId: targetId, revision: 1, templateVersion: st.currentTemplateVersion, state: s.state, alert: alert,
                 staleAt: s.options.staleAt, relevanceScore: s.options.relevanceScore, dismissAt: nil,
                 attributesType: st.attributesType, businessKey: s.businessKey), now: now)
-            let day = try reserveQuota(c, tenant: tenant, now: now)
-            let target = try TargetStore.insert(c, tenantId: tenant, TargetStore.New(
-                id: targetId, installationId: st.installationId, startTargetId: stId, createdByKeyId: scope.keyId, origin: "remote",
-                activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: s.businessKey,
-                businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
-                relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending"))
-            let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: targetId)
-            let op = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-                id: Identifier.make(.operation), targetId: targetId, seq: seq, kind: .start, revision: 1, state: s.state, alert: alert,
-                options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey))
-            return (202, writeBody(op, try TargetStore.get(c, tenantId: tenant, id: target.id)!))
+            let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 2)), exact: exactQuota, now: now)
+            // Round trip 2: the target, its start operation, the quota re-check.
+            var writes = [
+                WritePath.insertTarget(tenantId: tenant, TargetStore.New(
+                    id: targetId, installationId: st.installationId, startTargetId: stId, createdByKeyId: scope.keyId, origin: "remote",
+                    activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: s.businessKey,
+                    businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
+                    relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending")),
+                WritePath.insertOperation(tenantId: tenant, OperationStore.New(
+                    id: Identifier.make(.operation), targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
+                    options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey)),
+            ]
+            let quotaIndex = writes.count
+            if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
+            // Further statements of this write (e.g. event rows) join `writes` here.
+            let r2 = try c.pipeline(writes).get()
+            let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
+            if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
+            try WritePath.notify(c, tenantId: tenant, queued: true, superseded: [], targetChanged: nil)
+            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
@@ -115,14 +208,14 @@ enum LifecycleHandlers {
                     details: ["target_id": .string(holder)])
     }
 
-    /// Rule 8 quota: checks and reserves one unit of today's quota; returns the day.
-    static func reserveQuota(_ c: PostgresConnection, tenant: String, now: Date) throws -> String {
-        let day = QuotaStore.day(now)
-        let limit = try c.query("SELECT daily_push_quota FROM tenants WHERE tenant_id = $1", [tenant])[0].int64("daily_push_quota")
-        let usage = try QuotaStore.usage(c, tenantId: tenant, day: day)
-        try WriteRules.checkQuota(limit: limit, reserved: usage.reserved, used: usage.used, now: now)
-        try QuotaStore.reserve(c, tenantId: tenant, day: day)
-        return day
+    /// Round trip 1 of update and end: the locked target with its platform, its queued
+    /// operations, and — when the body's shape is valid — the idempotency claim and the quota
+    /// counters. Rule 1 (coverage) is decided from it before rule 2 (`shape`) and rule 3.
+    static func readTarget(_ c: PostgresConnection, tenant: String, targetId: String, claim: PostgresStatement?, day: String)
+        throws -> PostgresPipelineOutcome {
+        var reads = [WritePath.lockTarget(tenantId: tenant, id: targetId), WritePath.lockQueued(tenantId: tenant, targetId: targetId)]
+        if let claim { reads += [claim, WritePath.readQuota(tenantId: tenant, day: day)] }
+        return try c.pipeline(reads)
     }
 
     // MARK: update
@@ -133,50 +226,56 @@ enum LifecycleHandlers {
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
         let now = ctx.now()
-        var parsed: UpdateRequest?
-        var locked: TargetRecord?
-        // One transaction: rule 1 (coverage, on the target named in the body), rule 2 (shape),
-        // rule 3 (idempotency), then the rest.
-        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: body["idempotency_key"]?.stringValue ?? "", body: body, seal: false,
-                                           retentionSeconds: writeKeyRetentionSeconds, before: { c in
-            locked = try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .update)
+        let day = QuotaStore.day(now)
+        // Rule 2 is decided here but raised only after rule 1 (coverage, in the transaction).
+        let shape = Result { () throws -> UpdateRequest in
             let u = try WriteRequests.update(body)
             try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
-            parsed = u
-        }) { c in
-            let u = parsed!, t = locked!
+            return u
+        }
+        let idem = (try? shape.get()).map { Idempotency(req, key: $0.idempotencyKey, body: body) }
+        var exactQuota = false
+        let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
+            c.transactionLabel = "update"
+            let r1 = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
+            let locked = try WritePath.target(result(r1, 0))
+            let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: .update)
+            let u = try shape.get()
+            guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
+            if let replay = try idem.replay(r1, at: 2) { return replay }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: u.expectedRevision, current: t.revision)
             try WriteRules.checkSourceVersion(u.sourceVersion, last: t.sourceVersion)
             try checkState(c, tenant: tenant, target: t, state: u.state)
-            let platform = try SchemaCache.shared.platform(tenant: tenant, installation: t.installationId) {
-                try TargetStore.installationPlatform(c, tenantId: tenant, installationId: t.installationId)
-            }
             let revision = t.revision + 1
-            try DeliveryPayload.check(platform: platform, DeliveryPayload.Content(
+            try DeliveryPayload.check(platform: locked!.platform, DeliveryPayload.Content(
                 event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
                 staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
-            let day = try reserveQuota(c, tenant: tenant, now: now)
+            let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
             let opId = Identifier.make(.operation)
-            let queued = try OperationStore.queued(c, tenantId: tenant, targetId: t.id)
-            let victims = WriteRules.superseded(by: .update, hasState: true, queued: queued.map(queuedView))
-            try TargetStore.applyState(c, tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
-                                       staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil)
-            let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: t.id)
+            let victims = WriteRules.superseded(by: .update, hasState: true, queued: try WritePath.queued(result(r1, 1)))
             var opts = u.options
             opts.staleAt = u.options.staleAt ?? t.staleAt
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
-            let op = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-                id: opId, targetId: t.id, seq: seq, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
-                consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey))
-            try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
-            return (202, writeBody(op, try TargetStore.get(c, tenantId: tenant, id: t.id)!))
+            // Round trip 2: the target's new state, the operation, what it supersedes, the quota re-check.
+            var writes = [
+                WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
+                                     staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
+                WritePath.insertOperation(tenantId: tenant, OperationStore.New(
+                    id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
+                    consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey)),
+            ]
+            if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, ids: victims, by: opId)) }
+            let quotaIndex = writes.count
+            if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
+            // Further statements of this write (e.g. event rows) join `writes` here.
+            let r2 = try c.pipeline(writes).get()
+            let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
+            if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
+            try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: nil)
+            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
-    }
-
-    static func queuedView(_ o: OperationRecord) -> QueuedOperation {
-        QueuedOperation(id: o.id, kind: o.kind, hasState: o.hasState, hasAlert: o.hasAlert)
     }
 
     /// Rule 8 state: the pinned schema of the target's template version, when it has one.
@@ -202,62 +301,84 @@ enum LifecycleHandlers {
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
         let now = ctx.now()
-        var parsed: EndRequest?
-        var locked: TargetRecord?
-        let resp = try Endpoint.idempotent(ctx, req, tenantId: tenant, key: body["idempotency_key"]?.stringValue ?? "", body: body, seal: false,
-                                           retentionSeconds: writeKeyRetentionSeconds, before: { c in
-            locked = try checkCoverage(c, tenant: tenant, scope: scope, targetId: targetId, action: .end)
+        let day = QuotaStore.day(now)
+        let shape = Result { () throws -> EndRequest in
             let e = try WriteRequests.end(body)
             if scope == nil && e.state != nil {
                 throw Endpoint.forbidden("a master key may only end without new state (cleanup); use a sender key to send a final state")
             }
             try WriteRules.checkDismissAt(e.dismissAt, now: now)
             try WriteRules.checkExpiresAt(e.expiresAt, now: now)
-            parsed = e
-        }) { c in
-            let e = parsed!, t = locked!
+            return e
+        }
+        let idem = (try? shape.get()).map { Idempotency(req, key: $0.idempotencyKey, body: body) }
+        var exactQuota = false
+        let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
+            c.transactionLabel = "end"
+            let r1 = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
+            let locked = try WritePath.target(result(r1, 0))
+            let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: .end)
+            let e = try shape.get()
+            guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
+            if let replay = try idem.replay(r1, at: 2) { return replay }
             let opId = Identifier.make(.operation)
+            let queued = try WritePath.queued(result(r1, 1))
             guard let state = e.state else {
                 // Rule 9: cleanup. Already over → 200 with a cancelled operation that sends nothing.
                 if t.status.isTerminal {
-                    let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: t.id)
-                    let op = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-                        id: opId, targetId: t.id, seq: seq, kind: .end, status: .cancelled, pendingReason: "already_ended",
-                        revision: t.revision, state: nil, alert: nil, options: WriteOptions(expiresAt: e.expiresAt), dismissAt: e.dismissAt,
-                        consumesQuota: false, quotaDay: nil, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey))
-                    return (200, writeBody(op, t))
+                    let r2 = try c.pipeline([
+                        WritePath.bumpSeq(tenantId: tenant, id: t.id, status: nil),
+                        WritePath.insertOperation(tenantId: tenant, OperationStore.New(
+                            id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, status: .cancelled, pendingReason: "already_ended",
+                            revision: t.revision, state: nil, alert: nil, options: WriteOptions(expiresAt: e.expiresAt), dismissAt: e.dismissAt,
+                            consumesQuota: false, quotaDay: nil, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey)),
+                        // Further statements of this write (e.g. event rows) join here.
+                    ]).get()
+                    return try finish(c, tenant: tenant, idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
                 }
-                return (202, try queueEnd(c, tenant: tenant, target: t, opId: opId, state: nil, revision: t.revision, e: e, scope: scope, day: nil))
+                return try queueEnd(c, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
+                                    day: nil, recheck: false, exactNext: &exactQuota, idem: idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: e.expectedRevision!, current: t.revision)
             try checkState(c, tenant: tenant, target: t, state: state)
-            let platform = try TargetStore.installationPlatform(c, tenantId: tenant, installationId: t.installationId)
-            try DeliveryPayload.check(platform: platform, DeliveryPayload.Content(
+            try DeliveryPayload.check(platform: locked!.platform, DeliveryPayload.Content(
                 event: .end, targetId: t.id, revision: t.revision + 1, templateVersion: t.templateVersion ?? "", state: state, alert: nil,
                 staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
-            let day = try reserveQuota(c, tenant: tenant, now: now)
-            try TargetStore.applyState(c, tenantId: tenant, id: t.id, revision: t.revision + 1, state: state, sourceVersion: nil,
-                                       staleAt: nil, relevanceScore: nil, status: nil)
-            return (202, try queueEnd(c, tenant: tenant, target: t, opId: opId, state: state, revision: t.revision + 1, e: e, scope: scope, day: day))
+            let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
+            return try queueEnd(c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
+                                day: day, recheck: recheck, exactNext: &exactQuota, idem: idem)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
-    /// Queues an end (superseding every queued update) and moves the target to `ending`.
-    static func queueEnd(_ c: PostgresConnection, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, revision: Int64,
-                         e: EndRequest, scope: SenderScope?, day: String?) throws -> JSONValue {
-        let queued = try OperationStore.queued(c, tenantId: tenant, targetId: t.id)
-        let victims = WriteRules.superseded(by: .end, hasState: state != nil, queued: queued.map(queuedView))
-        let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: t.id)
-        let op = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-            id: opId, targetId: t.id, seq: seq, kind: .end, revision: revision, state: state, alert: nil,
-            options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
-            consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey))
-        try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
-        try TargetStore.setStatus(c, tenantId: tenant, id: t.id, status: .ending)
-        try c.notify(OperationStore.eventsChannel, payload: t.id)
-        return writeBody(op, try TargetStore.get(c, tenantId: tenant, id: t.id)!)
+    /// Round trips 2 and 3 of an end that queues: the target moves to `ending` (with the new
+    /// final state and revision + 1 when `state` is given), the end operation is inserted, the
+    /// queued operations it supersedes (`WriteRules.superseded`) are marked, then the response
+    /// is stored and the transaction commits.
+    static func queueEnd(_ c: PostgresConnection, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
+                         scope: SenderScope?, queued: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
+                         idem: Idempotency) throws -> HTTPResponse {
+        let victims = WriteRules.superseded(by: .end, hasState: state != nil, queued: queued)
+        let revision = state == nil ? t.revision : t.revision + 1
+        var writes = [
+            state.map { WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
+                                             staleAt: nil, relevanceScore: nil, status: .ending) }
+                ?? WritePath.bumpSeq(tenantId: tenant, id: t.id, status: .ending),
+            WritePath.insertOperation(tenantId: tenant, OperationStore.New(
+                id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
+                options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
+                consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey)),
+        ]
+        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, ids: victims, by: opId)) }
+        let quotaIndex = writes.count
+        if recheck, let day { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
+        // Further statements of this write (e.g. event rows) join `writes` here.
+        let r2 = try c.pipeline(writes).get()
+        let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
+        if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
+        try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: t.id)
+        return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
     }
 
     /// `{operation, target}` of a write (SPEC §5).

@@ -36,7 +36,7 @@ enum OperatorHandlers {
         let hash = Digest.sha256Hex(try req.jsonBody().serialized())
         return try ctx.db.system { c in
             if let stored = try IdempotencyStore.claimOperator(c, endpoint: "POST /v1/operator/tenants", key: key, requestHash: hash, kek: ctx.kek) {
-                return HTTPResponse(status: 200, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
+                return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
             }
             let created = try TenantProvisioning.create(c, name: name, dailyPushQuota: quota, actorId: op, requestId: req.requestId)
             let body = created.json(now: ctx.now()).serialized()

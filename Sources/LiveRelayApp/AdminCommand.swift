@@ -109,8 +109,12 @@ enum AdminCommand {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: 2)
-        defer { pool.close() }
-        try body(Database(pool: pool))
+        let db = Database(pool: pool)
+        defer {
+            db.flushNotifications()  // post-commit hints (e.g. a revocation) leave before the process does
+            pool.close()
+        }
+        try body(db)
     }
 
     /// `--key value` and `--key=value` pairs.

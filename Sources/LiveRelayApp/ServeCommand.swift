@@ -32,9 +32,9 @@ enum ServeCommand {
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
                              events: events, defaultExpirationSeconds: config.defaultExpirationSeconds)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
-        let server = HTTPServer(configuration: HTTPServerConfiguration(host: config.listenHost, port: config.listenPort,
-                                                                       threads: config.httpThreads),
-                                router: router, metrics: metrics, log: { line in log.raw(line) })
+        var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
+        httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
+        let server = HTTPServer(configuration: httpConfig, router: router, metrics: metrics, log: { line in log.raw(line) })
         try server.start()
         let maintenance = log.context["component"] == "api" ? nil : MaintenanceService(db: db, log: log.with(["component": "maintenance"]))
         maintenance?.start()
@@ -58,6 +58,7 @@ enum ServeCommand {
         stopSender?()
         auth.stop()
         events.stop()
+        db.flushNotifications()
         pool.close()
         log.info("stopped")
     }

@@ -34,6 +34,7 @@ enum WorkerCommand {
         log.info("shutting down", ["signal": .string(signal)])
         dispatcher.stop(timeoutSeconds: 20)
         push.stop()
+        db.flushNotifications()
         pool.close()
         log.info("stopped")
     }

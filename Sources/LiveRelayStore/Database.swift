@@ -30,13 +30,15 @@ public final class Database: Sendable {
         try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout)], body)
     }
 
-    /// Runs the transaction with NOTIFYs deferred, then sends them after COMMIT in their own
-    /// `synchronous_commit = off` transaction (see `PostgresConnection.deferNotifications`).
+    /// Runs the transaction with NOTIFYs deferred, then queues them for the notifier, which
+    /// sends them after COMMIT in its own `synchronous_commit = off` transaction (see
+    /// `PostgresConnection.deferNotifications`). `BEGIN` and the settings travel with the body's
+    /// first statement (`lazyBegin`), so they cost no round trip of their own.
     /// Notifications are wake-up hints: every listener re-checks the database, so one lost to
     /// a crash between the two commits costs at most a poll interval, never correctness.
     func run<T>(isolation: IsolationLevel, settings: [(String, String)], _ body: (PostgresConnection) throws -> T) throws -> T {
         var pending: [(channel: String, payload: String)] = []
-        let result = try pool.transaction(isolation: isolation, settings: settings) { c in
+        let result = try pool.transaction(isolation: isolation, settings: settings, lazyBegin: true) { c in
             c.deferNotifications()
             do {
                 let v = try body(c)
@@ -56,11 +58,17 @@ public final class Database: Sendable {
     /// instead of holding a pool connection indefinitely.
     public static let lockTimeout = "10s"
 
-    /// Sends `list` as one statement on a dedicated session with `synchronous_commit = off`
-    /// (the commit does not wait for the WAL flush); failures are ignored (the notifications
-    /// are hints, see `run`).
+    /// Queues `list` for the notifier thread, which sends it (coalesced with other requests'
+    /// notifications, duplicates dropped) on a dedicated session with `synchronous_commit = off`;
+    /// a failure is retried once, then ignored (the notifications are hints, see `run`).
+    /// Returns at once.
     public func sendNotifications(_ list: [(channel: String, payload: String)]) {
         notifier.send(list)
+    }
+
+    /// Waits (at most `timeoutSeconds`) until every queued notification was sent or dropped.
+    public func flushNotifications(timeoutSeconds: Double = 5) {
+        notifier.flush(timeoutSeconds: timeoutSeconds)
     }
 }
 
@@ -100,32 +108,91 @@ public struct Page<T: Sendable>: Sendable {
     }
 }
 
-/// The session that sends post-commit notifications: one connection (made on first use,
-/// remade after a failure), `synchronous_commit = off`, all of a batch in one statement.
-final class Notifier: @unchecked Sendable {  // `conn` only under `lock`
+/// Sends post-commit notifications off the request thread (docs/write-path.md "Notifications").
+///
+/// `send` only queues: duplicates of a (channel, payload) already waiting are dropped, and one
+/// worker thread sends everything waiting in one statement (`SELECT pg_notify(…), …`, at most
+/// 100 a statement) on its own session with `synchronous_commit = off`, so notifications of
+/// many concurrent requests coalesce into few commits. A failed send is retried once on a fresh
+/// session, then dropped (they are wake-up hints; every listener re-checks the database). The
+/// worker closes its session and ends after one idle second, and starts again on the next send.
+///
+/// `@unchecked Sendable`: `pending`, `running` and `conn` are only touched under `condition`
+/// (`conn` only by the single worker thread, which exists at most once: `running`).
+final class Notifier: @unchecked Sendable {
     let conninfo: String
-    private let lock = NSLock()
-    private var conn: PostgresConnection?
+    private let condition = NSCondition()
+    private var pending: [(channel: String, payload: String)] = []
+    private var pendingSet = Set<String>()
+    private var running = false
 
     init(conninfo: String) { self.conninfo = conninfo }
 
+    /// Queues `list` for the worker; returns at once.
     func send(_ list: [(channel: String, payload: String)]) {
         guard !list.isEmpty else { return }
-        lock.lock()
-        defer { lock.unlock() }
-        do {
-            if conn == nil {
-                let c = try PostgresConnection(conninfo, connectTimeoutSeconds: 2)
-                try c.execute("SET synchronous_commit = off")
-                conn = c
-            }
-            let calls = list.indices.map { "pg_notify($\($0 * 2 + 1), $\($0 * 2 + 2))" }.joined(separator: ", ")
-            try conn!.query("SELECT " + calls, list.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
-        } catch {
-            conn?.close()
-            conn = nil
+        condition.lock()
+        for n in list where pendingSet.insert(n.channel + "\u{0}" + n.payload).inserted {
+            pending.append(n)
         }
+        if !running {
+            running = true
+            let t = Thread { [self] in self.work() }
+            t.name = "liverelay-notifier"
+            t.start()
+        }
+        condition.signal()
+        condition.unlock()
     }
 
-    deinit { conn?.close() }
+    /// Blocks until everything queued so far was sent or dropped (tests), at most `timeoutSeconds`.
+    func flush(timeoutSeconds: Double = 5) {
+        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        condition.lock()
+        while (!pending.isEmpty || busy) && Date() < deadline { _ = condition.wait(until: min(deadline, Date(timeIntervalSinceNow: 0.01))) }
+        condition.unlock()
+    }
+
+    private var busy = false
+
+    private func work() {
+        var conn: PostgresConnection?
+        defer { conn?.close() }
+        condition.lock()
+        while true {
+            if pending.isEmpty {
+                if !condition.wait(until: Date(timeIntervalSinceNow: 1)) && pending.isEmpty {
+                    running = false
+                    condition.unlock()
+                    return
+                }
+                continue
+            }
+            let batch = Array(pending.prefix(100))
+            pending.removeFirst(batch.count)
+            for n in batch { pendingSet.remove(n.channel + "\u{0}" + n.payload) }
+            busy = true
+            condition.unlock()
+            var attempts = 0
+            while attempts < 2 {  // the first try and one retry on a fresh session
+                attempts += 1
+                do {
+                    if conn == nil {
+                        let c = try PostgresConnection(conninfo, connectTimeoutSeconds: 2)
+                        try c.execute("SET synchronous_commit = off")
+                        conn = c
+                    }
+                    let calls = batch.indices.map { "pg_notify($\($0 * 2 + 1), $\($0 * 2 + 2))" }.joined(separator: ", ")
+                    try conn!.query("SELECT " + calls, batch.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
+                    break
+                } catch {
+                    conn?.close()
+                    conn = nil
+                }
+            }
+            condition.lock()
+            busy = false
+            condition.broadcast()
+        }
+    }
 }

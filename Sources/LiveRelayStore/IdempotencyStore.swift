@@ -71,6 +71,51 @@ public enum IdempotencyStore {
         return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
     }
 
+    /// The claim as ONE statement that can travel in a pipeline (docs/write-path.md
+    /// "Idempotency"): inserts the key's row, or — when the key exists — rewrites it in place
+    /// (taking over a record past its retention as new) and returns it. A concurrent holder of
+    /// the key makes the statement wait on the unique index until it commits (then its row
+    /// comes back, to replay) or rolls back (then the insert goes ahead). Decode with
+    /// `claimed(_:requestHash:)`. Parameters: tenant, endpoint, key, request hash, retention
+    /// seconds. Plain responses only (no sealing).
+    public static func claimStatement(tenantId: String, endpoint: String, key: String, requestHash: String,
+                                      retentionSeconds: Double) -> PostgresStatement {
+        PostgresStatement("""
+            INSERT INTO idempotency_records AS r (tenant_id, endpoint, key, request_hash, status_code, expires_at)
+            VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5))
+            ON CONFLICT (tenant_id, endpoint, key) DO UPDATE
+               SET request_hash = CASE WHEN r.expires_at < now() THEN EXCLUDED.request_hash ELSE r.request_hash END,
+                   status_code = CASE WHEN r.expires_at < now() THEN 0 ELSE r.status_code END,
+                   response_body = CASE WHEN r.expires_at < now() THEN NULL ELSE r.response_body END,
+                   response_sealed = CASE WHEN r.expires_at < now() THEN NULL ELSE r.response_sealed END,
+                   created_at = CASE WHEN r.expires_at < now() THEN now() ELSE r.created_at END,
+                   expires_at = CASE WHEN r.expires_at < now() THEN EXCLUDED.expires_at ELSE r.expires_at END
+            RETURNING request_hash, status_code, response_body
+            """, [tenantId, endpoint, key, requestHash, retentionSeconds])
+    }
+
+    /// The outcome of `claimStatement`: nil when this transaction claimed the key (do the
+    /// work), else the stored response to replay.
+    /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request).
+    public static func claimed(_ rows: [PostgresRow], requestHash: String) throws -> StoredResponse? {
+        guard let row = rows.first else { throw PostgresError(kind: .decoding, message: "idempotency claim returned no row") }
+        let status = try row.int("status_code")
+        if status == 0 { return nil }  // a fresh (or taken over) claim: ours
+        guard try row.string("request_hash") == requestHash else {
+            throw DomainError(status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+                              message: "idempotency_key was already used with a different request",
+                              details: ["field": "idempotency_key"])
+        }
+        return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
+    }
+
+    /// The error of a claim that waited `lock_timeout` for a concurrent holder of its key.
+    public static var inUse: DomainError {
+        DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+                    message: "another request with this idempotency_key is still being processed; retry shortly",
+                    details: ["field": "idempotency_key"])
+    }
+
     /// Stores the response of the claimed key; sealed under `seal` when it holds a secret.
     public static func complete(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String,
                                 response: StoredResponse, seal: AESGCM?) throws {

@@ -88,12 +88,19 @@ public enum OperationStore {
 
     /// Inserts an operation; a queued one also wakes the dispatchers (NOTIFY, delivered on commit).
     public static func insert(_ c: PostgresConnection, tenantId: String, _ n: New) throws -> OperationRecord {
+        let rec = try OperationRecord(row: c.query(insertStatement(tenantId: tenantId, n))[0])
+        if n.status == .queued { try c.notify(dispatchChannel, payload: tenantId) }
+        return rec
+    }
+
+    /// The INSERT … RETURNING of `insert`, without its NOTIFY (for pipelines, see `WritePath`).
+    public static func insertStatement(tenantId: String, _ n: New) -> PostgresStatement {
         let alert: String? = n.alert.map { a in
             var o: [String: JSONValue] = ["title": .string(a.title), "body": .string(a.body)]
             if let s = a.sound { o["sound"] = .string(s) }
             return JSONValue.object(o).jsonString
         }
-        let rec = try OperationRecord(row: c.query("""
+        return PostgresStatement("""
             INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, pending_reason, revision, has_state, state, alert,
                                     stale_at, relevance_score, priority, expires_at, dismiss_at, consumes_quota, quota_day,
                                     created_by_key_id, idempotency_key)
@@ -102,9 +109,7 @@ public enum OperationStore {
             """,
             [tenantId, n.id, n.targetId, n.seq, n.kind.rawValue, n.status.rawValue, n.pendingReason, n.revision, n.state != nil,
              n.state?.jsonString, alert, n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt,
-             n.dismissAt, n.consumesQuota, n.quotaDay, n.createdByKeyId, n.idempotencyKey])[0])
-        if n.status == .queued { try c.notify(dispatchChannel, payload: tenantId) }
-        return rec
+             n.dismissAt, n.consumesQuota, n.quotaDay, n.createdByKeyId, n.idempotencyKey])
     }
 
     /// The target's queued (not yet sending) operations, oldest first, locked.
@@ -152,45 +157,94 @@ public enum OperationStore {
     }
 }
 
-/// Daily push quota per tenant (SPEC §5 "Quota"): reserve at commit, consume on provider
-/// acceptance, release on superseded/cancelled/failed/expired. Days are UTC dates (`YYYY-MM-DD`).
+/// Daily push quota per tenant: reserve at commit, consume on provider acceptance, release on
+/// superseded/cancelled/failed/expired (docs/write-path.md "Quota"). Days are UTC dates
+/// (`YYYY-MM-DD`).
 ///
-/// A reservation is the operation row itself: reserved = the day's state-bearing operations
-/// still `queued` or `sending`. The dispatcher counts a unit used on acceptance and on an
-/// unknown outcome (it may have reached the device). Superseding, cancelling, failing or expiring an operation therefore
-/// releases its unit with no extra write, and writes never lock a shared counter row.
-/// Used units are counted in 16 shard rows per (tenant, day) (migration 0003). The limit check
-/// reads without locking: under concurrency a day may overshoot its quota by at most the
-/// number of writes committing at that instant.
+/// The counters are `push_quota` rows, `shards` per (tenant, day), kept exact by statement-level
+/// triggers on `operations` (migration 0008): whichever code inserts an operation or changes its
+/// status, the trigger adds the change to the session's shard row (`pg_backend_pid() % 64`).
+/// `reserved` = state-bearing operations of the day `queued`/`sending`; `used` = those
+/// `accepted`/`unknown`. So `reserve`, `release` and `consume` have nothing left to write, and a
+/// quota check reads at most `shards` rows, whatever the backlog.
+///
+/// Exactness under concurrency (`check`): a transaction that reserved holds its shard row's lock
+/// until it ends, so at most `shards − 1` other uncommitted reservations exist at any moment.
+/// Far from the limit (`fastPathAllows`) that bound is enough; near it, `lockAll` locks every
+/// shard row in shard order (waiting out every uncommitted reservation) and reads the exact sum.
+/// The bound assumes one reservation per transaction: code that queues many state-bearing
+/// operations in one transaction must use `lockAll` first.
 public enum QuotaStore {
-    /// Number of counter rows per (tenant, day).
-    public static let shards = 16
+    /// Number of counter rows per (tenant, day) (migration 0008's `pg_backend_pid() % 64`).
+    public static let shards = 64
 
     /// The UTC date of `now` as `YYYY-MM-DD`.
     public static func day(_ now: Date) -> String { String(Timestamp.format(now).prefix(10)) }
 
-    /// (reserved, used) of the tenant's day.
-    public static func usage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
-        let r = try c.query("""
-            SELECT (SELECT count(*) FROM operations WHERE tenant_id = $1 AND quota_day = $2::date AND consumes_quota
-                       AND status IN ('queued', 'sending'))::bigint AS reserved,
-                   (SELECT COALESCE(sum(used), 0) FROM push_quota WHERE tenant_id = $1 AND day = $2::date)::bigint AS used
-            """, [tenantId, day])[0]
-        return (try r.int64("reserved"), try r.int64("used"))
+    /// One statement reading the tenant's `daily_push_quota` (`limit`) and the day's committed
+    /// `reserved`/`used` sums, columns `quota_limit`, `reserved`, `used` (bigint). Parameters:
+    /// tenant id, day.
+    public static let readSQL = """
+        SELECT t.daily_push_quota AS quota_limit,
+               COALESCE((SELECT sum(reserved) FROM push_quota WHERE tenant_id = $1 AND day = $2::date), 0)::bigint AS reserved,
+               COALESCE((SELECT sum(used) FROM push_quota WHERE tenant_id = $1 AND day = $2::date), 0)::bigint AS used
+          FROM tenants t WHERE t.tenant_id = $1
+        """
+
+    /// (limit, reserved, used) from a row of `readSQL` or `lockAllSQL`.
+    public static func decode(_ r: PostgresRow) throws -> (limit: Int64, reserved: Int64, used: Int64) {
+        (try r.int64("quota_limit"), try r.int64("reserved"), try r.int64("used"))
     }
 
-    /// Reserving is inserting the state-bearing operation (see the type documentation): nothing to do.
+    /// Whether a reservation whose own unit is already counted in `reserved + used` (read after
+    /// the reserving statement, in the same transaction) is safe without locking: even if every
+    /// other shard holds an uncommitted reservation the day stays within `limit`.
+    public static func fastPathAllows(limit: Int64, reserved: Int64, used: Int64) -> Bool {
+        reserved + used + Int64(shards - 1) <= limit
+    }
+
+    /// Whether a read taken BEFORE reserving leaves room to try the fast path (else lock).
+    public static func worthFastPath(limit: Int64, reserved: Int64, used: Int64) -> Bool {
+        reserved + used + Int64(shards) <= limit
+    }
+
+    /// Statement 1 of the exact path: makes every shard row of the day exist (so none can appear
+    /// unlocked later). Parameters: tenant id, day. Run before `lockAllSQL`, as its own statement.
+    public static let ensureShardsSQL = """
+        INSERT INTO push_quota (tenant_id, day, shard, reserved, used)
+        SELECT $1, $2::date, g, 0, 0 FROM generate_series(0, \(shards - 1)) g
+        ON CONFLICT (tenant_id, day, shard) DO NOTHING
+        """
+
+    /// Statement 2 of the exact path: locks every shard row of the day in shard order (waiting
+    /// for every uncommitted reservation) and returns the exact sums as `readSQL` does.
+    public static let lockAllSQL = """
+        WITH locked AS (SELECT reserved, used FROM push_quota WHERE tenant_id = $1 AND day = $2::date ORDER BY shard FOR UPDATE)
+        SELECT (SELECT daily_push_quota FROM tenants WHERE tenant_id = $1) AS quota_limit,
+               COALESCE(sum(reserved), 0)::bigint AS reserved, COALESCE(sum(used), 0)::bigint AS used FROM locked
+        """
+
+    /// (reserved, used) of the tenant's day, committed values.
+    public static func usage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
+        let r = try c.query(readSQL, [tenantId, day])
+        guard let row = r.first else { return (0, 0) }
+        let u = try decode(row)
+        return (u.reserved, u.used)
+    }
+
+    /// Locks the day's counters and returns the exact (limit, reserved, used): two statements.
+    public static func lockAll(_ c: PostgresConnection, tenantId: String, day: String) throws -> (limit: Int64, reserved: Int64, used: Int64) {
+        let out = try c.pipeline([PostgresStatement(ensureShardsSQL, [tenantId, day]), PostgresStatement(lockAllSQL, [tenantId, day])]).get()
+        return try decode(out[1].rows[0])
+    }
+
+    /// Reserving is inserting the state-bearing operation (the trigger counts it): nothing to do.
     public static func reserve(_ c: PostgresConnection, tenantId: String, day: String) throws {}
 
-    /// Releasing is the operation leaving `queued`/`sending`/`unknown`: nothing to do.
+    /// Releasing is the operation leaving `queued`/`sending` (the trigger counts it): nothing to do.
     public static func release(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {}
 
-    /// Counts `count` used units (the provider accepted the pushes); call in the transaction
-    /// that marks the operations `accepted`.
-    public static func consume(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {
-        try c.execute("""
-            INSERT INTO push_quota (tenant_id, day, shard, used) VALUES ($1, $2::date, $3, $4)
-            ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = push_quota.used + EXCLUDED.used
-            """, [tenantId, day, Int.random(in: 0..<shards), count])
-    }
+    /// Consuming is the operation becoming `accepted`/`unknown` (the trigger counts it in the
+    /// same statement): nothing to do. Kept so callers need not know the bookkeeping.
+    public static func consume(_ c: PostgresConnection, tenantId: String, day: String, count: Int64 = 1) throws {}
 }

@@ -25,7 +25,12 @@ public struct StartTargetForStart: Sendable {
 extension TargetStore {
     /// The start target `id` of the tenant with its installation and current template, locked.
     public static func startTargetForStart(_ c: PostgresConnection, tenantId: String, id: String) throws -> StartTargetForStart? {
-        guard let r = try c.query("""
+        try c.query(startTargetForStartSQL(lock: "FOR UPDATE OF s"), [tenantId, id]).first.map(decodeStartTarget)
+    }
+
+    /// The statement of `startTargetForStart` with the given locking clause; parameters: tenant id, start target id.
+    static func startTargetForStartSQL(lock: String) -> String {
+        """
             SELECT s.id, s.installation_id, s.status, s.activity_type, s.current_template_version,
                    s.push_to_start_token IS NOT NULL AS has_token, i.status AS installation_status, i.platform, i.app_id,
                    i.fcm_token IS NOT NULL AS has_fcm, v.attributes_type, v.schema::text AS schema
@@ -34,9 +39,13 @@ extension TargetStore {
               LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
                                            AND v.binding_id = s.binding_id AND v.id = s.current_template_version
              WHERE s.tenant_id = $1 AND s.id = $2
-               FOR UPDATE OF s
-            """, [tenantId, id]).first else { return nil }
-        return StartTargetForStart(
+               \(lock)
+            """
+    }
+
+    /// A row of `startTargetForStartSQL`.
+    static func decodeStartTarget(_ r: PostgresRow) throws -> StartTargetForStart {
+        StartTargetForStart(
             id: try r.string("id"), installationId: try r.string("installation_id"), status: try r.string("status"),
             activityType: try r.string("activity_type"), currentTemplateVersion: try r.string("current_template_version"),
             hasPushToStartToken: try r.bool("has_token"), installationStatus: try r.string("installation_status"),

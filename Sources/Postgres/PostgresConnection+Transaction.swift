@@ -6,28 +6,60 @@ extension PostgresConnection {
     ///
     /// `BEGIN ISOLATION LEVEL …`; `SELECT set_config(name, value, true), …` for all settings at once
     /// (transaction-local, like `SET LOCAL`, e.g. `("app.tenant_id", id)` for row-level security);
-    /// `body`; `COMMIT`. Any error rolls back and is rethrown as-is (non-Postgres body errors
-    /// included). If `body` swallowed a server error, leaving the transaction aborted, that
-    /// error is rethrown instead of committing.
+    /// `body`; `COMMIT`. With `lazyBegin` the `BEGIN` and the settings are not sent on their own:
+    /// they travel in front of the body's first statement (one pipeline, see `pipeline`), and a
+    /// body that sends nothing opens no transaction at all. A body may send the `COMMIT` itself
+    /// in its last pipeline (`pipeline(_:commit: true)`). Any error rolls back and is rethrown
+    /// as-is (non-Postgres body errors included). If `body` swallowed a server error, leaving
+    /// the transaction aborted, that error is rethrown instead of committing. When it ends,
+    /// the transaction's round trips are reported to `PostgresInstrumentation`'s observer.
     ///
     /// - Throws: whatever `BEGIN`, `set_config`, `body` or `COMMIT` threw.
     @discardableResult
     public func transaction<T>(isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
-                               _ body: (PostgresConnection) throws -> T) throws -> T {
-        try execute("BEGIN ISOLATION LEVEL " + isolation.sql)
+                               lazyBegin: Bool = false, _ body: (PostgresConnection) throws -> T) throws -> T {
+        let startTrips = roundTrips
+        var committed = false
+        defer {
+            PostgresInstrumentation.report(PostgresTransactionReport(
+                roundTrips: roundTrips - startTrips, settings: settings, label: transactionLabel, committed: committed))
+            transactionLabel = nil
+            pendingBegin = nil
+            committedInPipeline = false
+        }
+        var begin = [PostgresStatement("BEGIN ISOLATION LEVEL " + isolation.sql)]
+        if !settings.isEmpty {  // one statement for all of them
+            let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
+            begin.append(PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] }))
+        }
         lastError = nil
+        committedInPipeline = false
+        beginFailedOnConnection = false
+        if lazyBegin {
+            pendingBegin = begin
+        } else {
+            try execute(begin[0].sql)
+        }
         do {
-            if !settings.isEmpty {  // one round trip for all of them
-                let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
-                try query("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
-            }
+            if !lazyBegin, begin.count > 1 { try query(begin[1].sql, begin[1].params) }
             let result = try body(self)
+            if pendingBegin != nil {  // nothing was sent: no transaction to commit
+                pendingBegin = nil
+                committed = true
+                return result
+            }
+            if committedInPipeline {
+                committed = true
+                return result
+            }
             if transactionStatus == PQTRANS_INERROR {
                 throw lastError ?? PostgresError(kind: .query, message: "transaction was aborted by an earlier error")
             }
             try execute("COMMIT")
+            committed = true
             return result
         } catch {
+            pendingBegin = nil
             rollbackQuietly()
             throw error
         }

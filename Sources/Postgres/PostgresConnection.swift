@@ -18,6 +18,22 @@ public final class PostgresConnection {
     var lastError: PostgresError?
     /// Notifications recorded while deferring (`deferNotifications()`); nil when not deferring.
     var deferred: [(channel: String, payload: String)]?
+    /// Named prepared statements of this session by statement text (see `pipeline`).
+    var preparedNames: [String: String] = [:]
+    /// `BEGIN` and settings of a lazily begun transaction, not sent yet.
+    var pendingBegin: [PostgresStatement]?
+    /// Set when a pipeline sent the transaction's `COMMIT` (`pipeline(_:commit: true)`).
+    var committedInPipeline = false
+    /// Set when the pipeline carrying a lazy `BEGIN` found the connection broken.
+    var beginFailedOnConnection = false
+
+    /// Network round trips this session made so far (each `PQexec*`/`PQprepare` call and each
+    /// pipeline counts one): the measure behind the write path's round-trip budget
+    /// (docs/write-path.md). Read it from the thread that uses the connection.
+    public internal(set) var roundTrips = 0
+    /// A free-form name of the current transaction's purpose (e.g. `"update"`), reported to the
+    /// transaction observer (`PostgresInstrumentation`); cleared when the transaction ends.
+    public var transactionLabel: String?
 
     /// Connects synchronously.
     ///
@@ -86,14 +102,14 @@ public final class PostgresConnection {
     ///   it, `.connection` when the connection broke, `.closed` after `close()`.
     @discardableResult
     public func query(_ sql: String, _ params: [(any PostgresBindable)?] = []) throws -> [PostgresRow] {
-        try withResult(sql, params) { Self.rows(of: $0) }
+        try withResult(sql, params).rows
     }
 
     /// Runs one statement and returns the number of rows it affected (`PQcmdTuples`; 0 for
     /// statements that report none, such as DDL). Throws as `query`.
     @discardableResult
     public func execute(_ sql: String, _ params: [(any PostgresBindable)?] = []) throws -> Int {
-        try withResult(sql, params) { Int(String(cString: PQcmdTuples($0))) ?? 0 }
+        try withResult(sql, params).affected
     }
 
     /// Runs a script of one or more `;`-separated statements without parameters (simple query
@@ -105,6 +121,8 @@ public final class PostgresConnection {
         guard !sql.utf8.contains(0) else {
             throw PostgresError(kind: .query, message: "SQL text contains a NUL byte")
         }
+        if pendingBegin != nil { _ = try pipeline([]).get() }
+        roundTrips += 1
         try check(PQexec(conn, sql), conn).map { PQclear($0) }
     }
 
@@ -136,8 +154,12 @@ public final class PostgresConnection {
         return handle
     }
 
-    private func withResult<T>(_ sql: String, _ params: [(any PostgresBindable)?], _ read: (OpaquePointer) -> T) throws -> T {
+    private func withResult(_ sql: String, _ params: [(any PostgresBindable)?]) throws -> PostgresResult {
         let conn = try openHandle()
+        if pendingBegin != nil {
+            // A lazily begun transaction: BEGIN and its settings travel with this statement.
+            return try pipeline([PostgresStatement(sql, params)]).get()[0]
+        }
         guard params.count <= 65_535 else {
             throw PostgresError(kind: .query, message: "too many parameters (\(params.count) > 65535)")
         }
@@ -148,14 +170,25 @@ public final class PostgresConnection {
         let cStrings = texts.map { $0.flatMap { strdup($0) } }
         defer { cStrings.forEach { free($0) } }
         let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
+        // Parameterised statements are prepared once per session (cached by text, see `pipeline`).
+        var name = preparedNames[sql]
+        if name == nil, !params.isEmpty, preparedNames.count < Self.preparedCacheLimit {
+            let n = "lr_\(preparedNames.count)"
+            roundTrips += 1
+            try check(PQprepare(conn, n, sql, 0, nil), conn).map { PQclear($0) }
+            preparedNames[sql] = n
+            name = n
+        }
+        roundTrips += 1
         let result = pointers.withUnsafeBufferPointer { buffer in
-            PQexecParams(conn, sql, Int32(buffer.count), nil, buffer.baseAddress, nil, nil, 0)
+            if let name { return PQexecPrepared(conn, name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
+            return PQexecParams(conn, sql, Int32(buffer.count), nil, buffer.baseAddress, nil, nil, 0)
         }
         guard let res = try check(result, conn) else {
             throw PostgresError(kind: .connection, message: "no result from server")
         }
         defer { PQclear(res) }
-        return read(res)
+        return PostgresResult(rows: Self.rows(of: res), affected: Int(String(cString: PQcmdTuples(res))) ?? 0)
     }
 
     /// Returns the successful result (caller clears it) or clears it and throws.
@@ -177,7 +210,7 @@ public final class PostgresConnection {
         }
     }
 
-    private func makeError(_ res: OpaquePointer, _ conn: OpaquePointer) -> PostgresError {
+    func makeError(_ res: OpaquePointer, _ conn: OpaquePointer) -> PostgresError {
         func field(_ code: Int32) -> String? {
             guard let p = PQresultErrorField(res, code) else { return nil }
             return String(cString: p)
@@ -193,7 +226,7 @@ public final class PostgresConnection {
                              sqlState: sqlState, constraint: field(cshim_pg_diag_constraint_name()))
     }
 
-    private static func rows(of res: OpaquePointer) -> [PostgresRow] {
+    static func rows(of res: OpaquePointer) -> [PostgresRow] {
         let rowCount = PQntuples(res)
         let fieldCount = PQnfields(res)
         let columns = (0..<fieldCount).map { String(cString: PQfname(res, $0)) }

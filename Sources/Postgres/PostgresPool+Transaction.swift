@@ -6,6 +6,8 @@ extension PostgresPool {
     /// `BEGIN ISOLATION LEVEL …`; for each `(name, value)` in `settings`,
     /// `SELECT set_config(name, value, true)` (transaction-local like `SET LOCAL`; e.g.
     /// `("app.tenant_id", id)` for row-level security); `body`; `COMMIT`.
+    /// With `lazyBegin`, `BEGIN` and the settings ride in front of the body's first statement
+    /// (see `PostgresConnection.transaction(…lazyBegin:)`).
     /// SQLSTATE 40001/40P01 anywhere (including at COMMIT) rolls back and runs `body` again on a
     /// fresh transaction after a jittered exponential backoff (about 5 ms doubling, capped at
     /// 250 ms), up to `maxAttempts` runs in total, so `body` must be safe to repeat. Any other
@@ -17,7 +19,8 @@ extension PostgresPool {
     ///   pool, the statements, or `body`.
     @discardableResult
     public func transaction<T>(isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
-                               maxAttempts: Int = 5, _ body: (PostgresConnection) throws -> T) throws -> T {
+                               maxAttempts: Int = 5, lazyBegin: Bool = false,
+                               _ body: (PostgresConnection) throws -> T) throws -> T {
         var attempt = 0
         var staleRetries = 0
         while true {
@@ -27,9 +30,14 @@ extension PostgresPool {
             do {
                 return try withConnection { connection in
                     gotConnection = true
-                    return try connection.transaction(isolation: isolation, settings: settings) { connection in
-                        bodyStarted = true
-                        return try body(connection)
+                    do {
+                        return try connection.transaction(isolation: isolation, settings: settings, lazyBegin: lazyBegin) { connection in
+                            bodyStarted = true
+                            return try body(connection)
+                        }
+                    } catch let e as PostgresError where e.kind == .connection && connection.beginFailedOnConnection {
+                        bodyStarted = false  // the lazy BEGIN never reached a live session
+                        throw e
                     }
                 }
             } catch let error as PostgresError where error.isSerializationFailure && attempt < maxAttempts {

@@ -46,9 +46,9 @@ final class CLIEnvironment: @unchecked Sendable {
 
     static func make() throws -> CLIEnvironment {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
+            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
-        guard let bin = locateBinary() else { throw XCTSkip("no built liverelay binary; run swift build first") }
+        guard let bin = locateBinary() else { throw FixtureFailure("no built liverelay binary; run swift build first") }
         return try CLIEnvironment(base: base, binary: bin)
     }
 
@@ -161,27 +161,27 @@ final class CLIEnvironment: @unchecked Sendable {
         let t = try admin(["tenants", "create", "--name", "CLI", "--daily-push-quota", String(quota)])
         guard t.status == 0, let tenant = t.json["tenant"]?["id"]?.stringValue, let master = t.json["master_key"]?["credential"]?.stringValue,
               let pub = t.json["publishable_key"]?["credential"]?.stringValue else {
-            throw XCTSkip("admin tenants create failed: \(t.status) \(t.stderr)")
+            throw FixtureFailure("admin tenants create failed: \(t.status) \(t.stderr)")
         }
         let inst = call("POST", "/v1/installations", ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
                                                       "install_id": .string(UUID().uuidString)], as: pub)
         guard let insId = inst.json["installation_id"]?.stringValue, let insCred = inst.json["credential"]?.stringValue else {
-            throw XCTSkip("installation failed: \(inst.status) \(inst.json.jsonString)")
+            throw FixtureFailure("installation failed: \(inst.status) \(inst.json.jsonString)")
         }
         let prep = call("POST", "/v1/installations/\(insId)/start-targets", [
             "binding_id": "widget", "activity_type": "delivery", "attributes_type": "DeliveryAttributes", "renderer_digest": "sha256:r1",
             "schema": ["type": "object", "required": ["eta"], "properties": ["eta": ["type": "string", "maxLength": 20]]],
             "bundle": ["bytes": 1000, "modules": 1, "files": 1]], as: insCred)
         guard let st = prep.json["start_target_id"]?.stringValue, let tv = prep.json["template_version"]?.stringValue else {
-            throw XCTSkip("prepare failed: \(prep.status) \(prep.json.jsonString)")
+            throw FixtureFailure("prepare failed: \(prep.status) \(prep.json.jsonString)")
         }
         let tok = call("PUT", "/v1/installations/\(insId)/start-targets/\(st)/push-to-start-token", ["token": "a1b2c3d4"], as: insCred)
-        guard tok.status == 200 else { throw XCTSkip("token failed: \(tok.status)") }
+        guard tok.status == 200 else { throw FixtureFailure("token failed: \(tok.status)") }
         let sk = call("POST", "/v1/remote-updates/sender-keys", [
             "targets": [.string(st)], "created_from": [.string(st)],
             "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
             "idempotency_key": .string(UUID().uuidString)], as: master)
-        guard let sender = sk.json["credential"]?.stringValue else { throw XCTSkip("sender key failed: \(sk.status)") }
+        guard let sender = sk.json["credential"]?.stringValue else { throw FixtureFailure("sender key failed: \(sk.status)") }
         return World(tenantId: tenant, master: master, sender: sender, startTarget: st, templateVersion: tv)
     }
 }

@@ -84,7 +84,7 @@ final class JWTTests: XCTestCase {
     }
 
     func testES256TokenVerifiesWithOpenSSLCLI() throws {
-        try XCTSkipUnless(OpenSSLCLI.isAvailable, "openssl CLI not installed")
+        try OpenSSLCLI.require()
         let dir = try TempDir()
         defer { dir.cleanup() }
         let key = P256PrivateKey.generate()

@@ -107,7 +107,7 @@ final class P256Tests: XCTestCase {
 
     /// Independent check: the openssl CLI verifies our raw signature after a test-side DER encoding.
     func testSignatureVerifiesWithOpenSSLCLI() throws {
-        try XCTSkipUnless(OpenSSLCLI.isAvailable, "openssl CLI not installed")
+        try OpenSSLCLI.require()
         let dir = try TempDir()
         defer { dir.cleanup() }
         let key = P256PrivateKey.generate()

@@ -26,7 +26,7 @@ final class RSATests: XCTestCase {
     }
 
     func testPKCS1PEMAccepted() throws {
-        try XCTSkipUnless(OpenSSLCLI.isAvailable, "openssl CLI not installed")
+        try OpenSSLCLI.require()
         let dir = try TempDir()
         defer { dir.cleanup() }
         let out = try OpenSSLCLI.run(["pkey", "-in", try dir.write("k.pem", RSATests.key.pkcs8PEM), "-traditional"])
@@ -44,7 +44,7 @@ final class RSATests: XCTestCase {
     }
 
     func testSignatureVerifiesWithOpenSSLCLI() throws {
-        try XCTSkipUnless(OpenSSLCLI.isAvailable, "openssl CLI not installed")
+        try OpenSSLCLI.require()
         let dir = try TempDir()
         defer { dir.cleanup() }
         let message = Array("rs256 input".utf8)

@@ -6,6 +6,12 @@ enum OpenSSLCLI {
     static let path = "/usr/bin/openssl"
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: path) }
 
+    /// Fails the calling test (never skips it) when the `openssl` tool is missing
+    /// (Debian `openssl`; deploy/local/test installs it).
+    static func require() throws {
+        guard isAvailable else { throw FixtureFailure("openssl CLI not installed at \(path)") }
+    }
+
     /// Runs `openssl <arguments>` and returns its exit status and combined stdout/stderr.
     static func run(_ arguments: [String]) throws -> (status: Int32, output: String) {
         let process = Process()

@@ -10,7 +10,7 @@ final class X509Tests: XCTestCase {
         XCTAssertNoThrow(try P256PrivateKey(pem: ca.privateKeyPEM))
         let serverKey = try P256PrivateKey(pem: server.privateKeyPEM)
 
-        try XCTSkipUnless(OpenSSLCLI.isAvailable, "openssl CLI not installed")
+        try OpenSSLCLI.require()
         let dir = try TempDir()
         defer { dir.cleanup() }
         let caFile = try dir.write("ca.pem", ca.certificatePEM)

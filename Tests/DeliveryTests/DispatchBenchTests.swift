@@ -17,9 +17,6 @@ final class DispatchBenchTests: XCTestCase {
     func env(_ k: String, _ d: Int) -> Int { ProcessInfo.processInfo.environment[k].flatMap(Int.init) ?? d }
 
     func testDrainQueuedUpdatesIntoHTTP2Sink() throws {
-        guard ProcessInfo.processInfo.environment["LIVERELAY_BENCH_DISPATCH"] == "1" else {
-            throw XCTSkip("benchmark: set LIVERELAY_BENCH_DISPATCH=1 (deploy/bench/dispatch)")
-        }
         let count = env("BENCH_OPERATIONS", 20_000)
         let threads = env("BENCH_SENDER_THREADS", 64)
         let batch = env("BENCH_BATCH", 128)

@@ -28,7 +28,7 @@ final class DispatchHarness: @unchecked Sendable {
 
     static func make() throws -> DispatchHarness {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
+            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
         return try DispatchHarness(base: base)
     }
@@ -139,7 +139,7 @@ final class DispatchHarness: @unchecked Sendable {
                      alert: PushAlert = PushAlert(title: "Order", body: "On its way"), expiresAt: Date? = nil) throws -> (String, String) {
         let targetId = Identifier.make(.target), opId = Identifier.make(.operation)
         try db.tenant(tenant) { c in
-            guard let st = try TargetStore.startTargetForStart(c, tenantId: tenant, id: startTarget) else { throw XCTSkip("no start target") }
+            guard let st = try TargetStore.startTargetForStart(c, tenantId: tenant, id: startTarget) else { throw FixtureFailure("no start target") }
             let day = try reserveQuota(c, tenant)
             _ = try TargetStore.insert(c, tenantId: tenant, TargetStore.New(
                 id: targetId, installationId: st.installationId, startTargetId: startTarget, createdByKeyId: nil, origin: "remote",

@@ -20,7 +20,7 @@ final class ProviderCredentialSourceTests: XCTestCase {
 
     override func setUpWithError() throws {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
+            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
         admin = base
         dbName = "lr_test_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()

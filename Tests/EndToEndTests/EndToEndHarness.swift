@@ -50,7 +50,7 @@ final class EndToEndHarness: @unchecked Sendable {
 
     static func make() throws -> EndToEndHarness {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
+            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
         return try EndToEndHarness(base: base)
     }
@@ -96,7 +96,7 @@ final class EndToEndHarness: @unchecked Sendable {
 
     /// Skips the test when this build has no dispatcher (before the dispatcher branch is merged).
     func requireDispatcher() throws {
-        if stopDispatcher == nil { throw XCTSkip("no dispatcher in this build: queued operations are never sent") }
+        if stopDispatcher == nil { throw FixtureFailure("no dispatcher in this build: queued operations are never sent") }
     }
 
     func tearDown() {
@@ -168,7 +168,7 @@ final class EndToEndHarness: @unchecked Sendable {
         let t = call("POST", "/v1/operator/tenants", ["name": "Acme Deliveries", "daily_push_quota": 1000], as: op)
         XCTAssertEqual(t.status, 201, "\(t)")
         guard let id = t["tenant"]?["id"]?.stringValue, let master = t["master_key"]?["credential"]?.stringValue,
-              let pub = t["publishable_key"]?["credential"]?.stringValue else { throw XCTSkip("tenant creation failed: \(t)") }
+              let pub = t["publishable_key"]?["credential"]?.stringValue else { throw FixtureFailure("tenant creation failed: \(t)") }
         // What the README has the user paste: the files the sandbox wrote.
         let apns = try JSONValue.parse(try String(contentsOf: sandboxDir.appendingPathComponent("apns.json"), encoding: .utf8))
         let p8 = try String(contentsOf: sandboxDir.appendingPathComponent("apns-key.p8"), encoding: .utf8)

@@ -21,7 +21,7 @@ final class SimulateDeviceCLITests: XCTestCase {
         }
         candidates.append(EndToEndHarness.repoRoot + "/.build/debug/liverelay")
         guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw XCTSkip("the liverelay executable is not built (looked in \(candidates))")
+            throw FixtureFailure("the liverelay executable is not built (looked in \(candidates))")
         }
         return found
     }

@@ -68,6 +68,15 @@ final class ObservabilityTests: XCTestCase {
         XCTAssertTrue(text.contains("http_request_duration_seconds_count{route=\"/items/{id}\",method=\"GET\"} 3\n"))
     }
 
+    func testAccessLogOffWritesNoLineButStillCounts() throws {
+        var configuration = HTTPServerConfiguration(port: 0, threads: 2)
+        configuration.accessLog = false
+        let s = try startServer({ router in router.add("GET", "/ping") { _ in .text(200, "ok") } }, configuration: configuration)
+        for _ in 0..<2 { _ = try RawHTTPClient.request(port: s.port, method: "GET", path: "/ping") }
+        XCTAssertFalse(s.log.all.contains { $0.contains("\"msg\":\"request\"") }, "no access-log line: \(s.log.all)")
+        XCTAssertTrue(s.metrics.render().contains("http_requests_total{route=\"/ping\",method=\"GET\",status=\"200\"} 2\n"))
+    }
+
     func testAccessLogLineIsJSONWithoutSecrets() throws {
         let s = try startServer { router in
             router.add("POST", "/v1/things/{id}") { req in .json(201, .object(["ok": .bool(true), "n": .int(Int64(req.body.count))])) }

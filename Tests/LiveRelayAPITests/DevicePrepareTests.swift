@@ -92,7 +92,7 @@ final class DevicePrepareTests: XCTestCase {
         let first = Fixtures.prepare(env, inst, body)
         XCTAssertEqual(first.status, 201)
         let replay = Fixtures.prepare(env, inst, body)
-        XCTAssertEqual(replay.status, 200)
+        XCTAssertEqual(replay.status, 201, "the original status again")
         XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
         XCTAssertEqual(replay["start_target_id"], first["start_target_id"])
         let reused = Fixtures.prepare(env, inst, Fixtures.prepareBody(digest: "sha256:other") { $0["idempotency_key"] = "prep-1" })

@@ -42,7 +42,7 @@ enum Fixtures {
             "targets": .array(targets.map(JSONValue.string)), "created_from": .array(createdFrom.map(JSONValue.string)),
             "permissions": .array(permissions.map(JSONValue.string)), "idempotency_key": .string(UUID().uuidString)], as: master)
         guard r.status == 201, let id = r["id"]?.stringValue, let cred = r["credential"]?.stringValue else {
-            throw XCTSkip("sender key creation failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
+            throw FixtureFailure("sender key creation failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
         }
         return Key(id: id, credential: cred)
     }
@@ -50,7 +50,7 @@ enum Fixtures {
     /// A new master key's id (its credential discarded).
     static func masterKey(_ env: TestEnvironment, master: String) throws -> String {
         let r = env.call("POST", "/v1/master-keys", ["label": "spare", "idempotency_key": .string(UUID().uuidString)], as: master)
-        guard r.status == 201, let id = r["id"]?.stringValue else { throw XCTSkip("master key creation failed: \(r.status)") }
+        guard r.status == 201, let id = r["id"]?.stringValue else { throw FixtureFailure("master key creation failed: \(r.status)") }
         return id
     }
 
@@ -58,7 +58,7 @@ enum Fixtures {
         let r = env.call("POST", "/v1/installations", ["platform": .string(platform), "app_id": "com.example.app",
                                                        "environment": "sandbox", "install_id": .string(UUID().uuidString)], as: publishable)
         guard r.status == 201, let id = r["installation_id"]?.stringValue, let cred = r["credential"]?.stringValue else {
-            throw XCTSkip("installation registration failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
+            throw FixtureFailure("installation registration failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
         }
         return Installation(id: id, credential: cred)
     }
@@ -112,7 +112,7 @@ extension Fixtures {
         let r = prepare(env, inst, body)
         guard r.status == 200 || r.status == 201, let st = r["start_target_id"]?.stringValue, let tv = r["template_version"]?.stringValue else {
             XCTFail("prepare failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))", file: file, line: line)
-            throw XCTSkip("prepare failed")
+            throw FixtureFailure("prepare failed")
         }
         return (st, tv)
     }

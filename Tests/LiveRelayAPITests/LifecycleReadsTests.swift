@@ -95,7 +95,7 @@ final class LifecycleReadsTests: XCTestCase {
         let renewed = env.call("POST", "/v1/installations/\(w.installationId)/credential/renew", [:], as: w.installationCredential)
         let newCred = renewed["credential"]!.stringValue!
         let again = env.call("POST", "/v1/installations/\(w.installationId)/targets", body, as: newCred)
-        XCTAssertEqual(again.status, 200, "a replayed creation answers 200")
+        XCTAssertEqual(again.status, 201, "a replayed creation answers 201 again")
         XCTAssertEqual(again["id"], first["id"])
         // A remote start on the same business instance conflicts with the local one.
         let remote = env.call("POST", "/v1/remote-updates/live-activities/start",

@@ -13,7 +13,7 @@ final class OperatorIdempotencyTests: XCTestCase {
         let a = env.call("POST", "/v1/operator/tenants", body, as: op)
         XCTAssertEqual(a.status, 201)
         let b = env.call("POST", "/v1/operator/tenants", body, as: op)
-        XCTAssertEqual(b.status, 200)
+        XCTAssertEqual(b.status, 201, "a replayed creation answers 201 again")
         XCTAssertEqual(b.headers["idempotent-replayed"], "true")
         XCTAssertEqual(a.raw, b.raw)
         let master = b["master_key"]?["credential"]?.stringValue ?? ""

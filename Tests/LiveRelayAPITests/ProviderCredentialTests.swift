@@ -155,7 +155,7 @@ final class ProviderCredentialTests: XCTestCase {
         let first = env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)
         XCTAssertEqual(first.status, 201)
         let again = env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)
-        XCTAssertEqual(again.status, 200)
+        XCTAssertEqual(again.status, 201, "the original status again")
         XCTAssertEqual(again.headers["idempotent-replayed"], "true")
         XCTAssertEqual(again["fingerprint"], first["fingerprint"])
         body["private_key"] = .string(P256PrivateKey.generate().pkcs8PEM)

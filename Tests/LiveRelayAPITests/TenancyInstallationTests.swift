@@ -32,7 +32,7 @@ final class TenancyInstallationTests: TenancyTestCase {
         XCTAssertTrue(installation.hasPrefix("ins_"))
         XCTAssertTrue(c1.hasPrefix("lri_"))
         let replay = call("POST", "/v1/installations", body, as: t.publishable)
-        XCTAssertEqual(replay.status, 200, replay.text)
+        XCTAssertEqual(replay.status, 201, "a replayed creation answers 201 again: \(replay.text)")
         XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
         XCTAssertEqual(replay["credential"]?.stringValue, c1)
         XCTAssertEqual(replay.raw, first.raw)

@@ -24,7 +24,7 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let credential = try XCTUnwrap(first["credential"]?.stringValue)
 
         let replay = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
-        XCTAssertEqual(replay.status, 200, replay.text)
+        XCTAssertEqual(replay.status, 201, "a replayed creation answers 201 again: \(replay.text)")
         XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
         XCTAssertEqual(replay.raw, first.raw, "the replayed body is byte-identical")
         XCTAssertEqual(replay["credential"]?.stringValue, credential)
@@ -36,7 +36,7 @@ final class TenancySenderKeyTests: TenancyTestCase {
               "permissions": ["activities:start", "activities:update"], "created_from": [], "targets": ["\(st)"] }
             """.utf8)
         let replay2 = call("POST", "/v1/remote-updates/sender-keys", as: t.master, rawBody: reordered)
-        XCTAssertEqual(replay2.status, 200, replay2.text)
+        XCTAssertEqual(replay2.status, 201, replay2.text)
         XCTAssertEqual(replay2.raw, first.raw)
 
         var other = body.objectValue!
@@ -60,7 +60,7 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let all = replies.withLock { $0 }
         for r in all { collect(r) }
         XCTAssertEqual(all.count, 10)
-        XCTAssertEqual(all.map(\.status).sorted(), [200, 200, 200, 200, 200, 200, 200, 200, 200, 201], all.map(\.text).joined(separator: "\n"))
+        XCTAssertEqual(all.map(\.status), Array(repeating: 201, count: 10), "replays answer the original 201: " + all.map(\.text).joined(separator: "\n"))
         XCTAssertEqual(all.filter { $0.headers["idempotent-replayed"] == "true" }.count, 9)
         let creds = Set(all.compactMap { $0["credential"]?.stringValue })
         XCTAssertEqual(creds.count, 1, "every response carries the same credential")

@@ -30,7 +30,7 @@ final class TestEnvironment: @unchecked Sendable {
 
     static func make() throws -> TestEnvironment {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw XCTSkip("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
+            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
         return try TestEnvironment(base: base)
     }

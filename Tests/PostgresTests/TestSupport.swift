@@ -4,19 +4,19 @@ import XCTest
 
 /// Environment of the real PostgreSQL the tests run against (deploy/local/test sets both).
 enum TestEnvironment {
-    /// `LIVERELAY_TEST_DATABASE_URL` (role `liverelay`, CREATEDB), or XCTSkip.
+    /// `LIVERELAY_TEST_DATABASE_URL` (role `liverelay`, CREATEDB); the test fails when unset.
     static func databaseURL() throws -> String {
         try value("LIVERELAY_TEST_DATABASE_URL")
     }
 
-    /// `LIVERELAY_TEST_ADMIN_DATABASE_URL` (superuser), or XCTSkip.
+    /// `LIVERELAY_TEST_ADMIN_DATABASE_URL` (superuser); the test fails when unset.
     static func adminURL() throws -> String {
         try value("LIVERELAY_TEST_ADMIN_DATABASE_URL")
     }
 
     private static func value(_ name: String) throws -> String {
         guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
-            throw XCTSkip("\(name) is not set: run deploy/local/test, or start deploy/local/pg-cluster and export "
+            throw FixtureFailure("\(name) is not set: run deploy/local/test, or start deploy/local/pg-cluster and export "
                 + "LIVERELAY_TEST_DATABASE_URL / LIVERELAY_TEST_ADMIN_DATABASE_URL from its output")
         }
         return value

@@ -1,0 +1,182 @@
+import Foundation
+import Crypto
+import JSON
+import LiveRelayCore
+import Postgres
+
+/// The statements of the write path (remote start, update, end), built to be sent in a few
+/// libpq pipelines instead of one round trip each (docs/write-path.md "Round trips"):
+///
+/// 1. reads: `BEGIN` + settings (lazily begun transaction), the locked target (or start target),
+///    its queued operations, the idempotency claim, the day's quota counters;
+/// 2. writes: the target row, the operation row, the superseded operations, the quota re-read;
+/// 3. the idempotency record's stored response and `COMMIT`.
+///
+/// Each function returns a `PostgresStatement` (SQL always bound) and a decoder for its
+/// result, so a handler can put statements of several stores into one pipeline. Every
+/// statement filters by `tenant_id` (row-level security is the second wall).
+public enum WritePath {
+    // MARK: round trip 1 (reads, locks, claim)
+
+    /// The target `id`, locked `FOR UPDATE` (serialises writes per target), with its
+    /// installation's `platform`. Decode with `target(_:)`.
+    public static func lockTarget(tenantId: String, id: String) -> PostgresStatement {
+        PostgresStatement("""
+            SELECT \(TargetStore.columns),
+                   (SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform
+              FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE
+            """, [tenantId, id])
+    }
+
+    /// The target and its installation's platform from `lockTarget`'s result (nil: no such target).
+    public static func target(_ r: PostgresResult) throws -> (target: TargetRecord, platform: String)? {
+        guard let row = r.rows.first else { return nil }
+        return (try TargetRecord(row: row), try row.string("platform"))
+    }
+
+    /// The target's queued (not yet sending) operations, oldest first, locked: what the new
+    /// write may supersede (`WriteRules.superseded`). Decode with `queued(_:)`.
+    public static func lockQueued(tenantId: String, targetId: String) -> PostgresStatement {
+        PostgresStatement("""
+            SELECT id, kind, has_state, alert IS NOT NULL AS has_alert FROM operations
+             WHERE tenant_id = $1 AND target_id = $2 AND status = 'queued' ORDER BY seq FOR UPDATE
+            """, [tenantId, targetId])
+    }
+
+    /// The queued operations from `lockQueued`'s result.
+    public static func queued(_ r: PostgresResult) throws -> [QueuedOperation] {
+        try r.rows.map { row in
+            guard let kind = PushEvent(rawValue: try row.string("kind")) else {
+                throw PostgresError(kind: .decoding, message: "bad operation kind")
+            }
+            return QueuedOperation(id: try row.string("id"), kind: kind, hasState: try row.bool("has_state"), hasAlert: try row.bool("has_alert"))
+        }
+    }
+
+    /// The start target for a remote start, with its installation and current template
+    /// (`TargetStore.startTargetForStart`), locked `FOR SHARE`: concurrent starts from one
+    /// start target proceed together, while a token registration, retirement or new template
+    /// version (an UPDATE of the row) waits for them. Decode with `startTarget(_:)`.
+    public static func lockStartTarget(tenantId: String, id: String) -> PostgresStatement {
+        PostgresStatement(TargetStore.startTargetForStartSQL(lock: "FOR SHARE OF s"), [tenantId, id])
+    }
+
+    /// The start target from `lockStartTarget`'s result (nil: none).
+    public static func startTarget(_ r: PostgresResult) throws -> StartTargetForStart? {
+        try r.rows.first.map(TargetStore.decodeStartTarget)
+    }
+
+    /// Serialises reservations of one business instance for the rest of the transaction
+    /// (`TargetStore.lockBusiness`).
+    public static func lockBusiness(tenantId: String, key: String, generation: String) -> PostgresStatement {
+        PostgresStatement("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", ["\(tenantId)|\(key)|\(generation)"])
+    }
+
+    /// The id of the target holding (business_key, business_generation), if any. Decode with `holder(_:)`.
+    public static func businessHolder(tenantId: String, key: String, generation: String) -> PostgresStatement {
+        PostgresStatement("SELECT id FROM targets WHERE tenant_id = $1 AND business_key = $2 AND business_generation = $3",
+                          [tenantId, key, generation])
+    }
+
+    /// The holder id from `businessHolder`'s result.
+    public static func holder(_ r: PostgresResult) throws -> String? { try r.rows.first?.string("id") }
+
+    /// The day's quota counters, committed values (`QuotaStore.readSQL`). Decode with `quota(_:)`.
+    public static func readQuota(tenantId: String, day: String) -> PostgresStatement {
+        PostgresStatement(QuotaStore.readSQL, [tenantId, day])
+    }
+
+    /// (limit, reserved, used) from `readQuota`'s result.
+    public static func quota(_ r: PostgresResult) throws -> (limit: Int64, reserved: Int64, used: Int64) {
+        guard let row = r.rows.first else { throw PostgresError(kind: .decoding, message: "tenant row missing") }
+        return try QuotaStore.decode(row)
+    }
+
+    // MARK: round trip 2 (writes)
+
+    /// Commits a state-bearing write on the locked target: new revision and full snapshot,
+    /// the next operation sequence number, optionally a new status; returns the row
+    /// (decode with `updatedTarget(_:)`). `seq` of the new operation is `opSeq + 1` of the
+    /// locked row read before.
+    public static func applyState(tenantId: String, id: String, revision: Int64, state: JSONValue, sourceVersion: Int64?,
+                                  staleAt: Date?, relevanceScore: Double?, status: TargetStatus?) -> PostgresStatement {
+        PostgresStatement("""
+            UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
+                   stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
+                   status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
+             WHERE tenant_id = $1 AND id = $2
+            RETURNING \(TargetStore.columns)
+            """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
+    }
+
+    /// Takes the next operation sequence number of the locked target without new state,
+    /// optionally setting a status (a stateless end: `ending`); returns the row.
+    public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?) -> PostgresStatement {
+        PostgresStatement("""
+            UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
+                   updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
+             WHERE tenant_id = $1 AND id = $2
+            RETURNING \(TargetStore.columns)
+            """, [tenantId, id, status?.rawValue])
+    }
+
+    /// Inserts a new remote target at revision 1 with `op_seq = 1` (its start operation's seq);
+    /// returns the row.
+    public static func insertTarget(tenantId: String, _ n: TargetStore.New) -> PostgresStatement {
+        PostgresStatement("""
+            INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
+                                 template_version, business_key, business_generation, status, revision, state, source_version,
+                                 stale_at, relevance_score, token_status, op_seq)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16, 1)
+            RETURNING \(TargetStore.columns)
+            """, [tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
+                  n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
+                  n.relevanceScore, n.tokenStatus])
+    }
+
+    /// The target row returned by `applyState`, `bumpSeq` or `insertTarget`.
+    public static func updatedTarget(_ r: PostgresResult) throws -> TargetRecord {
+        guard let row = r.rows.first else { throw PostgresError(kind: .decoding, message: "target row missing") }
+        return try TargetRecord(row: row)
+    }
+
+    /// Inserts an operation (`OperationStore.insert`'s statement, without its NOTIFY: call
+    /// `notifyQueued` after). Decode with `operation(_:)`.
+    public static func insertOperation(tenantId: String, _ n: OperationStore.New) -> PostgresStatement {
+        OperationStore.insertStatement(tenantId: tenantId, n)
+    }
+
+    /// The operation row returned by `insertOperation`.
+    public static func operation(_ r: PostgresResult) throws -> OperationRecord {
+        guard let row = r.rows.first else { throw PostgresError(kind: .decoding, message: "operation row missing") }
+        return try OperationRecord(row: row)
+    }
+
+    /// Marks `ids` (queued operations of the target, locked in round trip 1) superseded by `by`;
+    /// the quota trigger releases their reservations.
+    public static func supersede(tenantId: String, ids: [String], by: String) -> PostgresStatement {
+        PostgresStatement("""
+            UPDATE operations SET status = 'superseded', superseded_by = $3, updated_at = now()
+             WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'queued'
+            """, [tenantId, PostgresTextArray(ids), by])
+    }
+
+    /// Records the wake-ups of a write (sent after commit by `Database`): the dispatchers for
+    /// a queued operation, the events channel for each superseded operation and for a target
+    /// whose status changed.
+    public static func notify(_ c: PostgresConnection, tenantId: String, queued: Bool, superseded: [String], targetChanged: String?) throws {
+        if queued { try c.notify(OperationStore.dispatchChannel, payload: tenantId) }
+        for id in superseded { try c.notify(OperationStore.eventsChannel, payload: id) }
+        if let targetChanged { try c.notify(OperationStore.eventsChannel, payload: targetChanged) }
+    }
+
+    // MARK: round trip 3 (stored response + COMMIT)
+
+    /// Stores the response of the claimed idempotency key (plain; write responses hold no secret).
+    public static func complete(tenantId: String, endpoint: String, key: String, response: StoredResponse) -> PostgresStatement {
+        PostgresStatement("""
+            UPDATE idempotency_records SET status_code = $4, response_body = $5, response_sealed = NULL
+             WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
+            """, [tenantId, endpoint, key, response.status, response.body])
+    }
+}

@@ -1,0 +1,184 @@
+import CLibPQ
+import Foundation
+
+/// One statement of a pipeline: SQL with `$n` placeholders and one value per placeholder.
+public struct PostgresStatement {
+    /// A single statement; placeholders `$1`, `$2`, …
+    public let sql: String
+    /// One value per placeholder; nil (or a nil Optional) binds SQL NULL.
+    public let params: [(any PostgresBindable)?]
+
+    /// A statement and its parameters.
+    public init(_ sql: String, _ params: [(any PostgresBindable)?] = []) {
+        self.sql = sql
+        self.params = params
+    }
+}
+
+/// What one statement of a pipeline returned: its rows (empty for commands) and the number of
+/// rows it affected (`PQcmdTuples`, 0 where the server reports none).
+public struct PostgresResult: Sendable {
+    /// Result rows in order.
+    public let rows: [PostgresRow]
+    /// Rows affected (INSERT/UPDATE/DELETE/SELECT count).
+    public let affected: Int
+}
+
+/// The results of a pipeline, one per statement, in the order sent. When a statement failed,
+/// `failure` names it and the results of the statements after it are absent (the server
+/// skipped them); the results before it are in `results`.
+public struct PostgresPipelineOutcome {
+    /// Results of the statements that ran, in order (all of them when `failure` is nil).
+    public let results: [PostgresResult]
+    /// The first failing statement (its index in the pipeline) and its error.
+    public let failure: (index: Int, error: PostgresError)?
+
+    /// All results, or the first failure's error thrown.
+    public func get() throws -> [PostgresResult] {
+        if let failure { throw failure.error }
+        return results
+    }
+}
+
+extension PostgresConnection {
+    /// `query(statement.sql, statement.params)`.
+    @discardableResult
+    public func query(_ statement: PostgresStatement) throws -> [PostgresRow] {
+        try query(statement.sql, statement.params)
+    }
+
+    /// Most named prepared statements kept per session (cached by statement text); statements
+    /// beyond it run unnamed.
+    static let preparedCacheLimit = 512
+
+    /// Sends `statements` to the server in ONE round trip using libpq pipeline mode
+    /// (`PQenterPipelineMode`, `PQsendQueryPrepared`, `PQpipelineSync`; PostgreSQL 14+ protocol,
+    /// libpq "Pipeline Mode" chapter) and reads every result. Each statement text is prepared
+    /// once per session (`PQsendPrepare` inside the same pipeline the first time) and then
+    /// executed by name, so later pipelines skip parsing and planning.
+    ///
+    /// Statements run in order; the server stops at the first error and skips the rest up to
+    /// the sync (inside an explicit transaction, that transaction is then aborted). A lazily
+    /// begun transaction (`transaction(..., lazyBegin: true)`) sends its `BEGIN` and settings
+    /// as the first statements of the first pipeline or query, so they cost no round trip of
+    /// their own. With `commit: true` a `COMMIT` is sent as the last statement and the
+    /// enclosing `transaction` does not send another.
+    ///
+    /// - Returns: one result per statement up to the first failure, and that failure.
+    /// - Throws: `PostgresError` `.connection` when the connection broke (or is in a state where
+    ///   pipeline mode cannot start), `.query` for NUL bytes or too many parameters, `.closed`
+    ///   after `close()`; server errors of a statement come back in the outcome instead.
+    public func pipeline(_ statements: [PostgresStatement], commit: Bool = false) throws -> PostgresPipelineOutcome {
+        var all = takePendingBegin()
+        let offset = all.count
+        all += statements
+        if commit { all.append(PostgresStatement("COMMIT")) }
+        let outcome: PostgresPipelineOutcome
+        do {
+            outcome = try runPipeline(all)
+        } catch let e as PostgresError where e.kind == .connection && offset > 0 {
+            beginFailedOnConnection = true  // a stale pooled session: the pool may retry on a fresh one
+            throw e
+        }
+        if commit, outcome.failure == nil { committedInPipeline = true }
+        if let f = outcome.failure {
+            lastError = f.error
+            if f.index < offset {  // BEGIN or a setting failed: report it as the first statement's failure
+                return PostgresPipelineOutcome(results: [], failure: (0, f.error))
+            }
+            return PostgresPipelineOutcome(results: Array(outcome.results.dropFirst(offset)), failure: (f.index - offset, f.error))
+        }
+        return PostgresPipelineOutcome(results: Array(outcome.results.dropFirst(offset).prefix(statements.count)), failure: nil)
+    }
+
+    /// The statements of a lazily begun transaction not sent yet (nil-ed once taken); the
+    /// transaction counts as started from here on.
+    func takePendingBegin() -> [PostgresStatement] {
+        guard let p = pendingBegin else { return [] }
+        pendingBegin = nil
+        return p
+    }
+
+    private func runPipeline(_ statements: [PostgresStatement]) throws -> PostgresPipelineOutcome {
+        let conn = try openHandle()
+        guard !statements.isEmpty else { return PostgresPipelineOutcome(results: [], failure: nil) }
+        for s in statements {
+            guard s.params.count <= 65_535 else { throw PostgresError(kind: .query, message: "too many parameters (\(s.params.count) > 65535)") }
+        }
+        let texts: [[String?]] = statements.map { $0.params.map { $0?.postgresText ?? nil } }
+        if statements.contains(where: { $0.sql.utf8.contains(0) }) || texts.contains(where: { $0.contains { $0?.utf8.contains(0) == true } }) {
+            throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
+        }
+        guard PQenterPipelineMode(conn) == 1 else {
+            throw PostgresError(kind: .connection, message: "cannot enter pipeline mode: " + Self.trimmed(PQerrorMessage(conn)))
+        }
+        roundTrips += 1
+        // What each queued command is: a prepare of statement i (cache it on success) or statement i itself.
+        enum Command { case prepare(Int, String), run(Int) }
+        var commands: [Command] = []
+        var newNames: [String: String] = [:]
+        var sendFailed = false
+        for (i, s) in statements.enumerated() {
+            var name = preparedNames[s.sql] ?? newNames[s.sql]
+            if name == nil, !s.params.isEmpty, preparedNames.count + newNames.count < Self.preparedCacheLimit {
+                let n = "lr_\(preparedNames.count + newNames.count)"
+                guard PQsendPrepare(conn, n, s.sql, 0, nil) == 1 else { sendFailed = true; break }
+                commands.append(.prepare(i, n))
+                newNames[s.sql] = n
+                name = n
+            }
+            let cStrings = texts[i].map { $0.flatMap { strdup($0) } }
+            defer { cStrings.forEach { free($0) } }
+            let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
+            let ok = pointers.withUnsafeBufferPointer { buffer -> Int32 in
+                if let name { return PQsendQueryPrepared(conn, name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
+                return PQsendQueryParams(conn, s.sql, Int32(buffer.count), nil, buffer.baseAddress, nil, nil, 0)
+            }
+            guard ok == 1 else { sendFailed = true; break }
+            commands.append(.run(i))
+        }
+        guard !sendFailed, PQpipelineSync(conn) == 1 else {
+            let error = PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(conn)))
+            lastError = error
+            PQexitPipelineMode(conn)
+            throw error
+        }
+        var results: [PostgresResult] = []
+        var failure: (index: Int, error: PostgresError)?
+        var next = 0
+        var nulls = 0
+        // Results arrive as: one result per command followed by NULL, then PGRES_PIPELINE_SYNC.
+        while true {
+            guard let res = PQgetResult(conn) else {
+                nulls += 1
+                if nulls > 1 || PQstatus(conn) != CONNECTION_OK {
+                    let error = PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(conn)).isEmpty
+                                              ? "connection lost during a pipeline" : Self.trimmed(PQerrorMessage(conn)))
+                    lastError = error
+                    throw error
+                }
+                continue
+            }
+            nulls = 0
+            defer { PQclear(res) }
+            let status = PQresultStatus(res)
+            if status == PGRES_PIPELINE_SYNC { break }
+            guard next < commands.count else { continue }
+            let command = commands[next]
+            next += 1
+            switch (command, status) {
+            case (.prepare(let i, let name), PGRES_COMMAND_OK):
+                preparedNames[statements[i].sql] = name
+            case (.run, PGRES_COMMAND_OK), (.run, PGRES_TUPLES_OK), (.run, PGRES_EMPTY_QUERY):
+                results.append(PostgresResult(rows: Self.rows(of: res), affected: Int(String(cString: PQcmdTuples(res))) ?? 0))
+            case (.prepare(let i, _), PGRES_PIPELINE_ABORTED), (.run(let i), PGRES_PIPELINE_ABORTED):
+                if failure == nil { failure = (i, PostgresError(kind: .query, message: "statement skipped: the pipeline was aborted")) }
+            case (.prepare(let i, _), _), (.run(let i), _):
+                if failure == nil { failure = (i, makeError(res, conn)) }
+            }
+        }
+        PQexitPipelineMode(conn)
+        if let f = failure, f.error.kind == .connection { lastError = f.error; throw f.error }
+        return PostgresPipelineOutcome(results: results, failure: failure)
+    }
+}

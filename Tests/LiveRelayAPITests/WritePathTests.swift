@@ -1,0 +1,176 @@
+import Foundation
+import Synchronization
+import XCTest
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// The write path's budgets and the quota counters (docs/write-path.md): round trips per write
+/// counted on the connection, the quota exact at its boundary (also under concurrency) and the
+/// trigger-kept counters equal to what the operations say.
+final class WritePathTests: XCTestCase {
+    var env: TestEnvironment!
+    override func setUpWithError() throws { env = try TestEnvironment.make() }
+    override func tearDown() {
+        PostgresInstrumentation.setObserver(nil)
+        env?.tearDown()
+    }
+
+    /// Round trips of the transactions labelled `label` that `body` ran (the write's own).
+    func roundTrips(_ label: String, _ body: () -> Void) -> [Int] {
+        let seen = Mutex<[Int]>([])
+        PostgresInstrumentation.setObserver { r in
+            if r.label == label && r.committed { seen.withLock { $0.append(r.roundTrips) } }
+        }
+        body()
+        PostgresInstrumentation.setObserver(nil)
+        return seen.withLock { $0 }
+    }
+
+    func testEveryWriteStaysWithinFourRoundTrips() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let warm = w.start()
+        XCTAssertEqual(w.update(warm, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
+
+        var target = ""
+        let start = roundTrips("start") { target = w.start() }
+        let update = roundTrips("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 1).status, 202) }
+        let statefulEnd = roundTrips("end") {
+            let r = env.call("POST", "/v1/remote-updates/live-activities/end",
+                             ["target_id": .string(target), "state": ["eta": 0], "expected_revision": 2, "idempotency_key": "end-1"],
+                             as: w.sender.credential)
+            XCTAssertEqual(r.status, 202, r.text)
+        }
+        let statelessEnd = roundTrips("end") {
+            let r = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(warm), "idempotency_key": "end-2"],
+                             as: w.sender.credential)
+            XCTAssertEqual(r.status, 202, r.text)
+        }
+        for (name, counts) in [("start", start), ("update", update), ("stateful end", statefulEnd), ("stateless end", statelessEnd)] {
+            XCTAssertEqual(counts.count, 1, "\(name): one committed write transaction")
+            XCTAssertLessThanOrEqual(counts.first ?? 99, 4, "\(name): round trips inside the transaction")
+        }
+        XCTAssertEqual(update, [3], "update: reads, writes, stored response + COMMIT")
+    }
+
+    func testTheExactQuotaPathStaysWithinFourRoundTrips() throws {
+        let w = try LifecycleWorld.make(env, quota: 10)  // below the fast path's margin: counters are locked
+        let t = w.start()
+        XCTAssertEqual(w.update(t, ["eta": 1], revision: 1).status, 202)  // caches the template's (absent) schema
+        let update = roundTrips("update") { XCTAssertEqual(w.update(t, ["eta": 2], revision: 2).status, 202) }
+        XCTAssertEqual(update.count, 1)
+        XCTAssertLessThanOrEqual(update.first ?? 99, 4)
+    }
+
+    func testQuotaBoundaryNthWriteAcceptedNextRefused() throws {
+        let n: Int64 = 4
+        let w = try LifecycleWorld.make(env, quota: n)
+        let t = w.start()                                           // 1
+        for rev in 1...Int(n - 1) {                                 // 2…N (each supersedes nothing: alerts keep them)
+            XCTAssertEqual(w.update(t, ["eta": .int(Int64(rev))], revision: Int64(rev),
+                                    extra: ["alert": ["title": "t", "body": "b"]]).status, 202, "write \(rev + 1) of \(n)")
+        }
+        let over = w.update(t, ["eta": 99], revision: n, extra: ["alert": ["title": "t", "body": "b"]])
+        XCTAssertEqual(over.status, 429, over.text)
+        XCTAssertEqual(over.errorCode, "QUOTA_EXCEEDED")
+        XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
+    }
+
+    /// Concurrent starts against a quota above the fast path's margin: exactly `quota` are
+    /// accepted, whatever the interleaving, and the counters match the operations.
+    func testConcurrentStartsNeverOvershootTheQuota() throws {
+        let quota = 90
+        let w = try LifecycleWorld.make(env, quota: Int64(quota))
+        let statuses = Mutex<[Int]>([])
+        let env = self.env!
+        DispatchQueue.concurrentPerform(iterations: 12) { _ in
+            for _ in 0..<10 {
+                let r = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(), as: w.sender.credential)
+                statuses.withLock { $0.append(r.status) }
+            }
+        }
+        let all = statuses.withLock { $0 }
+        XCTAssertEqual(all.filter { $0 == 202 }.count, quota, "accepted starts")
+        XCTAssertEqual(all.filter { $0 == 429 }.count, 120 - quota, "refused starts: \(all.filter { $0 != 202 && $0 != 429 })")
+        XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
+        XCTAssertEqual(try counters(w.tenant.id).reserved, Int64(quota))
+    }
+
+    /// Concurrent updates with supersedes, then dispatcher-like bulk status changes and a
+    /// deletion: the trigger-kept counters equal the counts of the operations at every step.
+    func testCountersStayExactThroughConcurrentWritesAndStatusChanges() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let targets = (0..<6).map { _ in w.start() }
+        let env = self.env!
+        DispatchQueue.concurrentPerform(iterations: targets.count) { i in
+            for rev in 1...8 {
+                let extra: [String: JSONValue] = rev % 3 == 0 ? ["alert": ["title": "t", "body": "b"]] : [:]
+                XCTAssertEqual(w.update(targets[i], ["eta": .int(Int64(rev))], revision: Int64(rev), extra: extra).status, 202)
+            }
+        }
+        let tenant = w.tenant.id
+        XCTAssertEqual(try counters(tenant), try truth(tenant), "after concurrent writes and supersedes")
+        XCTAssertGreaterThan(try truth(tenant).reserved, 0)
+        try env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'sending' WHERE tenant_id = $1 AND status = 'queued' AND kind = 'start'", [tenant])
+        }
+        XCTAssertEqual(try counters(tenant), try truth(tenant), "queued → sending moves nothing")
+        try env.db.system { c in
+            try c.execute("""
+                UPDATE operations SET status = CASE WHEN seq % 2 = 0 THEN 'accepted' ELSE 'unknown' END
+                 WHERE tenant_id = $1 AND status = 'sending'
+                """, [tenant])
+            try c.execute("UPDATE operations SET status = 'failed' WHERE tenant_id = $1 AND status = 'queued' AND alert IS NOT NULL", [tenant])
+        }
+        XCTAssertEqual(try counters(tenant), try truth(tenant), "accepted/unknown consume, failed releases")
+        XCTAssertGreaterThan(try truth(tenant).used, 0)
+        // Cancelling every queued operation of one target and ending another locally.
+        let end = env.call("POST", "/v1/installations/\(w.installationId)/targets/\(targets[0])/ended", [:], as: w.installationCredential)
+        XCTAssertTrue([200, 202].contains(end.status), end.text)
+        XCTAssertEqual(try counters(tenant), try truth(tenant), "a local end cancels and releases")
+    }
+
+    /// Post-commit hints are queued for the notifier thread (many callers at once, duplicates
+    /// among them); every distinct hint arrives.
+    func testQueuedNotificationsAllArrive() throws {
+        let listener = try PostgresConnection(env.conninfo)
+        defer { listener.close() }
+        try listener.listen("lr_test_hints")
+        let db = env.db
+        DispatchQueue.concurrentPerform(iterations: 8) { i in
+            db.sendNotifications([("lr_test_hints", "same"), ("lr_test_hints", "p\(i)")])
+        }
+        env.db.flushNotifications()
+        var got: [String] = []
+        let deadline = Date(timeIntervalSinceNow: 5)
+        while Set(got).count < 9 && Date() < deadline {
+            got += try listener.waitForNotifications(timeoutSeconds: 0.5).map(\.payload)
+        }
+        XCTAssertEqual(Set(got), Set(["same"] + (0..<8).map { "p\($0)" }))
+    }
+
+    /// (reserved, used) summed over the counter shards of the tenant's days.
+    func counters(_ tenant: String) throws -> Counts {
+        try env.db.system { c in
+            let r = try c.query("""
+                SELECT COALESCE(sum(reserved), 0)::bigint AS r, COALESCE(sum(used), 0)::bigint AS u FROM push_quota WHERE tenant_id = $1
+                """, [tenant])[0]
+            return Counts(reserved: try r.int64("r"), used: try r.int64("u"))
+        }
+    }
+
+    /// (reserved, used) as the operations themselves say.
+    func truth(_ tenant: String) throws -> Counts {
+        try env.db.system { c in
+            let r = try c.query("""
+                SELECT count(*) FILTER (WHERE status IN ('queued', 'sending'))::bigint AS r,
+                       count(*) FILTER (WHERE status IN ('accepted', 'unknown'))::bigint AS u
+                  FROM operations WHERE tenant_id = $1 AND consumes_quota
+                """, [tenant])[0]
+            return Counts(reserved: try r.int64("r"), used: try r.int64("u"))
+        }
+    }
+
+    struct Counts: Equatable { let reserved: Int64; let used: Int64 }
+}

@@ -1,0 +1,88 @@
+import Foundation
+import XCTest
+@testable import Postgres
+
+/// libpq pipeline mode, the per-session prepared-statement cache, lazily begun transactions
+/// and the round-trip counter, against a real PostgreSQL.
+final class PipelineTests: XCTestCase {
+    var db: TestDatabase!
+    override func setUpWithError() throws { db = try TestDatabase() }
+    override func tearDown() { db?.drop() }
+
+    func testPipelineRunsEveryStatementInOneRoundTrip() throws {
+        let c = try db.connect()
+        defer { c.close() }
+        try c.simpleQuery("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        let before = c.roundTrips
+        let out = try c.pipeline([
+            PostgresStatement("INSERT INTO t VALUES ($1, $2)", [1, "a"]),
+            PostgresStatement("INSERT INTO t VALUES ($1, $2)", [2, "b"]),
+            PostgresStatement("SELECT v FROM t WHERE id = ANY($1::int[]) ORDER BY id", ["{1,2}"]),
+            PostgresStatement("SELECT 1 AS one"),
+        ]).get()
+        XCTAssertEqual(c.roundTrips - before, 1, "four statements, one round trip")
+        XCTAssertEqual(out.count, 4)
+        XCTAssertEqual(out[0].affected, 1)
+        XCTAssertEqual(try out[2].rows.map { try $0.string("v") }, ["a", "b"])
+        XCTAssertEqual(try out[3].rows[0].int("one"), 1)
+        // Parameterised statements are now prepared by name on this session; reusing the text reuses them.
+        XCTAssertEqual(c.preparedNames.count, 2, "two distinct parameterised texts")
+        let again = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [3, "c"])]).get()
+        XCTAssertEqual(again[0].affected, 1)
+        XCTAssertEqual(c.preparedNames.count, 2)
+        let names = try c.query("SELECT count(*)::int AS n FROM pg_prepared_statements")[0].int("n")
+        XCTAssertEqual(names, 2, "the server holds exactly the cached statements")
+    }
+
+    func testFailureStopsThePipelineAndNamesTheStatement() throws {
+        let c = try db.connect()
+        defer { c.close() }
+        try c.simpleQuery("CREATE TABLE t (id int PRIMARY KEY)")
+        let out = try c.pipeline([
+            PostgresStatement("INSERT INTO t VALUES ($1)", [1]),
+            PostgresStatement("INSERT INTO t VALUES ($1)", [1]),  // duplicate key
+            PostgresStatement("INSERT INTO t VALUES ($1)", [2]),
+        ])
+        XCTAssertEqual(out.results.count, 1, "only the statement before the failure has a result")
+        XCTAssertEqual(out.failure?.index, 1)
+        XCTAssertEqual(out.failure?.error.sqlState, "23505")
+        XCTAssertThrowsError(try out.get())
+        // Outside a transaction the pipeline was one implicit transaction: nothing stayed.
+        XCTAssertEqual(try c.query("SELECT count(*)::int AS n FROM t")[0].int("n"), 0)
+        // A statement text whose prepare failed is not cached, and the session is still usable.
+        let bad = try c.pipeline([PostgresStatement("SELEC $1", [1])])
+        XCTAssertEqual(bad.failure?.error.sqlState, "42601")
+        XCTAssertNil(c.preparedNames["SELEC $1"])
+        XCTAssertEqual(try c.query("SELECT $1::int AS n", [5])[0].int("n"), 5)
+    }
+
+    func testLazyTransactionSendsBeginWithTheFirstStatementAndCommitsInTheLast() throws {
+        let c = try db.connect()
+        defer { c.close() }
+        try c.simpleQuery("CREATE TABLE t (id int PRIMARY KEY, who text)")
+        let reports = Locked<[PostgresTransactionReport]>([])
+        PostgresInstrumentation.setObserver { r in reports.withLock { $0.append(r) } }
+        defer { PostgresInstrumentation.setObserver(nil) }
+        try c.transaction(settings: [("app.who", "me")], lazyBegin: true) { c in
+            c.transactionLabel = "pipelined"
+            let r = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, current_setting('app.who')) RETURNING who", [1])]).get()
+            XCTAssertEqual(try r[0].rows[0].string("who"), "me", "the settings ran first, in the same round trip")
+            _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [2, "x"])], commit: true).get()
+        }
+        let mine = reports.withLock { $0 }.filter { $0.label == "pipelined" }
+        XCTAssertEqual(mine.count, 1)
+        XCTAssertEqual(mine.first?.roundTrips, 2, "BEGIN rode with the first pipeline, COMMIT with the second")
+        XCTAssertEqual(mine.first?.committed, true)
+        XCTAssertEqual(try c.query("SELECT count(*)::int AS n FROM t")[0].int("n"), 2)
+        // A failing body rolls everything back.
+        XCTAssertThrowsError(try c.transaction(lazyBegin: true) { c in
+            _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [3, "y"])]).get()
+            _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [1, "dup"])]).get()
+        })
+        XCTAssertEqual(try c.query("SELECT count(*)::int AS n FROM t")[0].int("n"), 2)
+        // A body that sends nothing opens no transaction and costs no round trip.
+        let before = c.roundTrips
+        try c.transaction(lazyBegin: true) { _ in }
+        XCTAssertEqual(c.roundTrips, before)
+    }
+}
