@@ -22,6 +22,9 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxBodyBytes: Int = 65_536
     /// Seconds a connection may stay idle (no bytes either way) before it is closed.
     public var connectionTimeoutSeconds: Int = 30
+    /// Whether access-log lines (level `info`) are written at all. False skips building them
+    /// (a JSON object and a timestamp per request), for a log sink that drops `info` anyway.
+    public var accessLog: Bool = true
     /// Open connections served; a request arriving on a connection beyond it is answered
     /// `503 SERVICE_UNAVAILABLE` (`Retry-After: 1`, `Connection: close`), and libmicrohttpd
     /// closes new connections at once 64 beyond it. Lowered at start to what the process's
@@ -37,9 +40,6 @@ public struct HTTPServerConfiguration: Sendable {
     /// Requests waiting for a free worker; beyond it a request is answered
     /// `503 SERVICE_UNAVAILABLE` with `Retry-After: 1`.
     public var maxQueuedRequests: Int = 1_024
-    /// Whether access-log lines (level `info`) are written at all. False skips building them
-    /// (a JSON object and a timestamp per request), for a log sink that drops `info` anyway.
-    public var accessLog: Bool = true
 
     /// Creates a configuration; every parameter defaults to the property's documented default.
     public init(host: String = "127.0.0.1", port: Int = 8080, threads: Int = 8, maxThreads: Int = 64,

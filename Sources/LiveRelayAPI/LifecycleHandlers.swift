@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 import Crypto
+import Synchronization
 import HTTPServer
 import JSON
 import LiveRelayCore

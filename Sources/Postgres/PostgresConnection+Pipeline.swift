@@ -138,9 +138,11 @@ extension PostgresConnection {
             commands.append(.run(i))
         }
         guard !sendFailed, PQpipelineSync(conn) == 1 else {
+            // libpq could not queue or flush: the session is unusable mid-pipeline; drop it
+            // (the pool discards a closed connection).
             let error = PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(conn)))
             lastError = error
-            PQexitPipelineMode(conn)
+            close()
             throw error
         }
         var results: [PostgresResult] = []
@@ -155,6 +157,7 @@ extension PostgresConnection {
                     let error = PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(conn)).isEmpty
                                               ? "connection lost during a pipeline" : Self.trimmed(PQerrorMessage(conn)))
                     lastError = error
+                    close()
                     throw error
                 }
                 continue

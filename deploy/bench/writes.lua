@@ -4,8 +4,8 @@
 -- Environment:
 --   BENCH_MODE        update | start | end
 --   BENCH_CREDENTIAL  the sender key
---   BENCH_TARGETS_FILE  update/end: one target id per line (all at revision BENCH_REVISION)
---   BENCH_REVISION    update: the targets' current revision (default 1)
+--   BENCH_TARGETS_FILE  update/end: one target per line, `id [revision]`
+--   BENCH_REVISION    update: the revision of lines without one (default 1)
 --   BENCH_START_TARGET, BENCH_TEMPLATE_VERSION  start: the ready start target and its version
 --   BENCH_THREADS     the -t given to wrk (targets are split between threads)
 -- Each thread owns its share of the targets and never has two requests in flight on one
@@ -36,7 +36,8 @@ function init(args)
     local i = 0
     for line in io.lines(file) do
       if line ~= "" then
-        if i % n == tid then tail = tail + 1; queue[tail] = { line, revision } end
+        local id, rev = string.match(line, "^(%S+)%s*(%d*)")
+        if i % n == tid then tail = tail + 1; queue[tail] = { id, tonumber(rev) or revision } end
         i = i + 1
       end
     end
