@@ -83,14 +83,14 @@ public enum RemoteCommand {
 
     /// Every command `run` knows, as written on the command line ("targets list", …).
     static let commands: [String] = ["capabilities", "usage", "targets list", "target get", "target operations", "snapshot",
-                                     "start", "update", "end", "operation get"]
+                                     "start", "update", "end", "operation get", "events list", "events get"]
 
     /// The command named by `args` ("target get" for `target get --target-id …`).
     /// - Throws: `RemoteUsageError` naming an unknown or incomplete command.
     static func commandName(_ args: [String]) throws -> String {
         guard let first = args.first else { throw RemoteUsageError("missing command") }
         var command = first
-        if ["targets", "target", "operation"].contains(first) {
+        if ["targets", "target", "operation", "events"].contains(first) {
             guard args.count > 1, !args[1].hasPrefix("-") else { throw RemoteUsageError("\(first) needs a subcommand") }
             command += " " + args[1]
         }

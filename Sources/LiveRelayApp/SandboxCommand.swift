@@ -32,6 +32,7 @@ enum SandboxCommand {
     """
 
     static func run(_ args: [String]) throws {
+        ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
         var config = SandboxConfiguration(directory: URL(fileURLWithPath: ".liverelay/sandbox",
                                                          relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL)
         var rest = args[...]

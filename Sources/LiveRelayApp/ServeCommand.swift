@@ -15,6 +15,7 @@ import Postgres
 /// (ARCHITECTURE "Services with a lifecycle").
 enum ServeCommand {
     static func run(config: Configuration, log: Logger, withDispatcher: Bool = false) throws {
+        ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
         _ = try OpsEndpoints.listenAddress()  // a bad address is reported before anything starts
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
@@ -73,20 +74,42 @@ enum ServeCommand {
         log.info("stopped")
     }
 
-    /// Blocks until SIGTERM or SIGINT; returns its name.
+    /// Installs the SIGTERM/SIGINT handling of this process once. Commands call it before they
+    /// start anything, so a signal that arrives while they start is kept, not lost — a process
+    /// may inherit SIGTERM as ignored (SIG_IGN survives exec), and then a signal before the
+    /// handler exists would vanish and the process never stop.
+    static func prepareForTermination() { _ = terminationSignals }
+
+    private static let terminationSignals = TerminationSignals()
+
+    /// Blocks until SIGTERM or SIGINT (received since `prepareForTermination`, or from now);
+    /// returns its name.
     static func waitForTermination() -> String {
-        let sem = DispatchSemaphore(value: 0)
-        let got = LockedBox("")
-        var sources: [DispatchSourceSignal] = []
+        terminationSignals.wait()
+    }
+}
+
+/// SIGTERM/SIGINT turned into a semaphore (Dispatch signal sources; the default actions are
+/// replaced by SIG_IGN so the sources alone see them). `@unchecked Sendable`: every stored
+/// property is immutable after `init`, and the semaphore and `LockedBox` are thread-safe.
+final class TerminationSignals: @unchecked Sendable {
+    private let sem = DispatchSemaphore(value: 0)
+    private let got = LockedBox("")
+    private var sources: [DispatchSourceSignal] = []
+
+    init() {
         for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
             Foundation.signal(sig, SIG_IGN)
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            s.setEventHandler { got.set(name); sem.signal() }
+            s.setEventHandler { [got, sem] in got.set(name); sem.signal() }
             s.resume()
             sources.append(s)
         }
+    }
+
+    /// Blocks until the first SIGTERM or SIGINT since `init`; returns its name.
+    func wait() -> String {
         sem.wait()
-        _ = sources
         return got.get()
     }
 }

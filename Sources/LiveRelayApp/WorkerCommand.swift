@@ -25,6 +25,7 @@ import Postgres
 /// | `LIVERELAY_METRICS_LISTEN` | `host:port` of `/metrics`, `/healthz`, `/readyz` | unset: none |
 enum WorkerCommand {
     static func run(config: Configuration, log: Logger) throws {
+        ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let dispatchConfig = try dispatcherConfiguration(config)

@@ -63,7 +63,7 @@ final class HardeningAPITests: XCTestCase {
 
         // The device retrying a lost response: the very same body replays the same credential.
         let replay = env.call("POST", "/v1/installations", body, as: t.publishable)
-        XCTAssertEqual(replay.status, 200, text(replay))
+        XCTAssertEqual(replay.status, 201, "a replay answers with the original status: " + text(replay))
         XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
         XCTAssertEqual(replay["credential"]?.stringValue, credential)
 
