@@ -1,7 +1,7 @@
 import COpenSSL
 
 /// AES-256-GCM envelope (NIST SP 800-38D) for secrets at rest, e.g. provider keys
-/// (SPEC: "AES-256-GCM for provider keys at rest").
+/// (docs/: "AES-256-GCM for provider keys at rest").
 ///
 /// Box layout: `0x01 ‖ nonce (12 bytes, random) ‖ ciphertext (same length as plaintext) ‖
 /// tag (16 bytes)`, i.e. plaintext length + 29 bytes. The version byte lets a later format

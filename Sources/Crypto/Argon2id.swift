@@ -1,12 +1,12 @@
 import CArgon2
 
 /// Password-grade hashing of credential secrets with argon2id (RFC 9106) through the
-/// reference implementation, libargon2 (SPEC §2: "Secrets are stored only as argon2id
+/// reference implementation, libargon2 (docs/credentials.md: "Secrets are stored only as argon2id
 /// encoded hashes").
 ///
 /// The defaults (m = 19 456 KiB, t = 2, p = 1) are OWASP's argon2id minimum; one hash costs
 /// about 20 ms of one core, so a verification must not sit on the request hot path without
-/// the SPEC §2 verification cache.
+/// the docs/credentials.md verification cache.
 public enum Argon2id {
     /// Cost parameters of a hash.
     public struct Parameters: Sendable, Equatable {

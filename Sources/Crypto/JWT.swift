@@ -3,9 +3,9 @@ import JSON
 /// Compact JWS/JWT signing and checking for the two provider tokens LiveRelay makes:
 /// - APNs provider token, ES256 with header `{"alg":"ES256","kid":<key id>}` and claims
 ///   `{"iss":<team id>,"iat":<epoch s>}` (Apple: "Establishing a token-based connection to
-///   APNs"; SPEC §8);
+///   APNs"; docs/providers.md);
 /// - FCM OAuth2 assertion, RS256 with claims `{iss, scope, aud, iat, exp}` (Google: "Using
-///   OAuth 2.0 for Server to Server Applications"; SPEC §8).
+///   OAuth 2.0 for Server to Server Applications"; docs/providers.md).
 ///
 /// Formats: RFC 7515 §7.1 compact serialisation, RFC 7519 claims, RFC 7518 §3.3/§3.4
 /// algorithms. JSON is written compact with sorted keys (`JSONValue.serialized()`).

@@ -3,7 +3,7 @@ import CShims
 
 /// An RSA private key for RS256 (RSASSA-PKCS1-v1_5 with SHA-256, RFC 7518 §3.3), e.g. the
 /// `private_key` of a Google service account JSON used for the FCM OAuth2 JWT assertion
-/// (Google: "Using OAuth 2.0 for Server to Server Applications"; SPEC §8).
+/// (Google: "Using OAuth 2.0 for Server to Server Applications"; docs/providers.md).
 ///
 /// `@unchecked Sendable`: wraps an `EVP_PKEY` that is never modified after `init`; OpenSSL 3
 /// allows concurrent signing with one key.

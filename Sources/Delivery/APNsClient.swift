@@ -2,7 +2,7 @@ import Foundation
 import HTTP2
 import LiveRelayCore
 
-/// Sends one Live Activity push to APNs over HTTP/2 with token auth (SPEC §8):
+/// Sends one Live Activity push to APNs over HTTP/2 with token auth (docs/providers.md):
 /// `POST /3/device/<token>` with `authorization: bearer <JWT>` and `APNsPayload.headers`,
 /// on a pool per (team, key, environment) — one connection carries one signing key only.
 ///

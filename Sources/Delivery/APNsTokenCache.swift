@@ -3,7 +3,7 @@ import Crypto
 import JSON
 import Synchronization
 
-/// APNs provider tokens (SPEC §8; Apple "Establishing a token-based connection to APNs"): one
+/// APNs provider tokens (docs/providers.md; Apple "Establishing a token-based connection to APNs"): one
 /// ES256 JWT per (team, key) — header `{"alg":"ES256","kid":<key id>}`, claims
 /// `{"iss":<team id>,"iat":<epoch s>}` — shared by every topic and every connection of that key.
 ///

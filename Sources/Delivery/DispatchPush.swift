@@ -3,7 +3,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 
-/// Builds the provider request of a claimed operation (SPEC §8) and maps the sender's
+/// Builds the provider request of a claimed operation (docs/providers.md) and maps the sender's
 /// `PushResult` onto the transition table's input.
 public enum DispatchPush {
     /// The push for `op` (claimed: its APNs `timestamp` is assigned).
@@ -14,7 +14,7 @@ public enum DispatchPush {
     public static func build(_ op: DispatchOperation, now: Date, defaultExpirationSeconds: Int, apnsId: String = UUID().uuidString.lowercased()) throws -> OutgoingPush {
         guard let token = op.deviceToken else { throw DispatchPushError.noToken }
         let timestamp = Date(timeIntervalSince1970: TimeInterval(op.providerTimestamp ?? Timestamp.epochSeconds(now)))
-        // A stateless end sends the target's current committed state (SPEC §5, §8).
+        // A stateless end sends the target's current committed state (docs/write-semantics.md, docs/providers.md).
         let state = op.state ?? op.targetState
         let content = DeliveryPayload.Content(
             event: op.kind, targetId: op.targetId, revision: op.revision, templateVersion: op.templateVersion ?? "", state: state,

@@ -46,7 +46,7 @@ public struct DispatcherConfiguration: Sendable {
     public var unparkSweepSeconds: Double
     /// The 8 h lifetime sweep.
     public var lifetimeSweepSeconds: Double
-    /// `apns-expiration` = now + this when a write had no `expires_at` (SPEC §8).
+    /// `apns-expiration` = now + this when a write had no `expires_at` (docs/providers.md).
     public var defaultExpirationSeconds: Int
     public var retryPolicy: RetryPolicy
     /// Jitter source for `RetryPolicy.delay` (uniform 0..<1).
@@ -80,7 +80,7 @@ public struct DispatcherConfiguration: Sendable {
     }
 }
 
-/// The dispatcher service (docs/delivery.md; SPEC §5 ordering and unknown outcomes, §8
+/// The dispatcher service (docs/delivery.md; docs/write-semantics.md ordering and unknown outcomes, §8
 /// delivery, §9 workers): claims due operations fairly (`DispatchStore.claim`: one head per
 /// target, shared round robin across tenants, `FOR UPDATE SKIP LOCKED`), hands their pushes to
 /// the `PushSender` without waiting for the provider, applies the results in batches with

@@ -6,7 +6,7 @@ import LiveRelayCore
 import Synchronization
 import Dispatch
 
-/// OAuth2 access tokens for FCM HTTP v1 (SPEC §8; Google "Using OAuth 2.0 for Server to Server
+/// OAuth2 access tokens for FCM HTTP v1 (docs/providers.md; Google "Using OAuth 2.0 for Server to Server
 /// Applications"): an RS256 JWT assertion `{iss: client_email, scope:
 /// https://www.googleapis.com/auth/firebase.messaging, aud: token_uri, iat, exp: iat + 3600}`
 /// (header `{alg: RS256, typ: JWT, kid: private_key_id}`) POSTed form-encoded

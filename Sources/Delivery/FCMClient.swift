@@ -2,7 +2,7 @@ import Foundation
 import HTTP2
 import LiveRelayCore
 
-/// Sends one data message through FCM HTTP v1 (SPEC §8):
+/// Sends one data message through FCM HTTP v1 (docs/providers.md):
 /// `POST <LIVERELAY_FCM_URL>/v1/projects/<project>/messages:send` with
 /// `authorization: Bearer <OAuth2 access token>`; a `401` → one new access token and exactly one
 /// retry (answer classified with `isRetryAfterRefresh: true`). A token endpoint failure means

@@ -5,7 +5,7 @@ import Logging
 import Postgres
 import Synchronization
 
-/// A tenant's decrypted APNs token-auth key (SPEC §8). Holds a private key: never log it;
+/// A tenant's decrypted APNs token-auth key (docs/providers.md). Holds a private key: never log it;
 /// `description` shows the fingerprint only.
 public struct APNsCredential: Sendable, CustomStringConvertible {
     public let teamId: String
@@ -26,7 +26,7 @@ public struct APNsCredential: Sendable, CustomStringConvertible {
     public var description: String { "APNsCredential(team: \(teamId), key: \(keyId), \(environment), \(fingerprint))" }
 }
 
-/// A tenant's decrypted FCM service account (SPEC §8). Holds a private key: never log it.
+/// A tenant's decrypted FCM service account (docs/providers.md). Holds a private key: never log it.
 public struct FCMCredential: Sendable, CustomStringConvertible {
     public let projectId: String
     public let clientEmail: String

@@ -4,7 +4,7 @@ import LiveRelayCore
 import Metrics
 import Synchronization
 
-/// Where the provider sender connects (SPEC §9 configuration) and how.
+/// Where the provider sender connects (docs/configuration.md configuration) and how.
 public struct ProviderEndpoints: Sendable {
     /// `LIVERELAY_APNS_PRODUCTION_URL` (default `https://api.push.apple.com`).
     public var apnsProductionURL: URL
@@ -35,7 +35,7 @@ public struct ProviderEndpoints: Sendable {
     }
 }
 
-/// `HTTP2Failure` → `PushResult` (SPEC §5): a TLS failure means nothing was sent.
+/// `HTTP2Failure` → `PushResult` (docs/write-semantics.md): a TLS failure means nothing was sent.
 func pushResult(_ failure: HTTP2Failure) -> PushResult {
     switch failure {
     case .notProcessed(let r): return .notProcessed(r)

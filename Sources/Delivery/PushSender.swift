@@ -2,7 +2,7 @@ import Foundation
 import LiveRelayCore
 import Synchronization
 
-/// One push attempt, fully built by the dispatcher (SPEC §8): who it is for, where it goes,
+/// One push attempt, fully built by the dispatcher (docs/providers.md): who it is for, where it goes,
 /// and the exact bytes.
 public struct OutgoingPush: Sendable {
     public let tenantId: String
@@ -40,10 +40,10 @@ public enum PushResult: Sendable, Equatable {
     /// credential refresh and retry, done inside the sender).
     case outcome(ProviderOutcome)
     /// Provably not processed (GOAWAY above `last_stream_id`, refused stream, connection
-    /// failure before sending): safe to resend with backoff (SPEC §5).
+    /// failure before sending): safe to resend with backoff (docs/write-semantics.md).
     case notProcessed(String)
     /// The request may have reached the provider (connection lost after sending, timeout):
-    /// SPEC §5 "outcome unknown".
+    /// docs/write-semantics.md "outcome unknown".
     case possiblyProcessed(String)
     /// The tenant has no (valid) provider credentials for this platform/topic.
     case noCredentials(String)

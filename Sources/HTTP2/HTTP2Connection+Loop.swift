@@ -171,7 +171,7 @@ extension HTTP2Connection {
     }
 
     /// The failure for a stream that ends without a response: `.notProcessed` when the peer
-    /// provably did not process it, else `.possiblyProcessed` (SPEC §5).
+    /// provably did not process it, else `.possiblyProcessed` (docs/write-semantics.md).
     func classify(_ stream: ClientStream, id: Int32, reason: String) -> HTTP2Failure {
         if let last = goawayLastStreamID, id > last {
             return .notProcessed(reason: "\(reason); stream \(id) is above GOAWAY last_stream_id \(last)")

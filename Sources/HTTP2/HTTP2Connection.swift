@@ -107,7 +107,7 @@ public final class HTTP2Connection: @unchecked Sendable {
     /// - Throws: `HTTP2Failure.notProcessed` when the request provably did not reach the peer
     ///   (connection unusable, GOAWAY above it, REFUSED_STREAM, never written, timed out while
     ///   queued); `HTTP2Failure.possiblyProcessed` when it may have (connection lost or timed
-    ///   out after sending, other stream reset). SPEC §5.
+    ///   out after sending, other stream reset). docs/write-semantics.md.
     public func send(_ request: HTTP2Request) throws -> HTTP2Response {
         let pending = PendingRequest(request, deadline: Socket.now() + configuration.requestTimeoutSeconds)
         guard enqueue(pending) else { throw HTTP2Failure.notProcessed(reason: "connection is not usable") }

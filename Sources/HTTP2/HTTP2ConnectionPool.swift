@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// Several `HTTP2Connection`s to one origin with one configuration, e.g. one APNs
-/// (team, key, environment) — SPEC §8: a connection carries one credential only.
+/// (team, key, environment) — docs/providers.md: a connection carries one credential only.
 ///
 /// Opens connections on demand: a request goes to the usable connection with the fewest
 /// queued + open requests; a new connection is opened (on a short-lived opener thread, so no
@@ -14,7 +14,7 @@ import Glibc
 /// meanwhile wait for it in the pool (FIFO) or, when the limit is reached, queue on the least
 /// loaded connection. Unusable connections (GOAWAY received, lost) are dropped from the pool;
 /// they finish their open streams on their own. The pool never resends a request by itself:
-/// whether a failure is retried is the caller's decision (`HTTP2Failure`, SPEC §5).
+/// whether a failure is retried is the caller's decision (`HTTP2Failure`, docs/write-semantics.md).
 ///
 /// Thread-safe (`@unchecked Sendable`: the connection list is behind a `Mutex`). `submit`
 /// never blocks; `send` blocks its caller like `HTTP2Connection.send`.

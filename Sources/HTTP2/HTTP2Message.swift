@@ -60,7 +60,7 @@ public struct HTTP2Response: Sendable {
 }
 
 /// Why a request did not produce a response, split by whether the peer may have acted on it
-/// (SPEC §5 "Outcome unknown"; RFC 9113 §8.7 "Request Reliability").
+/// (docs/write-semantics.md "Outcome unknown"; RFC 9113 §8.7 "Request Reliability").
 public enum HTTP2Failure: Error, Sendable, Equatable {
     /// The peer provably did not process the request, so it is safe to resend: its stream id
     /// is above a GOAWAY `last_stream_id` (RFC 9113 §6.8), the stream was reset with
@@ -70,7 +70,7 @@ public enum HTTP2Failure: Error, Sendable, Equatable {
     case notProcessed(reason: String)
     /// The request may have reached the peer: the connection was lost after its HEADERS were
     /// written, the stream was reset with a code other than `REFUSED_STREAM`, or the request
-    /// timed out after being sent. SPEC §5: such an outcome is unknown.
+    /// timed out after being sent. docs/write-semantics.md: such an outcome is unknown.
     case possiblyProcessed(reason: String)
     /// The TLS handshake failed: certificate chain or host name (SAN) verification, no ALPN
     /// `h2`, or protocol error. Nothing was sent, so the request was not processed.

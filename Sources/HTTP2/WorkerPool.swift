@@ -1,6 +1,6 @@
 import Foundation
 
-/// Threads for server handlers, which may block (SPEC sandbox delays, slow handlers).
+/// Threads for server handlers, which may block (docs/ sandbox delays, slow handlers).
 /// Dispatch's global queues on Linux do not add threads when work blocks (they are capped at
 /// the CPU count), so blocking handlers there would serialize. This pool starts a new thread
 /// whenever work arrives and no worker is idle, up to `maxThreads`; idle workers exit after

@@ -29,7 +29,7 @@ enum AccessLog {
         ])
     }
 
-    /// Current UTC time as RFC 3339 with milliseconds (SPEC §3): `2026-10-18T13:00:00.000Z`.
+    /// Current UTC time as RFC 3339 with milliseconds (docs/http-conventions.md): `2026-10-18T13:00:00.000Z`.
     static func timestamp() -> String {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)

@@ -1,10 +1,10 @@
 import JSON
 
-/// An error a handler throws to answer with the SPEC §3 error envelope:
+/// An error a handler throws to answer with the docs/http-conventions.md error envelope:
 /// `{"error": {"code": "...", "message": "...", "details": {...}, "request_id": "..."}}`.
 ///
-/// `code` is one of the SPEC's error codes (`INVALID_REQUEST`, `NOT_FOUND`, …), `message` is
-/// human-readable and safe to show to the client, `details` follows SPEC §3's conventions
+/// `code` is one of the documented error codes (docs/http-conventions.md) (`INVALID_REQUEST`, `NOT_FOUND`, …), `message` is
+/// human-readable and safe to show to the client, `details` follows docs/http-conventions.md's conventions
 /// (`field`, `pointer`, `limit`/`actual`, …).
 public struct HTTPError: Error, Sendable {
     /// HTTP status code, e.g. 400.

@@ -1,7 +1,7 @@
 import JSON
 
 /// One HTTP/1.1 request as a handler sees it, fully buffered (the body is at most
-/// `HTTPServerConfiguration.maxBodyBytes`, SPEC §3 "Request body limit 64 KiB").
+/// `HTTPServerConfiguration.maxBodyBytes`, docs/http-conventions.md "Request body limit 64 KiB").
 public struct HTTPRequest: Sendable {
     /// Request method, uppercased (`"GET"`, `"POST"`, …).
     public let method: String
@@ -17,7 +17,7 @@ public struct HTTPRequest: Sendable {
     public let body: [UInt8]
     /// Values captured by `{name}` segments of the matched route pattern, percent-decoded.
     public internal(set) var pathParameters: [String: String]
-    /// The request id (SPEC §3): the client's `X-Request-Id` when it matches
+    /// The request id (docs/http-conventions.md): the client's `X-Request-Id` when it matches
     /// `^[A-Za-z0-9._:-]{1,128}$`, otherwise a generated `req_` + 26 lowercase base32 chars.
     /// Every response carries it back in `X-Request-Id`.
     public let requestId: String

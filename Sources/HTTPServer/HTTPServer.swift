@@ -12,7 +12,7 @@ import Synchronization
 /// address), the per-request read deadline and the 503 answers of a full server are
 /// described in docs/http-limits.md.
 ///
-/// Per request it enforces the body limit (SPEC §3: `maxBodyBytes`, 413 `PAYLOAD_TOO_LARGE`
+/// Per request it enforces the body limit (docs/http-conventions.md: `maxBodyBytes`, 413 `PAYLOAD_TOO_LARGE`
 /// with `details.limit`/`details.actual`, decided on `Content-Length` before any body byte is
 /// read, and while reading chunked bodies), resolves the request id and echoes it in
 /// `X-Request-Id` on every response, routes through `router`, writes one JSON access-log line

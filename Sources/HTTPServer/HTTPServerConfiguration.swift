@@ -1,6 +1,6 @@
 /// Handles one routed request. Runs synchronously on a libmicrohttpd pool thread, so blocking
 /// I/O (a pooled PostgreSQL connection, a long poll) is fine but occupies that thread.
-/// A thrown `HTTPError` becomes its SPEC §3 envelope; anything else thrown becomes
+/// A thrown `HTTPError` becomes its docs/http-conventions.md envelope; anything else thrown becomes
 /// 500 `INTERNAL` "internal error" (with the request id) and is logged, never sent.
 public typealias HTTPHandler = @Sendable (HTTPRequest) throws -> HTTPResponse
 
@@ -17,7 +17,7 @@ public struct HTTPServerConfiguration: Sendable {
     /// Most worker threads: when every worker is busy (blocking handlers) and a request
     /// waits, another worker starts, up to this many (at least `threads`).
     public var maxThreads: Int = 64
-    /// Largest accepted request body in bytes (SPEC §3: 64 KiB). One byte more →
+    /// Largest accepted request body in bytes (docs/http-conventions.md: 64 KiB). One byte more →
     /// 413 `PAYLOAD_TOO_LARGE` with `details.limit` and `details.actual`.
     public var maxBodyBytes: Int = 65_536
     /// Seconds a connection may stay idle (no bytes either way) before it is closed.

@@ -1,4 +1,4 @@
-/// Request ids (SPEC §3 "Every response carries X-Request-Id").
+/// Request ids (docs/http-conventions.md "Every response carries X-Request-Id").
 public enum RequestID {
     /// True when `candidate` matches `^[A-Za-z0-9._:-]{1,128}$` and may be echoed back.
     public static func isAcceptable(_ candidate: String) -> Bool {

@@ -1,7 +1,7 @@
 /// Writing JSON text. Output is compact (no spaces), object keys sorted by their UTF-8 bytes,
 /// strings escaped minimally (quote, backslash and control characters; everything else,
 /// including "/" and non-ASCII, written as UTF-8), so byte counts are exactly what a provider
-/// receives (SPEC §7 payload limits) and equal documents serialize identically.
+/// receives (docs/limits.md payload limits) and equal documents serialize identically.
 extension JSONValue {
     /// Compact canonical JSON text as UTF-8 bytes.
     public func serialized() -> [UInt8] {

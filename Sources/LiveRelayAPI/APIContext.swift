@@ -22,7 +22,7 @@ public final class APIContext: Sendable {
     public let now: @Sendable () -> Date
     /// Wakes long-polls (`wait_until_ready_ms`, `wait_ms`); started by the composition root.
     public let events: EventWaiter
-    /// `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` (SPEC §8).
+    /// `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` (docs/providers.md).
     public let defaultExpirationSeconds: Int
     /// Per-tenant caps on installations and live targets (docs/security.md "Per-tenant caps").
     public let limits: TenantLimits
@@ -58,7 +58,7 @@ public final class APIContext: Sendable {
 }
 
 extension DomainError {
-    /// The SPEC §3 error envelope for this domain error.
+    /// The docs/http-conventions.md error envelope for this domain error.
     var http: HTTPError { HTTPError(status: status, code: code, message: message, details: details) }
 }
 
@@ -103,7 +103,7 @@ enum Endpoint {
         return id
     }
 
-    /// `?limit=` (1–200, default 50) and `?cursor=` (SPEC §3 lists).
+    /// `?limit=` (1–200, default 50) and `?cursor=` (docs/http-conventions.md lists).
     static func listParameters(_ req: HTTPRequest) throws -> (limit: Int, after: String?) {
         var limit = 50
         if let l = req.query["limit"] {
@@ -132,7 +132,7 @@ enum Endpoint {
         return (try RequestReader(v), v)
     }
 
-    /// Runs a mutating request exactly once per (tenant, endpoint, idempotency key) (SPEC §3):
+    /// Runs a mutating request exactly once per (tenant, endpoint, idempotency key) (docs/http-conventions.md):
     /// replays the stored response with its original status and body plus
     /// `Idempotent-Replayed: true` (a replayed creation answers 201 again, docs/write-path.md
     /// "Idempotent replays"), `422 IDEMPOTENCY_KEY_REUSED` for a
@@ -146,7 +146,7 @@ enum Endpoint {
         let endpoint = "\(req.method) \(req.path)"
         let hash = Digest.sha256Hex(body.serialized())
         return try ctx.db.tenant(tenantId) { c in
-            try before?(c)  // rules that precede idempotency (SPEC §5 rules 1–2), in the same transaction
+            try before?(c)  // rules that precede idempotency (docs/write-semantics.md rules 1–2), in the same transaction
             if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek,
                                                        retentionSeconds: retentionSeconds) {
                 return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],

@@ -9,7 +9,7 @@ import Logging
 import Postgres
 import Synchronization
 
-/// Verifies `Authorization: Bearer <credential>` (SPEC §2).
+/// Verifies `Authorization: Bearer <credential>` (docs/credentials.md).
 ///
 /// The token's form and checksum are checked first, without a database read. A verified
 /// credential is cached in memory for at most `cacheSeconds` (60), keyed by HMAC-SHA-256 of
@@ -51,7 +51,7 @@ public final class Authenticator: Sendable {
     static let maxEntries = 100_000
 
     /// - Parameters:
-    ///   - cacheSeconds: how long a verified credential is cached, in seconds (SPEC §2: at most 60).
+    ///   - cacheSeconds: how long a verified credential is cached, in seconds (docs/credentials.md: at most 60).
     ///   - now: the clock (injected in tests).
     ///   - limits: bounds on verifications of credentials not in the cache (docs/http-limits.md).
     public init(db: Database, log: Logger, cacheSeconds: Double = 60, limits: AuthLimits = AuthLimits(),

@@ -58,7 +58,7 @@ extension DeviceHandlers {
         }
     }
 
-    /// A stored render report as shown on a target (SPEC §4): `{revision, template_version,
+    /// A stored render report as shown on a target (docs/endpoints.md): `{revision, template_version,
     /// stage_code, stale, received_at}`, `stale` when it is about an older revision than the
     /// target's current one; `null` when there is none. For the target read endpoints too.
     static func renderReportView(_ stored: JSONValue?, currentRevision: Int64) -> JSONValue {

@@ -6,15 +6,15 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 device endpoints beyond registration (installation credential): prepare start
+/// docs/endpoints.md device endpoints beyond registration (installation credential): prepare start
 /// targets, push-to-start tokens, binding retire, render reports.
 ///
 /// Decisions (see also the issue note):
-/// - A retired binding stays retired (SPEC §4 "script deleted/replaced"; the source text: keeping
+/// - A retired binding stays retired (docs/endpoints.md "script deleted/replaced"; the source text: keeping
 ///   the old template files cannot restore that identity): preparing it again answers
 ///   `409 BINDING_RETIRED`; the device uses a new `binding_id` for the new script.
 /// - A push-to-start token for a retired start target → `409 START_TARGET_RETIRED`; for an
-///   Android start target (no push-to-start tokens, SPEC §8) → `400 INVALID_REQUEST` field `token`.
+///   Android start target (no push-to-start tokens, docs/providers.md) → `400 INVALID_REQUEST` field `token`.
 /// - Every endpoint answers `410 INSTALLATION_RETIRED` for a disconnected installation, and
 ///   `404 NOT_FOUND` for another installation's (or tenant's) objects.
 enum DeviceHandlers {
@@ -33,7 +33,7 @@ enum DeviceHandlers {
                     details: ["field": "binding_id"])
     }
 
-    /// `POST /v1/installations/{id}/start-targets` (prepare, SPEC §4, §6, §7) →
+    /// `POST /v1/installations/{id}/start-targets` (prepare, docs/endpoints.md, docs/templates.md, docs/limits.md) →
     /// `201` (new start target) or `200` `{id, start_target_id, template_version, status, …,
     /// evicted_template_versions}`. Upserts the binding, stores the template version when new
     /// (evicting the oldest collectable versions of the binding when over 64 versions or

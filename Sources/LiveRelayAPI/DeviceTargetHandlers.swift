@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 device endpoints on targets (installation credential): local start reservation,
+/// docs/endpoints.md device endpoints on targets (installation credential): local start reservation,
 /// update-token registration, explicit creation failure, local end.
 enum DeviceTargetHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {
@@ -43,7 +43,7 @@ enum DeviceTargetHandlers {
                 state: r.state, staleAt: r.staleAt, relevanceScore: r.relevanceScore,
                 tokenStatus: inst.platform == "android" && inst.fcmToken != nil ? "registered" : "pending"))
             if inst.platform == "android" && inst.fcmToken != nil {
-                // Android has no per-activity token: the target is ready once the installation has an FCM token (SPEC §8).
+                // Android has no per-activity token: the target is ready once the installation has an FCM token (docs/providers.md).
                 try TargetStore.setStatus(c, tenantId: me.tenant, id: t.id, status: .ready)
             }
             return (201, Encode.target(try TargetStore.get(c, tenantId: me.tenant, id: t.id)!))
@@ -64,7 +64,7 @@ enum DeviceTargetHandlers {
     /// (tokens rotate); a waiting target becomes `ready`. An ended target never takes one
     /// (`409 TARGET_ENDED`), a retired installation neither (`410 INSTALLATION_RETIRED`).
     /// An `ending` target does take it (and stays `ending`): its queued end goes to that token,
-    /// and without it the end would wait for a token forever (SPEC §5 excludes only `ended`).
+    /// and without it the end would wait for a token forever (docs/write-semantics.md excludes only `ended`).
     static func pushToken(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let me = try InstallationHandlers.requireInstallation(ctx, req)
         var (r, _) = try Endpoint.reader(req)

@@ -3,13 +3,13 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 
-/// Response objects of the lifecycle (SPEC §4 senders, §5). A target object carries no
+/// Response objects of the lifecycle (docs/endpoints.md senders, §5). A target object carries no
 /// business state (that is the snapshot's, behind `activities:read-state`).
 extension Encode {
     static func target(_ t: TargetRecord) -> JSONValue {
         var report: JSONValue = .null
         if let r = t.lastRenderReport, case .object(var o) = r {
-            // A report for an older revision is shown as stale, never as the latest result (SPEC §6).
+            // A report for an older revision is shown as stale, never as the latest result (docs/templates.md).
             if let rev = o["revision"]?.intValue { o["stale"] = .bool(rev < t.revision) }
             report = .object(o)
         }

@@ -2,7 +2,7 @@ import Foundation
 import JSON
 import LiveRelayStore
 
-/// Response objects of SPEC §4 (snake_case, UTC millisecond times, never a secret).
+/// Response objects of docs/endpoints.md (snake_case, UTC millisecond times, never a secret).
 enum Encode {
     static func tenant(_ t: TenantRecord) -> JSONValue {
         .object(["id": .string(t.id), "name": .string(t.name), "daily_push_quota": .int(t.dailyPushQuota),

@@ -5,7 +5,7 @@ import Logging
 import Postgres
 import Synchronization
 
-/// Wakes requests that wait for something another node may cause (SPEC §4
+/// Wakes requests that wait for something another node may cause (docs/endpoints.md
 /// `wait_until_ready_ms`, §5 `wait_ms`): one LISTEN connection per process on
 /// `OperationStore.eventsChannel`; payloads are target or operation ids. Waiters re-check
 /// the database after each wake-up, so a missed notification only costs the 1 s re-check

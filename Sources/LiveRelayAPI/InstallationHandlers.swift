@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 device endpoints: register (publishable key), renew, disconnect, FCM token.
+/// docs/endpoints.md device endpoints: register (publishable key), renew, disconnect, FCM token.
 enum InstallationHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {
         r.add("POST", "/v1/installations") { req in try Endpoint.run(ctx, req) { try registerInstallation(ctx, req) } }
@@ -16,7 +16,7 @@ enum InstallationHandlers {
     }
 
     /// How long an installation's previous credential keeps working after a renewal or a
-    /// re-registration (SPEC §4: "old one valid 5 min more"), seconds.
+    /// re-registration (docs/endpoints.md: "old one valid 5 min more"), seconds.
     static let renewalGraceSeconds = 300.0
 
     /// The idempotency scope of registrations: endpoint, and the key prefix shared by every

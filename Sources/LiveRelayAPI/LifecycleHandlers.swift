@@ -7,9 +7,9 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 senders / §5: remote start, update and end, each committed (target + operation +
+/// docs/endpoints.md senders / §5: remote start, update and end, each committed (target + operation +
 /// queue entry) in one transaction before the `202 {operation, target}` answer, with the rules
-/// checked in SPEC order.
+/// checked in the documented rule order (docs/write-semantics.md).
 enum LifecycleHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {
         r.add("POST", "/v1/remote-updates/live-activities/start") { req in try Endpoint.run(ctx, req) { try start(ctx, req) } }
@@ -20,7 +20,7 @@ enum LifecycleHandlers {
     /// Idempotency keys of writes are kept as long as their operation (docs/write-path.md); ten years here.
     static let writeKeyRetentionSeconds: Double = 10 * 365 * 86400
 
-    /// `?wait_ms=0..10000` (SPEC §5).
+    /// `?wait_ms=0..10000` (docs/write-semantics.md).
     static func waitMs(_ req: HTTPRequest) throws -> Int {
         guard let s = req.query["wait_ms"] else { return 0 }
         guard let v = Int(s), (0...10_000).contains(v) else { throw DomainError.invalid("wait_ms", "wait_ms must be an integer from 0 to 10000") }
@@ -401,7 +401,7 @@ enum LifecycleHandlers {
         return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
     }
 
-    /// `{operation, target}` of a write (SPEC §5).
+    /// `{operation, target}` of a write (docs/write-semantics.md).
     static func writeBody(_ op: OperationRecord, _ t: TargetRecord) -> JSONValue {
         .object(["operation": Encode.operation(op), "target": Encode.target(t)])
     }

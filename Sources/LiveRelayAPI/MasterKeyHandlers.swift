@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 tenant admin: master keys (rotation), publishable keys, audit events.
+/// docs/endpoints.md tenant admin: master keys (rotation), publishable keys, audit events.
 enum MasterKeyHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {
         r.add("POST", "/v1/master-keys") { req in try Endpoint.run(ctx, req) { try createMaster(ctx, req) } }

@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 operator endpoints (operator key): create, list, read and change tenants.
+/// docs/endpoints.md operator endpoints (operator key): create, list, read and change tenants.
 enum OperatorHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {
         r.add("POST", "/v1/operator/tenants") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
@@ -32,7 +32,7 @@ enum OperatorHandlers {
             let created = try TenantProvisioning.create(ctx.db, name: name, dailyPushQuota: quota, actorId: op, requestId: req.requestId)
             return .json(201, created.json(now: ctx.now()))
         }
-        // SPEC §3: the same key replays the same tenant and the same (sealed) credentials.
+        // docs/http-conventions.md: the same key replays the same tenant and the same (sealed) credentials.
         let hash = Digest.sha256Hex(try req.jsonBody().serialized())
         return try ctx.db.system { c in
             if let stored = try IdempotencyStore.claimOperator(c, endpoint: "POST /v1/operator/tenants", key: key, requestHash: hash, kek: ctx.kek) {
@@ -87,7 +87,7 @@ enum OperatorHandlers {
 }
 
 /// Creating a tenant with its first master key and an any-app publishable key; shared by the
-/// API and `liverelay admin tenants create` (SPEC §9).
+/// API and `liverelay admin tenants create` (docs/configuration.md).
 public enum TenantProvisioning {
     /// The new tenant and its credentials (secrets in clear: show once, never store).
     public struct Created: Sendable {

@@ -1,7 +1,7 @@
 import Foundation
 import LiveRelayCore
 
-/// Who is calling, after the credential was verified (SPEC §2).
+/// Who is calling, after the credential was verified (docs/credentials.md).
 public enum Principal: Sendable, Equatable {
     /// The deployment's operator.
     case operatorKey(id: String)
@@ -12,7 +12,7 @@ public enum Principal: Sendable, Equatable {
     /// A device before registration; `appId`/`platform` nil = any app of the tenant.
     case publishable(tenantId: String, keyId: String, appId: String?, platform: String?)
     /// A registered installation; `retired` installations still authenticate so their late
-    /// writes get `410 INSTALLATION_RETIRED` (SPEC §5).
+    /// writes get `410 INSTALLATION_RETIRED` (docs/write-semantics.md).
     case installation(tenantId: String, installationId: String, credentialId: String, retired: Bool)
 
     /// The tenant the principal belongs to (nil for the operator).

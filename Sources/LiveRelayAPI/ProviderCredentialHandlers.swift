@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 provider credentials (master key):
+/// docs/endpoints.md provider credentials (master key):
 /// - `PUT /v1/provider-credentials/apns {team_id, key_id, private_key, topics, environment, idempotency_key?}`
 /// - `PUT /v1/provider-credentials/fcm {service_account: {...} | "<the JSON file as text>", idempotency_key?}`
 /// - `GET /v1/provider-credentials`

@@ -2,7 +2,7 @@ import JSON
 import LiveRelayCore
 import Synchronization
 
-/// Compiled state schemas by template version, and installation platforms. Template versions are immutable (SPEC §6:
+/// Compiled state schemas by template version, and installation platforms. Template versions are immutable (docs/templates.md:
 /// same id, same content), so a compiled schema never goes stale; the cache is only bounded
 /// (cleared past `maxEntries`) to cap memory.
 final class SchemaCache: Sendable {

@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 tenant admin: sender keys (SPEC §2 coverage fields).
+/// docs/endpoints.md tenant admin: sender keys (docs/credentials.md coverage fields).
 enum SenderKeyHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {
         r.add("POST", "/v1/remote-updates/sender-keys") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
@@ -52,7 +52,7 @@ enum SenderKeyHandlers {
     }
 
     /// `POST /v1/remote-updates/sender-keys` → 201 `{id, credential, …}`; a replay returns the
-    /// same credential (stored sealed for 24 h, SPEC §3).
+    /// same credential (stored sealed for 24 h, docs/http-conventions.md).
     static func create(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
         var (r, json) = try Endpoint.reader(req)

@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 "Service" endpoints (no credential, no tenant data) and capabilities.
+/// docs/endpoints.md "Service" endpoints (no credential, no tenant data) and capabilities.
 enum ServiceHandlers {
     static func register(_ r: Router, _ ctx: APIContext, defaultExpirationSeconds: Int) {
         r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }

@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 sender reads: target (with `wait_until_ready_ms` long-poll), snapshot, operations,
+/// docs/endpoints.md sender reads: target (with `wait_until_ready_ms` long-poll), snapshot, operations,
 /// listTargets, usage.
 enum TargetReadHandlers {
     static func register(_ r: Router, _ ctx: APIContext) {

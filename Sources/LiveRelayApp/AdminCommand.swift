@@ -6,7 +6,7 @@ import LiveRelayStore
 import Logging
 import Postgres
 
-/// `liverelay admin …`: operator tasks straight on the database (SPEC §9). Works on
+/// `liverelay admin …`: operator tasks straight on the database (docs/configuration.md). Works on
 /// `DATABASE_URL` or, without it, on the embedded cluster of the current directory (the one a
 /// running `serve` started, or started for the command and stopped after it).
 enum AdminCommand {
@@ -152,7 +152,7 @@ struct AdminError: Error, CustomStringConvertible {
 }
 
 /// The database work of the `admin` tasks beyond tenant and operator-key creation. Objects are
-/// printed with the API's shapes (SPEC §4: tenant, master key; usage as `GET /v1/remote-updates/usage`).
+/// printed with the API's shapes (docs/endpoints.md: tenant, master key; usage as `GET /v1/remote-updates/usage`).
 enum AdminTasks {
     static func ts(_ d: Date?) -> JSONValue { d.map { .string(Timestamp.format($0)) } ?? .null }
 

@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import LiveRelayCore
 
-/// Every setting of a LiveRelay process, read from the environment in one place (SPEC §9)
+/// Every setting of a LiveRelay process, read from the environment in one place (docs/configuration.md)
 /// and validated before anything starts.
 ///
 /// | variable | field | default |
@@ -35,7 +35,7 @@ public struct Configuration: Sendable {
     public var apnsSandboxURL: String
     public var fcmURL: String
     public var extraCAFile: String?
-    /// Seconds added to now for `apns-expiration` when a write has no `expires_at` (SPEC §8).
+    /// Seconds added to now for `apns-expiration` when a write has no `expires_at` (docs/providers.md).
     public var defaultExpirationSeconds: Int
     public var logLevel: LogLevel
     /// Directory for the embedded cluster and generated KEK.

@@ -7,7 +7,7 @@ import LiveRelayCore
 /// (`DeviceSimulatorRunner`) feeds it the pushes the sandbox recorded for its tokens and carries
 /// out the effects it asks for (registering a fresh update token after a remote start).
 ///
-/// Rules (SPEC §5/§8, seed 003):
+/// Rules (docs/write-semantics.md/docs/providers.md, seed 003):
 /// - a push-to-start (APNs `event: start` on a push-to-start token, or an FCM data message with
 ///   `event: start`) creates the activity named by `attributes.target_id` / `data.target_id`; on
 ///   iOS the device then registers a fresh update token for it. A second start for the same
@@ -23,7 +23,7 @@ import LiveRelayCore
 public struct DeviceSimulator: Sendable, Equatable {
     public var state: DeviceSimulatorState
 
-    /// The system's longest stay of an ended activity on the lock screen (SPEC §7 dismissal).
+    /// The system's longest stay of an ended activity on the lock screen (docs/limits.md dismissal).
     public static let defaultDismissalSeconds: Int64 = 4 * 3600
 
     public init(state: DeviceSimulatorState) { self.state = state }

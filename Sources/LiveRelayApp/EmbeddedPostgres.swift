@@ -3,7 +3,7 @@ import Crypto
 import Logging
 
 /// A private PostgreSQL cluster under `<home>/postgres` for running LiveRelay with nothing
-/// configured (SPEC §9: "with no DATABASE_URL, serve runs an embedded PostgreSQL cluster under
+/// configured (docs/configuration.md: "with no DATABASE_URL, serve runs an embedded PostgreSQL cluster under
 /// ./.liverelay/ (initdb + pg_ctl on a unix socket)").
 ///
 /// Layout: `<root>/data` (cluster), `<root>/run` (unix socket, no TCP), `<root>/postgres.log`,

@@ -4,7 +4,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Logging
 
-/// `liverelay gc [--dry-run]` (SPEC §6, §9): one GC pass straight on the database (DATABASE_URL
+/// `liverelay gc [--dry-run]` (docs/templates.md, docs/configuration.md): one GC pass straight on the database (DATABASE_URL
 /// or the embedded cluster). Prints one JSON line per template version removed (or, with
 /// `--dry-run`, that would be removed), then one summary line
 /// `{"summary": {"dry_run", "versions", "bytes", "targets", "operations", "idempotency_records",

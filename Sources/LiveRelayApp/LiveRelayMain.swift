@@ -4,7 +4,7 @@ import LiveRelayAPI
 import LiveRelayStore
 import Logging
 
-/// Entry point of the `liverelay` executable (SPEC §9): one binary, subcommands.
+/// Entry point of the `liverelay` executable (docs/configuration.md): one binary, subcommands.
 public enum LiveRelayMain {
     /// The product version printed by `liverelay version`.
     public static let version = "0.1.0"

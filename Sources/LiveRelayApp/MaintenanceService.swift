@@ -5,7 +5,7 @@ import LiveRelayStore
 import Logging
 import Metrics
 
-/// The maintenance service of `liverelay serve` (SPEC §3, §6, §9): runs the template-version GC,
+/// The maintenance service of `liverelay serve` (docs/http-conventions.md, docs/templates.md, docs/configuration.md): runs the template-version GC,
 /// the purge of expired idempotency records and the retention purge of terminal targets
 /// every `interval` on its own thread, logging each version it removed and a summary, until
 /// `stop()` (which waits for a pass in progress). The first pass runs one interval after start.
@@ -106,7 +106,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         condition.unlock()
     }
 
-    /// Deletes idempotency records past their retention (SPEC §3: sealed replayable
+    /// Deletes idempotency records past their retention (docs/http-conventions.md: sealed replayable
     /// credentials are purged after 24 h).
     func purgeIdempotencyRecords() {
         do {

@@ -1,9 +1,9 @@
 import Foundation
 import JSON
 
-/// `liverelay remote …`: a client of the sender API for scripts (SPEC §9). The credential comes
+/// `liverelay remote …`: a client of the sender API for scripts (docs/configuration.md). The credential comes
 /// from `LIVERELAY_KEY`, the base URL from `LIVERELAY_URL` (default `http://127.0.0.1:8080`).
-/// Flags are the SPEC §5 field names in kebab-case. The response JSON goes to stdout; an API
+/// Flags are the docs/write-semantics.md field names in kebab-case. The response JSON goes to stdout; an API
 /// error's code and message go to stderr.
 ///
 /// Exit status: 0 success, 2 usage error, 3 API error (any HTTP status ≥ 400), 4 network error
@@ -187,7 +187,7 @@ public enum RemoteCommand {
         return .object(["data": .array(data), "next_cursor": .null])
     }
 
-    /// The body of start/update/end from the flags (SPEC §5 field names) and `--wait-ms`.
+    /// The body of start/update/end from the flags (docs/write-semantics.md field names) and `--wait-ms`.
     static func writeBody(_ kind: String, _ f: inout Flags) throws -> (JSONValue, Int64?) {
         var o: [String: JSONValue] = [:]
         func put(_ flag: String, _ value: JSONValue?) { if let value { o[flag.replacingOccurrences(of: "-", with: "_")] = value } }
@@ -344,7 +344,7 @@ struct RemoteNetworkError: Error {
     let message: String
 }
 
-/// An HTTP answer ≥ 400: the envelope's code and message (SPEC §3).
+/// An HTTP answer ≥ 400: the envelope's code and message (docs/http-conventions.md).
 struct RemoteAPIError: Error {
     let status: Int
     let code: String

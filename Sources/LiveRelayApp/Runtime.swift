@@ -5,7 +5,7 @@ import LiveRelayStore
 import Postgres
 
 /// Resolved database, key-encryption key and migrations for one process: the embedded
-/// cluster when no `DATABASE_URL` is set, the generated KEK in embedded mode (SPEC §9).
+/// cluster when no `DATABASE_URL` is set, the generated KEK in embedded mode (docs/configuration.md).
 final class Runtime {
     let config: Configuration
     let log: Logger

@@ -2,7 +2,7 @@ import Foundation
 import Logging
 import LiveRelaySandbox
 
-/// `liverelay sandbox`: a local APNs/FCM-compatible server for development and tests (SPEC §9).
+/// `liverelay sandbox`: a local APNs/FCM-compatible server for development and tests (docs/configuration.md).
 enum SandboxCommand {
     static let usage = """
     usage: liverelay sandbox [--listen HOST:PORT] [--control HOST:PORT] [--dir DIR] [--advertise HOST] [--fresh]

@@ -8,7 +8,7 @@ import Metrics
 import Postgres
 
 /// `liverelay worker`: the dispatcher (and its maintenance: lease rescue, expiry, lifetime
-/// sweep) without the API, until SIGTERM/SIGINT (SPEC §9: any number of workers share one
+/// sweep) without the API, until SIGTERM/SIGINT (docs/configuration.md: any number of workers share one
 /// PostgreSQL). `serve` runs the same dispatcher next to the API. A worker also runs the
 /// maintenance service (template-version GC, idempotency purge; safe on many workers at once:
 /// each binding is decided under its row lock), so a deployment of `api` nodes and workers
@@ -104,7 +104,7 @@ enum WorkerCommand {
 
     /// The APNs/FCM client for this process. Until the provider clients are wired in here,
     /// every push fails visibly with `PROVIDER_CREDENTIALS_INVALID` (`UnconfiguredPushSender`).
-    /// The APNs/FCM sender (SPEC §8) over the tenants' stored provider credentials, with the
+    /// The APNs/FCM sender (docs/providers.md) over the tenants' stored provider credentials, with the
     /// provider URLs and extra CA of `config`. Returns the sender and a closure that stops it
     /// (closes its HTTP/2 pools and flushes credential health).
     /// `conninfo`: where the credential cache LISTENs for provider-credential changes (a PUT or

@@ -2,7 +2,7 @@ import Foundation
 import JSON
 
 /// The lifecycle event a push carries: the APNs `aps.event` value and the FCM `data.event`
-/// value (SPEC §8). Also the kind of an operation (SPEC §5 `operation.kind`).
+/// value (docs/providers.md). Also the kind of an operation (docs/write-semantics.md `operation.kind`).
 public enum PushEvent: String, Sendable, CaseIterable {
     /// Remote start (APNs push-to-start; FCM data message the device renders as a start).
     case start
@@ -12,7 +12,7 @@ public enum PushEvent: String, Sendable, CaseIterable {
     case end
 }
 
-/// A visible alert sent with a start or update (SPEC §5 `alert: {title, body, sound?}`).
+/// A visible alert sent with a start or update (docs/write-semantics.md `alert: {title, body, sound?}`).
 /// Title and body are required by the request decoder; `sound` is the name of a sound file in
 /// the app bundle (APNs only: FCM data carries `alert_title`/`alert_body`, no sound).
 public struct PushAlert: Sendable, Equatable {
@@ -30,7 +30,7 @@ public struct PushAlert: Sendable, Equatable {
     }
 }
 
-/// The APNs request body for an ActivityKit push (SPEC §8 "Body"), built as a `JSONValue` and
+/// The APNs request body for an ActivityKit push (docs/providers.md "Body"), built as a `JSONValue` and
 /// serialized with `JSONValue.serialized()` so the bytes measured against `maxBytes` are
 /// exactly the bytes sent.
 ///
@@ -45,12 +45,12 @@ public struct PushAlert: Sendable, Equatable {
 ///          "attributes": {"target_id": "...", "template_version": "...", "business_key"?: "..."},
 ///          "input-push-token": 1}}
 /// ```
-/// Every time field is whole epoch **seconds**, rounded down (`Timestamp.epochSeconds`, SPEC
+/// Every time field is whole epoch **seconds**, rounded down (`Timestamp.epochSeconds`, docs/
 /// §3/§8); for any date before year 2286 that is < 10^10. Range checks of the request times
-/// (e.g. `dismiss_at` ≤ now + 4 h, SPEC §7) belong to the write validator, not here.
+/// (e.g. `dismiss_at` ≤ now + 4 h, docs/limits.md) belong to the write validator, not here.
 ///
 /// Sources: Apple, "Starting and updating Live Activities with ActivityKit push notifications"
-/// and "Sending notification requests to APNs"; SPEC §8.
+/// and "Sending notification requests to APNs"; docs/providers.md.
 public struct APNsPayload: Sendable, Equatable {
     /// The static part of a remote start (APNs `attributes-type` and `attributes`).
     public struct StartAttributes: Sendable, Equatable {
@@ -71,7 +71,7 @@ public struct APNsPayload: Sendable, Equatable {
         }
     }
 
-    /// SPEC §7: the whole `{"aps":...}` body may be at most 4096 bytes (APNs' limit for
+    /// docs/limits.md: the whole `{"aps":...}` body may be at most 4096 bytes (APNs' limit for
     /// Live Activity pushes, Apple "Sending notification requests to APNs").
     public static let maxBytes = 4096
 
@@ -162,7 +162,7 @@ public struct APNsPayload: Sendable, Equatable {
               relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate, start: start).serialized()
     }
 
-    /// SPEC §5 rule 8 / §7: a body over `maxBytes` (counted in UTF-8 bytes, not characters).
+    /// docs/write-semantics.md rule 8 / §7: a body over `maxBytes` (counted in UTF-8 bytes, not characters).
     /// - Throws: `DomainError(status: 413, code: "PAYLOAD_TOO_LARGE", details: ["bytes": n,
     ///   "actual": n, "limit": 4096, "provider": "apns"])`.
     public static func checkSize(_ bytes: [UInt8]) throws {
@@ -174,7 +174,7 @@ public struct APNsPayload: Sendable, Equatable {
     /// (`<bundle>.push-type.liveactivity`), `apns-push-type` (`liveactivity`), `apns-priority`
     /// (5 or 10, validated upstream), `apns-expiration` (epoch seconds, floor; from
     /// `expires_at` or now + `LIVERELAY_DEFAULT_EXPIRATION_SECONDS`), `apns-id` (canonical
-    /// UUID of this send attempt). Source: Apple "Sending notification requests to APNs"; SPEC §8.
+    /// UUID of this send attempt). Source: Apple "Sending notification requests to APNs"; docs/providers.md.
     public static func headers(topicBundleId: String, priority: Int, expiration: Date, apnsId: String) -> [(String, String)] {
         [
             ("apns-topic", topicBundleId + ".push-type.liveactivity"),
@@ -186,7 +186,7 @@ public struct APNsPayload: Sendable, Equatable {
     }
 }
 
-/// The `413 PAYLOAD_TOO_LARGE` of SPEC §5 rule 8 when `bytes > limit`, else nil.
+/// The `413 PAYLOAD_TOO_LARGE` of docs/write-semantics.md rule 8 when `bytes > limit`, else nil.
 /// `details`: `bytes` and `actual` (the measured size; §5 and §3 names), `limit`, `provider`.
 func providerPayloadTooLargeError(bytes: Int, limit: Int, provider: String, what: String) -> DomainError? {
     guard bytes > limit else { return nil }

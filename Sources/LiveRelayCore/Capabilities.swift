@@ -1,6 +1,6 @@
 import JSON
 
-/// What `GET /v1/remote-updates/capabilities` reports (SPEC §4 senders, §7, §8): the protocol
+/// What `GET /v1/remote-updates/capabilities` reports (docs/endpoints.md senders, §7, §8): the protocol
 /// version, operations, permissions and every limit. It says nothing about authorisation.
 public enum Capabilities {
     /// Version of the remote-update protocol this server speaks.

@@ -1,4 +1,4 @@
-/// Sender-key permissions (SPEC §2 "Sender key coverage").
+/// Sender-key permissions (docs/credentials.md "Sender key coverage").
 public enum Permission: String, Sendable, CaseIterable, Comparable {
     case start = "activities:start"
     case readState = "activities:read-state"
@@ -9,7 +9,7 @@ public enum Permission: String, Sendable, CaseIterable, Comparable {
 }
 
 /// What a sender key may reach: its `targets` (start target ids and/or target ids),
-/// `created_from` (start target ids) and `permissions` (SPEC §2).
+/// `created_from` (start target ids) and `permissions` (docs/credentials.md).
 public struct SenderScope: Sendable, Equatable {
     /// The sender key's own id (`sk_…`), used for the "created by this same key" rule.
     public let keyId: String
@@ -56,7 +56,7 @@ public enum TargetAction: Sendable, Equatable {
     }
 }
 
-/// The pure coverage rules of SPEC §2.
+/// The pure coverage rules of docs/credentials.md.
 public enum Coverage {
     /// May `scope` start an activity from start target `startTargetId`?
     /// Needs `activities:start` and the start target id in `targets`.

@@ -1,4 +1,4 @@
-/// The credential kinds of SPEC §2 and their token prefixes.
+/// The credential kinds of docs/credentials.md and their token prefixes.
 public enum CredentialKind: String, Sendable, CaseIterable {
     case `operator` = "lro"
     case master = "lrm"
@@ -18,7 +18,7 @@ public enum CredentialKind: String, Sendable, CaseIterable {
     }
 }
 
-/// A credential token split into its parts (SPEC §2):
+/// A credential token split into its parts (docs/credentials.md):
 /// `<prefix>_<id body>_<secret><checksum>` where the id body is the 26-char body of the row id
 /// (`mk_<body>` for `lrm`), the secret is 43 base62 characters (32 random bytes, 256 bits) and
 /// the checksum is CRC-32 (IEEE) of everything before it, as 6 base62 characters.

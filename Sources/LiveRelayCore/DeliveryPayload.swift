@@ -2,7 +2,7 @@ import Foundation
 import JSON
 
 /// Builds and measures the exact provider payload of a write before it is committed
-/// (SPEC §5 rule 8: "The full provider payload is built and measured"): the APNs body for
+/// (docs/write-semantics.md rule 8: "The full provider payload is built and measured"): the APNs body for
 /// iOS (4096 bytes), the FCM `data` object for Android (4096 bytes).
 public enum DeliveryPayload {
     /// What a write will send.

@@ -12,7 +12,7 @@ public enum DispatchAttemptResult: Sendable, Equatable {
     case possiblyProcessed(String)
     /// The tenant has no (valid) provider credentials for this platform/topic.
     case noCredentials(String)
-    /// The worker that claimed the operation stopped renewing its lease mid-send (SPEC §5:
+    /// The worker that claimed the operation stopped renewing its lease mid-send (docs/write-semantics.md:
     /// "lease expired mid-send" is an unknown outcome).
     case leaseExpired
     /// The operation reached its `expires_at` before it could be sent.
@@ -39,8 +39,8 @@ public struct DispatchOperationFacts: Sendable, Equatable {
     }
 }
 
-/// The state transitions one attempt result causes (SPEC §5 "Ordering and coalescing",
-/// "Outcome unknown", "Quota"; SPEC §8 "Responses"), decided purely by
+/// The state transitions one attempt result causes (docs/write-semantics.md "Ordering and coalescing",
+/// "Outcome unknown", "Quota"; docs/providers.md "Responses"), decided purely by
 /// `DispatchDecision.decide(_:_:now:random:policy:)` and applied by the store in one transaction.
 ///
 /// | result | operation | quota | target | other |
@@ -108,7 +108,7 @@ public struct DispatchDecision: Sendable, Equatable {
     public var target: TargetChange
     /// Cancel the target's queued operations with this `pending_reason` (after the target change).
     public var cancelQueued: String?
-    /// What a dead token does to stored tokens (SPEC §8), when the result was a dead token.
+    /// What a dead token does to stored tokens (docs/providers.md), when the result was a dead token.
     public var deadToken: DeadTokenEffect?
 
     public init(operation: OperationChange, quota: QuotaChange, target: TargetChange = .none, cancelQueued: String? = nil,

@@ -1,7 +1,7 @@
 import JSON
 
-/// A rule of the contract that a request broke, carrying exactly what SPEC §3's error
-/// envelope shows: the HTTP status, the SPEC's `code`, a message naming the field, and
+/// A rule of the contract that a request broke, carrying exactly what docs/http-conventions.md's error
+/// envelope shows: the HTTP status, the the contract's (docs/) `code`, a message naming the field, and
 /// `details` (`field` for a request field as a dotted path, `pointer` for an RFC 6901 JSON
 /// pointer into a schema or state, `limit`/`actual` for a §7 limit).
 ///
@@ -9,11 +9,11 @@ import JSON
 public struct DomainError: Error, Sendable, Equatable, CustomStringConvertible {
     /// HTTP status (400, 401, 403, 404, 409, 410, 413, 422, 429).
     public let status: Int
-    /// SPEC error code, e.g. `INVALID_REQUEST`, `STATE_SCHEMA_MISMATCH`.
+    /// docs/ error code, e.g. `INVALID_REQUEST`, `STATE_SCHEMA_MISMATCH`.
     public let code: String
     /// One sentence for a developer; names the offending field. Never contains secrets.
     public let message: String
-    /// Machine-readable specifics (SPEC §3 "Error details conventions").
+    /// Machine-readable specifics (docs/http-conventions.md "Error details conventions").
     public let details: [String: JSONValue]
 
     public init(status: Int, code: String, message: String, details: [String: JSONValue] = [:]) {
@@ -32,7 +32,7 @@ public struct DomainError: Error, Sendable, Equatable, CustomStringConvertible {
         return DomainError(status: 400, code: "INVALID_REQUEST", message: message, details: d)
     }
 
-    /// `400 INVALID_REQUEST` for a SPEC §7 limit: `details.limit` and `details.actual`.
+    /// `400 INVALID_REQUEST` for a docs/limits.md limit: `details.limit` and `details.actual`.
     public static func limit(_ field: String, _ message: String, limit: Int, actual: Int) -> DomainError {
         invalid(field, message, extra: ["limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
     }

@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// The FCM HTTP v1 `messages:send` request body for an Android 16 Live Update (SPEC §8): a
+/// The FCM HTTP v1 `messages:send` request body for an Android 16 Live Update (docs/providers.md): a
 /// data-only message (no `notification` key) the app's `FirebaseMessagingService` renders
 /// itself.
 ///
@@ -16,16 +16,16 @@ import JSON
 /// Every `data` value is a string (FCM requires it): `event` is `start|update|end`;
 /// `revision` is the decimal integer; `state` is the state serialized as compact canonical
 /// JSON text; `timestamp`, `stale_at` and `dismiss_at` are whole **epoch seconds** (floor) in
-/// decimal, the same numbers APNs receives (SPEC §3/§8), e.g. `"1792328400"`. `alert.sound`
+/// decimal, the same numbers APNs receives (docs/http-conventions.md/docs/providers.md), e.g. `"1792328400"`. `alert.sound`
 /// has no FCM field and is not sent.
 ///
-/// The limit (SPEC §7) is measured on the serialized `data` object, exactly as
+/// The limit (docs/limits.md) is measured on the serialized `data` object, exactly as
 /// `JSONValue.serialized()` writes it.
 ///
 /// Sources: Google, "FCM HTTP v1 API" (`projects.messages`, `AndroidConfig.ttl` as a
-/// duration string, `AndroidMessagePriority.HIGH`); SPEC §7/§8.
+/// duration string, `AndroidMessagePriority.HIGH`); docs/limits.md/docs/providers.md.
 public struct FCMMessage: Sendable, Equatable {
-    /// SPEC §7: the serialized `data` object may be at most 4096 bytes.
+    /// docs/limits.md: the serialized `data` object may be at most 4096 bytes.
     public static let maxDataBytes = 4096
     /// FCM's largest `ttl`: 4 weeks, in seconds (Google "FCM HTTP v1 API", `AndroidConfig`).
     public static let maxTTLSeconds: Int64 = 2_419_200
@@ -121,7 +121,7 @@ public struct FCMMessage: Sendable, Equatable {
         return bytes()
     }
 
-    /// SPEC §5 rule 8 / §7: serialized `data` over `maxDataBytes` (UTF-8 bytes).
+    /// docs/write-semantics.md rule 8 / §7: serialized `data` over `maxDataBytes` (UTF-8 bytes).
     /// - Throws: `DomainError(status: 413, code: "PAYLOAD_TOO_LARGE", details: ["bytes": n,
     ///   "actual": n, "limit": 4096, "provider": "fcm"])`.
     public static func checkDataSize(_ dataBytes: [UInt8]) throws {

@@ -1,6 +1,6 @@
 import Foundation
 
-/// Kinds of resource id and their type prefixes (SPEC §3 "Ids are opaque strings with a
+/// Kinds of resource id and their type prefixes (docs/http-conventions.md "Ids are opaque strings with a
 /// type prefix"). Ids are `<prefix>_<26 chars>`: the 26 characters are the lowercase Crockford
 /// base32 encoding of a UUIDv7-style 128-bit value (48-bit Unix milliseconds, then 80 random
 /// bits), so ids sort by creation time and keyset pagination over them is stable.
@@ -16,12 +16,12 @@ public enum IdKind: String, Sendable, CaseIterable {
     case startTarget = "st"
     case target = "tgt"
     case operation = "op"
-    /// Audit events and webhook events share `evt_` (SPEC §3 lists one prefix for events).
+    /// Audit events and webhook events share `evt_` (docs/http-conventions.md lists one prefix for events).
     case auditEvent = "evt"
     case webhookEndpoint = "we"
 }
 
-/// Generates and checks prefixed, time-ordered identifiers (SPEC §3).
+/// Generates and checks prefixed, time-ordered identifiers (docs/http-conventions.md).
 public enum Identifier {
     /// Number of base32 characters after `<prefix>_`.
     public static let bodyLength = 26

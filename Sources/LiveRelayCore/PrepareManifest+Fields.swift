@@ -40,7 +40,7 @@ enum PrepareFields {
         return s
     }
 
-    /// Optional `idempotency_key` (SPEC §3): 1…255 characters, no control characters.
+    /// Optional `idempotency_key` (docs/http-conventions.md): 1…255 characters, no control characters.
     static func idempotencyKey(_ o: [String: JSONValue]) throws -> String? {
         let key = "idempotency_key"
         guard let v = optional(o, key) else { return nil }
@@ -67,7 +67,7 @@ enum PrepareFields {
         return Int(n)
     }
 
-    /// Validates a resource path (SPEC §7): non-empty, ≤ 255 UTF-8 bytes, relative, no
+    /// Validates a resource path (docs/limits.md): non-empty, ≤ 255 UTF-8 bytes, relative, no
     /// backslash, no control characters, and normalised: segments separated by single `/`,
     /// none empty, `.` or `..` (so `./a`, `a//b` and `a/` are refused; one file, one spelling).
     static func resourcePath(_ path: String, field: String) throws {

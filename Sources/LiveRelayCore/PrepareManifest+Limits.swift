@@ -1,4 +1,4 @@
-/// SPEC §7 limits on the prepare request (`POST /v1/installations/{id}/start-targets`), also
+/// docs/limits.md limits on the prepare request (`POST /v1/installations/{id}/start-targets`), also
 /// reported by `GET /v1/remote-updates/capabilities`. Each violation is `400 INVALID_REQUEST`
 /// with `details.field`, `details.limit` and `details.actual`.
 public enum PrepareLimits {
@@ -19,6 +19,6 @@ public enum PrepareLimits {
     public static let maxNameLength = 128
     /// `binding_id`: 1–255 bytes of UTF-8.
     public static let maxBindingIdBytes = 255
-    /// `idempotency_key` (optional here, SPEC §3): 1–255 printable characters.
+    /// `idempotency_key` (optional here, docs/http-conventions.md): 1–255 printable characters.
     public static let maxIdempotencyKeyLength = 255
 }

@@ -1,7 +1,7 @@
 import JSON
 
-/// The validated body of `POST /v1/installations/{id}/start-targets` ("prepare", SPEC §4),
-/// checked against the limits of SPEC §7 (`PrepareLimits`, `StateLimits`).
+/// The validated body of `POST /v1/installations/{id}/start-targets` ("prepare", docs/endpoints.md),
+/// checked against the limits of docs/limits.md (`PrepareLimits`, `StateLimits`).
 ///
 /// Body shape:
 /// ```
@@ -50,10 +50,10 @@ public struct PrepareManifest: Sendable {
     public let bundleFiles: Int
     /// `sample_state`, already validated; nil when absent.
     public let sampleState: JSONValue?
-    /// `idempotency_key` when the client sent one (SPEC §3; optional on this endpoint).
+    /// `idempotency_key` when the client sent one (docs/http-conventions.md; optional on this endpoint).
     public let idempotencyKey: String?
     /// The start manifest: `{activity_type, attributes_type, binding_id, bundle: {bytes, files,
-    /// modules}, renderer_digest, schema?}` (SPEC §7: the request minus `sample_state`,
+    /// modules}, renderer_digest, schema?}` (docs/limits.md: the request minus `sample_state`,
     /// `resources` and `idempotency_key`).
     public let startManifest: JSONValue
     /// Size of `startManifest.serialized()` in bytes (≤ 8,192).
@@ -161,7 +161,7 @@ public struct PrepareManifest: Sendable {
         return out
     }
 
-    /// The template version of this manifest (SPEC §6); see `TemplateVersion.derive`.
+    /// The template version of this manifest (docs/templates.md); see `TemplateVersion.derive`.
     /// - Parameter sha256: SHA-256 of the given bytes (32 bytes), from the crypto module.
     public func templateVersion(sha256: ([UInt8]) -> [UInt8]) -> String {
         TemplateVersion.derive(bindingId: bindingId, activityType: activityType, attributesType: attributesType,

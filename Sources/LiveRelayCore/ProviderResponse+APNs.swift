@@ -8,7 +8,7 @@ extension ProviderOutcome {
         jsonObject(body)?["reason"]?.stringValue
     }
 
-    /// Classifies an APNs response (SPEC §8 "Responses"; Apple "Handling notification
+    /// Classifies an APNs response (docs/providers.md "Responses"; Apple "Handling notification
     /// responses from APNs").
     ///
     /// | status | reason | outcome |

@@ -31,7 +31,7 @@ public struct FCMErrorBody: Sendable, Equatable {
 }
 
 extension ProviderOutcome {
-    /// Classifies an FCM HTTP v1 `messages:send` response (SPEC §8; Google "FCM HTTP v1 API",
+    /// Classifies an FCM HTTP v1 `messages:send` response (docs/providers.md; Google "FCM HTTP v1 API",
     /// `ErrorCode`). `errorCode` and `error.status` are both consulted, first match wins:
     ///
     /// | condition | outcome |

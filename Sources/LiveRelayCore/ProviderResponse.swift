@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// What the dispatcher does with one provider response (SPEC §8 "Responses"), decided purely
+/// What the dispatcher does with one provider response (docs/providers.md "Responses"), decided purely
 /// from the HTTP status, the JSON error body and a few headers by `ProviderOutcome.apns(...)`
 /// and `ProviderOutcome.fcm(...)`. Transport failures (connection lost, GOAWAY, refused
 /// stream) are not responses: see `RetryPolicy.onInterruption`.
@@ -33,7 +33,7 @@ public enum ProviderOutcome: Sendable, Equatable {
     public enum Code {
         /// Credential errors (APNs 403 except `ExpiredProviderToken`; FCM 403, a second 401).
         public static let credentialsInvalid = "PROVIDER_CREDENTIALS_INVALID"
-        /// APNs 413 `PayloadTooLarge` (normally caught at commit, SPEC §5 rule 8).
+        /// APNs 413 `PayloadTooLarge` (normally caught at commit, docs/write-semantics.md rule 8).
         public static let payloadTooLarge = "PAYLOAD_TOO_LARGE"
         /// Any other rejection (APNs 400 `BadTopic`, …; FCM 400 `INVALID_ARGUMENT`, …); the
         /// provider's reason is in `providerReason`.
@@ -69,7 +69,7 @@ public enum DeadTokenKind: Sendable, Equatable, CaseIterable {
     case fcmInstallation
 }
 
-/// What a dead token does to stored state (SPEC §8 "Responses"; the operation itself fails
+/// What a dead token does to stored state (docs/providers.md "Responses"; the operation itself fails
 /// with `ProviderOutcome.Code.tokenInvalid` in every case).
 public enum DeadTokenEffect: Sendable, Equatable {
     /// The target → `ended` with this `end_reason` (`token_invalid`); its queued work is cancelled.
@@ -78,7 +78,7 @@ public enum DeadTokenEffect: Sendable, Equatable {
     case startTargetPending
     /// The installation's FCM token is cleared: its Android start targets → `pending` and its
     /// live Android targets → `token_pending` until `PUT .../fcm-token` registers a new one
-    /// (SPEC §8: Android tokens are registered exactly while the installation has an FCM token).
+    /// (docs/providers.md: Android tokens are registered exactly while the installation has an FCM token).
     case clearInstallationFCMToken
 }
 

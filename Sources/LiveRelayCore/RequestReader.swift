@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// Reads the fields of one JSON request object the way SPEC §5 rule 2 wants: each accessor
+/// Reads the fields of one JSON request object the way docs/write-semantics.md rule 2 wants: each accessor
 /// checks a field's type and range and throws `400 INVALID_REQUEST` naming the field (as a
 /// dotted path from the body root); `finish()` rejects any field nobody asked for.
 ///
@@ -97,7 +97,7 @@ public struct RequestReader {
         return d
     }
 
-    /// An optional RFC 3339 timestamp (SPEC §3), normalised to UTC. Instants before
+    /// An optional RFC 3339 timestamp (docs/http-conventions.md), normalised to UTC. Instants before
     /// 1970-01-01T00:00:00Z or from 10000-01-01T00:00:00Z on (after normalising the offset) are
     /// refused with `400 INVALID_REQUEST` naming the field: PostgreSQL and APNs (whole epoch
     /// seconds below 10^10) cannot take them (docs/security.md "Input bounds").
@@ -145,7 +145,7 @@ public struct RequestReader {
         return try RequestReader(v, path: field(key))
     }
 
-    /// The idempotency key of SPEC §3: required, 1–255 printable ASCII characters.
+    /// The idempotency key of docs/http-conventions.md: required, 1–255 printable ASCII characters.
     public mutating func idempotencyKey() throws -> String {
         guard let v = raw("idempotency_key") else {
             throw DomainError.invalid(field("idempotency_key"), "idempotency_key is required on every mutating request")

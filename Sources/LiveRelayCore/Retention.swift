@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// Template-version retention (SPEC §6): per binding at most 64 versions and 256 MiB (sum of
+/// Template-version retention (docs/templates.md): per binding at most 64 versions and 256 MiB (sum of
 /// `bundle.bytes`); a version is *pinned* while referenced, and *collectable* 7 days after its
 /// last reference ended. Pure decisions over values; the Store loads the facts and carries the
 /// decisions out, so every rule here is unit-tested with an injected clock.
@@ -13,7 +13,7 @@ public enum Retention {
     /// An unpinned version becomes collectable this long after its last reference ended (7 days).
     public static let collectableAfter: TimeInterval = 7 * 24 * 60 * 60
 
-    /// Why a version is pinned (SPEC §6).
+    /// Why a version is pinned (docs/templates.md).
     public enum Pin: String, Sendable, Hashable, CaseIterable, Comparable {
         /// A non-terminal target (status not `ended`/`creation_failed`) uses it.
         case target

@@ -1,7 +1,7 @@
 import Foundation
 
 /// Capped exponential backoff with full jitter for resending pushes the provider did not
-/// process (SPEC §5 "Ordering and coalescing": GOAWAY above `last_stream_id`, refused stream,
+/// process (docs/write-semantics.md "Ordering and coalescing": GOAWAY above `last_stream_id`, refused stream,
 /// `429`, `5xx`) and idempotent resends after an unknown outcome.
 ///
 /// Delay before retry number `attempt` (1 = first retry), in **seconds**:
@@ -12,7 +12,7 @@ import Foundation
 /// `cap` is honoured as sent (the provider's word wins). Retries stop when the operation
 /// reaches its `expires_at` (operation `expired`), not after a fixed count.
 ///
-/// Source: SPEC §5; AWS Architecture Blog "Exponential Backoff And Jitter" (full jitter).
+/// Source: docs/write-semantics.md; AWS Architecture Blog "Exponential Backoff And Jitter" (full jitter).
 public struct RetryPolicy: Sendable, Equatable {
     /// Ceiling of the first retry, seconds (> 0).
     public var base: Double
@@ -56,7 +56,7 @@ public enum UnknownOutcomeAction: Sendable, Equatable {
     /// Send it again (same payload, same APNs `timestamp`, so a duplicate is harmless), after
     /// `RetryPolicy.delay`.
     case resend
-    /// Operation → `unknown`; never resent automatically (SPEC §5). A start target → target
+    /// Operation → `unknown`; never resent automatically (docs/write-semantics.md). A start target → target
     /// `start_unknown`.
     case markUnknown
 }
@@ -73,7 +73,7 @@ public enum SendInterruption: Sendable, Equatable, CaseIterable {
 }
 
 extension RetryPolicy {
-    /// SPEC §5 "Outcome unknown": may an operation whose send may have reached the provider be
+    /// docs/write-semantics.md "Outcome unknown": may an operation whose send may have reached the provider be
     /// resent?
     ///
     /// | kind | state | alert | action |
@@ -83,7 +83,7 @@ extension RetryPolicy {
     /// | update | any | yes | `markUnknown` (alerts are never resent) |
     /// | end | no | no | `resend` (stateless cleanup) |
     /// | end | yes | no | `resend` — decision: a final state without alert is a state-only push; the resend carries the same timestamp, so the device applies it at most once |
-    /// | end | any | yes | `markUnknown` (SPEC's end has no alert; kept for safety) |
+    /// | end | any | yes | `markUnknown` (the contract's (docs/) end has no alert; kept for safety) |
     ///
     /// `kind` is the operation kind (`PushEvent` doubles as `operation.kind`).
     public static func onUnknownOutcome(kind: PushEvent, hasState: Bool, hasAlert: Bool) -> UnknownOutcomeAction {

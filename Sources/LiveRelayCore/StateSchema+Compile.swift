@@ -1,6 +1,6 @@
 import JSON
 
-/// Turns a schema document into a `SchemaNode` tree, refusing anything outside SPEC §7.
+/// Turns a schema document into a `SchemaNode` tree, refusing anything outside docs/limits.md.
 struct SchemaCompiler {
     let rootJSON: JSONValue
     private(set) var nodeCount = 0
@@ -8,7 +8,7 @@ struct SchemaCompiler {
     init(rootJSON: JSONValue) { self.rootJSON = rootJSON }
 
     static let supported = "type, enum, properties, required, additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum"
-    /// JSON Schema keywords SPEC §7 names as refused (others are "unknown").
+    /// JSON Schema keywords docs/limits.md names as refused (others are "unknown").
     static let refused: Set<String> = ["$ref", "pattern", "allOf", "anyOf", "oneOf", "not", "default"]
 
     mutating func compileRoot() throws -> SchemaNode {
@@ -102,9 +102,9 @@ struct SchemaCompiler {
                 }
             default:
                 if Self.refused.contains(key) {
-                    throw fail(at, "state schema keyword \"\(key)\" is not supported; SPEC §7 allows \(Self.supported)")
+                    throw fail(at, "state schema keyword \"\(key)\" is not supported; the supported keywords are \(Self.supported)")
                 }
-                throw fail(at, "unknown state schema keyword \"\(key)\"; SPEC §7 allows \(Self.supported)")
+                throw fail(at, "unknown state schema keyword \"\(key)\"; the supported keywords are \(Self.supported)")
             }
         }
         return SchemaNode(type: type, enumValues: enumValues, properties: properties, required: required,

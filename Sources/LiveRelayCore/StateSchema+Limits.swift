@@ -1,6 +1,6 @@
 import JSON
 
-/// SPEC §7 limits on state documents and state schemas (also reported by
+/// docs/limits.md limits on state documents and state schemas (also reported by
 /// `GET /v1/remote-updates/capabilities`).
 public enum StateLimits {
     /// Maximum nesting depth of a state document (`JSONValue.depth`: `{}` is 1,
@@ -18,7 +18,7 @@ public enum StateLimits {
 }
 
 extension StateSchema {
-    /// SPEC §7 "state without schema": `state` must be a JSON object nested at most
+    /// docs/limits.md "state without schema": `state` must be a JSON object nested at most
     /// `StateLimits.maxDepth` (12) levels deep. Call it before schema validation too.
     ///
     /// - Parameters:

@@ -1,6 +1,6 @@
 import JSON
 
-/// The `type` keyword's values (SPEC §7: a single string).
+/// The `type` keyword's values (docs/limits.md: a single string).
 enum SchemaType: String, Sendable, CaseIterable {
     case null, boolean, number, integer, string, array, object
 

@@ -1,9 +1,9 @@
 import JSON
 
-/// A compiled state schema: the subset of JSON Schema that SPEC §7 allows for a template
+/// A compiled state schema: the subset of JSON Schema that docs/limits.md allows for a template
 /// version's pinned `schema`, ready to validate `state` documents many times.
 ///
-/// Keywords (SPEC §7, JSON Schema meanings): `type` (one string of `null`, `boolean`,
+/// Keywords (docs/limits.md, JSON Schema meanings): `type` (one string of `null`, `boolean`,
 /// `number`, `integer`, `string`, `array`, `object`), `enum` (primitives), `properties`,
 /// `required`, `additionalProperties` (boolean), `items` (one schema), `minItems`, `maxItems`,
 /// `minLength`, `maxLength`, `minimum`, `maximum`. Every other keyword is refused by
@@ -22,7 +22,7 @@ import JSON
 /// The value is immutable and `Sendable`; compile once (e.g. per template version) and share.
 public struct StateSchema: Sendable {
     /// The schema document exactly as compiled (not normalised). Serialize it with
-    /// `serialized()` for the canonical form used by `TemplateVersion` (SPEC §6).
+    /// `serialized()` for the canonical form used by `TemplateVersion` (docs/templates.md).
     public let json: JSONValue
     /// Number of schema nodes (the root, every `properties` member and every `items`);
     /// at most `StateLimits.maxSchemaNodes`.
@@ -36,7 +36,7 @@ public struct StateSchema: Sendable {
         self.nodeCount = nodeCount
     }
 
-    /// Compiles a schema document (SPEC §7).
+    /// Compiles a schema document (docs/limits.md).
     ///
     /// - Parameter schema: the schema as JSON; the root must be an object.
     /// - Returns: the compiled schema.
@@ -68,7 +68,7 @@ public struct StateSchema: Sendable {
         return found.violation()
     }
 
-    /// Validates `state` and throws on the first violation (SPEC §5 rule 8).
+    /// Validates `state` and throws on the first violation (docs/write-semantics.md rule 8).
     ///
     /// - Throws: `DomainError` `422 STATE_SCHEMA_MISMATCH` with `details.pointer`, the RFC 6901
     ///   pointer of the first violation in the state (`""` for the root). Depth and "must be an

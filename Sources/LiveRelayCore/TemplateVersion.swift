@@ -1,6 +1,6 @@
 import JSON
 
-/// Template version ids (SPEC §6): `tv_` + lowercase RFC 4648 base32 (no padding, 52
+/// Template version ids (docs/templates.md): `tv_` + lowercase RFC 4648 base32 (no padding, 52
 /// characters) of SHA-256 over a canonical encoding of the template's content.
 ///
 /// The hashed bytes are the canonical compact JSON (`JSONValue.serialized()`: keys sorted by

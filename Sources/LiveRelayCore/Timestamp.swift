@@ -1,6 +1,6 @@
 import Foundation
 
-/// RFC 3339 timestamps as SPEC §3 wants them: input with any offset is accepted and
+/// RFC 3339 timestamps as docs/http-conventions.md wants them: input with any offset is accepted and
 /// normalised to UTC; output is always UTC with milliseconds (`2026-10-18T13:00:00.000Z`).
 /// APNs time fields are whole epoch seconds (floor), see `epochSeconds(_:)`.
 public enum Timestamp {
@@ -73,7 +73,7 @@ public enum Timestamp {
     }
 
     /// Whole seconds since the Unix epoch, rounded down (APNs `timestamp`, `stale-date`,
-    /// `dismissal-date`, `apns-expiration`; SPEC §3/§8).
+    /// `dismissal-date`, `apns-expiration`; docs/http-conventions.md/docs/providers.md).
     public static func epochSeconds(_ date: Date) -> Int64 {
         Int64(date.timeIntervalSince1970.rounded(.down))
     }

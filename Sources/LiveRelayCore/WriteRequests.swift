@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// The optional presentation fields every write may carry (SPEC §5).
+/// The optional presentation fields every write may carry (docs/write-semantics.md).
 public struct WriteOptions: Sendable, Equatable {
     /// ActivityKit stale date.
     public var staleAt: Date?
@@ -16,7 +16,7 @@ public struct WriteOptions: Sendable, Equatable {
     }
 }
 
-/// `POST /v1/remote-updates/live-activities/start` body (SPEC §5).
+/// `POST /v1/remote-updates/live-activities/start` body (docs/write-semantics.md).
 public struct StartRequest: Sendable, Equatable {
     public let startTargetId: String
     public let templateVersion: String
@@ -61,7 +61,7 @@ public struct ReservationRequest: Sendable, Equatable {
     public let relevanceScore: Double?
 }
 
-/// Parsing of the write bodies: rule 2 of SPEC §5 (shape, unknown fields rejected, each
+/// Parsing of the write bodies: rule 2 of docs/write-semantics.md (shape, unknown fields rejected, each
 /// error naming its field). Semantic rules (readiness, revisions, schema) come later.
 public enum WriteRequests {
     /// Business key / generation: 1–255 characters each.

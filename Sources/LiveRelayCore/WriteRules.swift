@@ -1,7 +1,7 @@
 import Foundation
 import JSON
 
-/// Target `status` values (SPEC §5).
+/// Target `status` values (docs/write-semantics.md).
 public enum TargetStatus: String, Sendable, CaseIterable {
     case reserved, starting, tokenPending = "token_pending", ready, ending, ended, creationFailed = "creation_failed", startUnknown = "start_unknown"
 
@@ -11,7 +11,7 @@ public enum TargetStatus: String, Sendable, CaseIterable {
     public var isTerminal: Bool { self == .ended || self == .creationFailed }
 }
 
-/// Operation `status` values (SPEC §5).
+/// Operation `status` values (docs/write-semantics.md).
 public enum OperationStatus: String, Sendable, CaseIterable {
     case queued, sending, accepted, failed, cancelled, superseded, unknown, expired
 
@@ -30,7 +30,7 @@ public struct QueuedOperation: Sendable, Equatable {
     }
 }
 
-/// The ordered rules of SPEC §5 as pure functions; handlers call them in rule order.
+/// The ordered rules of docs/write-semantics.md as pure functions; handlers call them in rule order.
 public enum WriteRules {
     /// Rule 5: update or state-bearing end on an `ending`/`ended`/`creation_failed` target →
     /// `409 TARGET_ENDED`. A stateless end is rule 9's business instead.
@@ -59,17 +59,17 @@ public enum WriteRules {
         }
     }
 
-    /// Most seconds ahead a `dismiss_at` may be (SPEC §7: now + 4 h).
+    /// Most seconds ahead a `dismiss_at` may be (docs/limits.md: now + 4 h).
     public static let maxDismissalSeconds: Double = 4 * 3600
 
-    /// SPEC §7 dismissal: `dismiss_at` ≤ now + 4 h; past or now means remove immediately.
+    /// docs/limits.md dismissal: `dismiss_at` ≤ now + 4 h; past or now means remove immediately.
     public static func checkDismissAt(_ d: Date?, now: Date) throws {
         if let d, d.timeIntervalSince(now) > maxDismissalSeconds {
             throw DomainError.invalid("dismiss_at", "dismiss_at may be at most 4 hours from now")
         }
     }
 
-    /// SPEC §5: a start with `stale_at` not in the future → 400.
+    /// docs/write-semantics.md: a start with `stale_at` not in the future → 400.
     public static func checkStartStaleAt(_ d: Date?, now: Date) throws {
         if let d, d <= now { throw DomainError.invalid("stale_at", "stale_at must be in the future") }
     }
@@ -79,13 +79,13 @@ public enum WriteRules {
         if let d, d <= now { throw DomainError.invalid("expires_at", "expires_at must be in the future") }
     }
 
-    /// Rule 4: a start needs an `alert` (SPEC §3: `400 INVALID_REQUEST`, `details.field: "alert"`).
+    /// Rule 4: a start needs an `alert` (docs/http-conventions.md: `400 INVALID_REQUEST`, `details.field: "alert"`).
     public static func requireStartAlert(_ a: PushAlert?) throws -> PushAlert {
         guard let a else { throw DomainError.invalid("alert", "a start requires alert {title, body}") }
         return a
     }
 
-    /// Which queued operations a new write supersedes (SPEC §5 "Ordering and coalescing"):
+    /// Which queued operations a new write supersedes (docs/write-semantics.md "Ordering and coalescing"):
     /// a state-bearing write supersedes queued **state-only** updates (no alert); an end
     /// supersedes every queued update and every older queued end (duplicate cleanups collapse
     /// into the newest, docs/delivery.md). Starts are never superseded, nor alert updates
@@ -112,7 +112,7 @@ public enum WriteRules {
         }
     }
 
-    /// SPEC §7 "local start (device-side) attributes + content state: 4 KiB".
+    /// docs/limits.md "local start (device-side) attributes + content state: 4 KiB".
     public static let maxLocalStartBytes = 4096
 
     /// Measures what a local start puts on the device: `{"attributes": …, "content-state": state}`.
@@ -124,6 +124,6 @@ public enum WriteRules {
         }
     }
 
-    /// Lifetime of an activity (SPEC §5): the system ends it 8 h after it starts.
+    /// Lifetime of an activity (docs/write-semantics.md): the system ends it 8 h after it starts.
     public static let activityLifetimeSeconds: Double = 8 * 3600
 }

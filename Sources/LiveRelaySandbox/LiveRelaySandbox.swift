@@ -53,7 +53,7 @@ public struct SandboxConfiguration: Sendable {
     }
 }
 
-/// A local APNs- and FCM-compatible server for development and tests (SPEC §9 `liverelay
+/// A local APNs- and FCM-compatible server for development and tests (docs/configuration.md `liverelay
 /// sandbox`, issue 6): HTTP/2 over TLS with its own CA, checking requests the way Apple and
 /// Google document them, recording every delivery per device token, and injecting faults.
 ///

@@ -3,7 +3,7 @@ import JSON
 import LiveRelayCore
 import Postgres
 
-/// One admin action (SPEC §4 `GET /v1/audit-events`): who (key id), what, on which object,
+/// One admin action (docs/endpoints.md `GET /v1/audit-events`): who (key id), what, on which object,
 /// when, and the request id. Never holds a secret.
 public struct AuditEvent: Sendable, Equatable {
     public let id: String

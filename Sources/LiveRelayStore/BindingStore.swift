@@ -1,13 +1,13 @@
 import Foundation
 import Postgres
 
-/// A binding row (SPEC §1): a stable identity of one render script / widget family inside an
+/// A binding row (docs/glossary.md): a stable identity of one render script / widget family inside an
 /// installation; its id is chosen by the device.
 public struct BindingRecord: Sendable, Equatable {
     public let tenantId: String
     public let installationId: String
     public let id: String
-    /// `active` or `retired` (a retired binding never comes back, SPEC §4 "script deleted/replaced").
+    /// `active` or `retired` (a retired binding never comes back, docs/endpoints.md "script deleted/replaced").
     public let status: String
     public let createdAt: Date
     public let retiredAt: Date?

@@ -3,7 +3,7 @@ import LiveRelayCore
 import Postgres
 
 /// What the database holds about one presented credential, read in the system scope before
-/// the tenant is known (SPEC §2). `usable` is false when it is revoked or past its expiry;
+/// the tenant is known (docs/credentials.md). `usable` is false when it is revoked or past its expiry;
 /// `validUntil` bounds how long a verification may be cached.
 public struct StoredCredential: Sendable {
     public let kind: CredentialKind
@@ -86,7 +86,7 @@ public enum CredentialLookup {
     }
 
     /// Notification channel on which revocations and suspensions are announced, so every
-    /// node drops cached verifications within a second (SPEC §2).
+    /// node drops cached verifications within a second (docs/credentials.md).
     public static let invalidationChannel = "liverelay_auth"
 
     /// Announces (inside the caller's transaction, so only on commit) that cached

@@ -1,7 +1,7 @@
 import Crypto
 import LiveRelayCore
 
-/// Makes new credentials (SPEC §2): a fresh row id, 32 random bytes of secret (256 bits), the
+/// Makes new credentials (docs/credentials.md): a fresh row id, 32 random bytes of secret (256 bits), the
 /// token with its checksum, and the argon2id hash that is the only thing stored.
 public enum CredentialMint {
     /// A minted credential: `token` is shown once to the caller and never stored;

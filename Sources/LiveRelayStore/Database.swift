@@ -4,7 +4,7 @@ import Synchronization
 
 /// The one door to PostgreSQL for the product: every transaction declares whose rows it may
 /// see, so row-level security (migration 0001) is a second wall behind the `tenant_id`
-/// filter that every statement also carries (SPEC §9, ARCHITECTURE "SQL only in Store").
+/// filter that every statement also carries (docs/configuration.md, ARCHITECTURE "SQL only in Store").
 public final class Database: Sendable {
     /// The shared connection pool.
     public let pool: PostgresPool
@@ -98,7 +98,7 @@ public final class Database: Sendable {
     }
 }
 
-/// Keyset pagination over time-ordered ids (SPEC §3 lists): the cursor is the opaque
+/// Keyset pagination over time-ordered ids (docs/http-conventions.md lists): the cursor is the opaque
 /// base64url of the last id of the previous page.
 public enum Cursor {
     /// The opaque cursor for `lastId`.

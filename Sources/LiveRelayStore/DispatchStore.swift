@@ -108,7 +108,7 @@ public enum DispatchApplyGuard: Sendable, Equatable {
     case queued
 }
 
-/// All SQL of the dispatcher (SPEC §5 ordering/unknown outcomes, §8 responses, §9 workers).
+/// All SQL of the dispatcher (docs/write-semantics.md ordering/unknown outcomes, §8 responses, §9 workers).
 /// Runs in the system scope (`Database.system`); every statement names `tenant_id` where it
 /// touches one tenant's rows.
 public enum DispatchStore {
@@ -524,7 +524,7 @@ public enum DispatchStore {
 
     // MARK: lifetime
 
-    /// SPEC §5 "Activity lifetime": targets not over `lifetimeSeconds` (8 h) after `started_at`
+    /// docs/write-semantics.md "Activity lifetime": targets not over `lifetimeSeconds` (8 h) after `started_at`
     /// become `ended` with reason `system_expired`; their queued work is cancelled (quota
     /// released). Returns the (tenant, target) pairs ended.
     @discardableResult

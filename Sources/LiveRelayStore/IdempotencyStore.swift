@@ -10,7 +10,7 @@ public struct StoredResponse: Sendable, Equatable {
     public init(status: Int, body: [UInt8]) { self.status = status; self.body = body }
 }
 
-/// SPEC §3 idempotency, scope (tenant, endpoint, key), done inside the write's own transaction:
+/// docs/http-conventions.md idempotency, scope (tenant, endpoint, key), done inside the write's own transaction:
 ///
 /// 1. `claim` inserts the key's row. A concurrent transaction holding the same key makes the
 ///    insert wait on the unique index until it commits (then this one replays it) or rolls
@@ -20,7 +20,7 @@ public struct StoredResponse: Sendable, Equatable {
 /// Responses that carry a secret (new credentials) are stored only AES-256-GCM-sealed under
 /// the key-encryption key, and every record is purged after 24 h (`purgeExpired`).
 public enum IdempotencyStore {
-    /// How long a key is kept (SPEC §3: at least 24 h).
+    /// How long a key is kept (docs/http-conventions.md: at least 24 h).
     public static let retentionSeconds: Double = 24 * 3600
     /// How long a request waits for a concurrent holder of its key before `409 IDEMPOTENCY_KEY_IN_USE`.
     public static let waitSeconds = 10

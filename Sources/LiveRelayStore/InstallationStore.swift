@@ -1,7 +1,7 @@
 import Foundation
 import Postgres
 
-/// An installation row (SPEC §1: one install of the tenant's app on one device).
+/// An installation row (docs/glossary.md: one install of the tenant's app on one device).
 public struct InstallationRecord: Sendable, Equatable {
     public let tenantId: String
     public let id: String
@@ -65,7 +65,7 @@ public enum InstallationStore {
     }
 
     /// Sets every other still-valid credential of the installation to expire after
-    /// `graceSeconds` (SPEC §4 renew: "old one valid 5 min more"). Returns their ids.
+    /// `graceSeconds` (docs/endpoints.md renew: "old one valid 5 min more"). Returns their ids.
     public static func expireOtherCredentials(_ c: PostgresConnection, tenantId: String, installationId: String, keep: String,
                                               graceSeconds: Double) throws -> [String] {
         try c.query("""
@@ -109,7 +109,7 @@ public enum InstallationStore {
 }
 
 extension InstallationStore {
-    /// Retires the installation and everything hanging off it (SPEC §4 disconnect): bindings
+    /// Retires the installation and everything hanging off it (docs/endpoints.md disconnect): bindings
     /// and start targets retire, live targets end with reason `installation_retired` and their
     /// queued operations are cancelled.
     /// Idempotent. Returns the retired installation.

@@ -1,7 +1,7 @@
 import Foundation
 import Postgres
 
-/// A master key's metadata (never its secret). SPEC §4 tenant admin.
+/// A master key's metadata (never its secret). docs/endpoints.md tenant admin.
 public struct MasterKeyRecord: Sendable, Equatable {
     public let tenantId: String
     public let id: String
@@ -26,7 +26,7 @@ public struct MasterKeyRecord: Sendable, Equatable {
     }
 }
 
-/// A sender key's metadata (SPEC §2 "Sender key coverage").
+/// A sender key's metadata (docs/credentials.md "Sender key coverage").
 public struct SenderKeyRecord: Sendable, Equatable {
     public let tenantId: String
     public let id: String
@@ -54,7 +54,7 @@ public struct SenderKeyRecord: Sendable, Equatable {
     }
 }
 
-/// A publishable key's metadata (SPEC §1: devices embed it; it can only register installations).
+/// A publishable key's metadata (docs/glossary.md: devices embed it; it can only register installations).
 public struct PublishableKeyRecord: Sendable, Equatable {
     public let tenantId: String
     public let id: String
@@ -187,7 +187,7 @@ public enum KeyStore {
     }
 }
 
-/// Existence checks for ids named in a sender key (SPEC §2 `targets`, `created_from`).
+/// Existence checks for ids named in a sender key (docs/credentials.md `targets`, `created_from`).
 public enum ObjectIds {
     /// The subset of `ids` that are start targets (`st_…`) or targets (`tgt_…`) of the tenant.
     public static func existing(_ c: PostgresConnection, tenantId: String, ids: [String]) throws -> Set<String> {

@@ -3,7 +3,7 @@ import JSON
 import LiveRelayCore
 import Postgres
 
-/// An operation row: one accepted write and its delivery status (SPEC §5 "Operation").
+/// An operation row: one accepted write and its delivery status (docs/write-semantics.md "Operation").
 public struct OperationRecord: Sendable, Equatable {
     public let tenantId: String
     public let id: String

@@ -81,7 +81,7 @@ public struct ProviderCredentialHealthReport: Sendable, Equatable {
     }
 }
 
-/// SQL for provider credentials (SPEC §4, migration 0004).
+/// SQL for provider credentials (docs/endpoints.md, migration 0004).
 public enum ProviderCredentialStore {
     static let apnsColumns = """
         tenant_id, environment, team_id, key_id, topics, private_key_sealed, fingerprint, created_by, created_at, updated_at,

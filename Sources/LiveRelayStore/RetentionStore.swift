@@ -28,7 +28,7 @@ public struct CollectedVersion: Sendable, Equatable {
     }
 }
 
-/// SQL for template-version retention (SPEC §6): loads each version's pins and the time its
+/// SQL for template-version retention (docs/templates.md): loads each version's pins and the time its
 /// last reference ended, computed from the rows that reference it at the moment of asking
 /// (start targets, targets, sender keys) plus `template_versions.released_at` — the instant it
 /// stopped being a live start target's current version — so no other code has to maintain a
@@ -100,7 +100,7 @@ public enum RetentionStore {
             """), [now]).map(candidate)
     }
 
-    /// One GC pass at `now` (SPEC §6): finds the collectable versions of every tenant, then per
+    /// One GC pass at `now` (docs/templates.md): finds the collectable versions of every tenant, then per
     /// binding, in that tenant's transaction with the binding row locked, decides again and
     /// deletes them (unless `dryRun`). A failure on one binding is reported through `onError`
     /// and the pass goes on. Returns what was removed (or would be), oldest first per binding.

@@ -1,7 +1,7 @@
 import Foundation
 import Postgres
 
-/// A start target row (SPEC §1): binding + activity type + current template version +
+/// A start target row (docs/glossary.md): binding + activity type + current template version +
 /// push-to-start token. `pending` until it can be started remotely, then `ready`; `retired`
 /// with its binding or installation.
 public struct StartTargetRecord: Sendable, Equatable {
@@ -77,7 +77,7 @@ public enum StartTargetStore {
             """, [tenantId, id, token, now])[0])
     }
 
-    /// SPEC §8: an Android start target is `ready` exactly while its installation has an FCM
+    /// docs/providers.md: an Android start target is `ready` exactly while its installation has an FCM
     /// token. Brings every non-retired start target of an Android installation in line
     /// (pending → ready when a token is set, ready → pending when it is cleared); no-op on iOS.
     /// Call after changing `installations.fcm_token`, in the same transaction.

@@ -3,7 +3,7 @@ import JSON
 import LiveRelayCore
 import Postgres
 
-/// A live-activity target row (SPEC §1 "target", §5).
+/// A live-activity target row (docs/glossary.md "target", §5).
 public struct TargetRecord: Sendable, Equatable {
     public let tenantId: String
     public let id: String
@@ -34,7 +34,7 @@ public struct TargetRecord: Sendable, Equatable {
     public let startedAt: Date
     public let endedAt: Date?
 
-    /// Coverage facts of this target (SPEC §2).
+    /// Coverage facts of this target (docs/credentials.md).
     public var ownership: TargetOwnership {
         TargetOwnership(targetId: id, startTargetId: startTargetId, createdByKeyId: createdByKeyId)
     }
@@ -57,7 +57,7 @@ public struct TargetRecord: Sendable, Equatable {
     }
 }
 
-/// Filters of listTargets (SPEC §4).
+/// Filters of listTargets (docs/endpoints.md).
 public struct TargetFilter: Sendable {
     public var status: String?
     public var businessKey: String?
@@ -129,7 +129,7 @@ public enum TargetStore {
                   n.relevanceScore, n.tokenStatus])[0])
     }
 
-    /// Commits a state-bearing write: new revision and full snapshot (SPEC §5 "Every
+    /// Commits a state-bearing write: new revision and full snapshot (docs/write-semantics.md "Every
     /// state-bearing write carries its own full committed snapshot and gets revision +1").
     public static func applyState(_ c: PostgresConnection, tenantId: String, id: String, revision: Int64, state: JSONValue,
                                   sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?, status: TargetStatus?) throws {

@@ -11,7 +11,7 @@ public struct RenderReportTarget: Sendable, Equatable {
     public let lastRenderReport: JSONValue?
 }
 
-/// SQL for device render reports (SPEC §4 `…/render-reports`, §6 "a report for an older
+/// SQL for device render reports (docs/endpoints.md `…/render-reports`, §6 "a report for an older
 /// revision is shown as stale"): kept in `targets.last_render_report`.
 extension TemplateStore {
     /// Target `id` of the installation (nil when absent or another installation's).

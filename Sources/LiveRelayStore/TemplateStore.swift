@@ -2,7 +2,7 @@ import Foundation
 import JSON
 import Postgres
 
-/// A stored template version (SPEC §1, §6): immutable renderer identity + pinned schema +
+/// A stored template version (docs/glossary.md, docs/templates.md): immutable renderer identity + pinned schema +
 /// declared resources of one activity type of a binding. The schema is what start/update
 /// validate state against.
 public struct TemplateVersionRecord: Sendable, Equatable {

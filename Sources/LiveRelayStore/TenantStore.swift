@@ -1,11 +1,11 @@
 import Foundation
 import Postgres
 
-/// A tenant row (SPEC §1 "tenant", §4 operator endpoints).
+/// A tenant row (docs/glossary.md "tenant", §4 operator endpoints).
 public struct TenantRecord: Sendable, Equatable {
     public let id: String
     public let name: String
-    /// Pushes per UTC day (SPEC §5 "Quota").
+    /// Pushes per UTC day (docs/write-semantics.md "Quota").
     public let dailyPushQuota: Int64
     /// `active` or `suspended`.
     public let status: String

@@ -2,7 +2,7 @@ import Foundation
 import JSON
 import Synchronization
 
-/// Log severities, lowest first (`LIVERELAY_LOG_LEVEL`, SPEC §9: `debug`…`error`).
+/// Log severities, lowest first (`LIVERELAY_LOG_LEVEL`, docs/configuration.md: `debug`…`error`).
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
     case debug = 0, info, warning, error
 

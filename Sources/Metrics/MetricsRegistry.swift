@@ -2,7 +2,7 @@ import Synchronization
 
 /// A small, thread-safe registry of metrics rendered in the Prometheus text exposition
 /// format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/), served by
-/// `GET /metrics` (SPEC §4 "Service").
+/// `GET /metrics` (docs/endpoints.md "Service").
 ///
 /// Thread safety: `@unchecked Sendable` because every piece of mutable state sits behind a
 /// `Mutex` from `Synchronization` — the registry's list of families here, and each counter's or

@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import JSON
 
-/// `liverelay admin …` as the real binary, straight on a test database: output shapes (SPEC §9
+/// `liverelay admin …` as the real binary, straight on a test database: output shapes (docs/configuration.md
 /// for `tenants create` and `operator-keys create`), and that the changes reach the live API.
 final class AdminCLITests: XCTestCase {
     var env: CLIEnvironment!

@@ -7,7 +7,7 @@ import LiveRelayCore
 import LiveRelaySandbox
 import XCTest
 
-/// `ProviderSender` → APNs against the sandbox over real TLS and HTTP/2 (SPEC §8).
+/// `ProviderSender` → APNs against the sandbox over real TLS and HTTP/2 (docs/providers.md).
 final class APNsSenderTests: XCTestCase {
     var h: ProviderHarness!
     override func setUpWithError() throws { h = try ProviderHarness() }
@@ -32,7 +32,7 @@ final class APNsSenderTests: XCTestCase {
         XCTAssertFalse(h.logText.contains(push.deviceToken), "device tokens are never logged")
     }
 
-    /// Every APNs response class of SPEC §8 through sandbox fault injection.
+    /// Every APNs response class of docs/providers.md through sandbox fault injection.
     func testEveryResponseClassMapsToItsOutcome() throws {
         let cases: [(SandboxFault, PushResult)] = [
             (SandboxFault(status: 410, reason: "Unregistered"), .outcome(.tokenDead(providerStatus: 410, providerReason: "Unregistered"))),

@@ -239,7 +239,7 @@ final class DispatchBenchTests: XCTestCase {
     }
 }
 
-/// The smallest APNs-shaped sender: POST /3/device/<token> with SPEC §8 headers (no JWT) to
+/// The smallest APNs-shaped sender: POST /3/device/<token> with docs/providers.md headers (no JWT) to
 /// the sink, event-driven (`submit` returns at once; the pool's connection threads complete).
 final class SinkSender: PushSender, @unchecked Sendable {  // Atomic and Shared are thread-safe
     let pool: HTTP2ConnectionPool

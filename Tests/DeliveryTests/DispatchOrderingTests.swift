@@ -7,7 +7,7 @@ import LiveRelayStore
 import Postgres
 import Synchronization
 
-/// SPEC §5 ordering and coalescing, §9 workers: commit order per target, at most one in
+/// docs/write-semantics.md ordering and coalescing, §9 workers: commit order per target, at most one in
 /// flight per target, strictly increasing APNs timestamps, coalescing, lease rescue, several
 /// dispatchers on one database.
 final class DispatchOrderingTests: XCTestCase {

@@ -7,7 +7,7 @@ import LiveRelayStore
 import Postgres
 
 /// Every result class of a send and its effect on operation, target, start target,
-/// installation and quota (SPEC §5, §8), through a real dispatcher, real PostgreSQL and a
+/// installation and quota (docs/write-semantics.md, docs/providers.md), through a real dispatcher, real PostgreSQL and a
 /// scripted fake sender.
 final class DispatchOutcomeTests: XCTestCase {
     var h: DispatchHarness!

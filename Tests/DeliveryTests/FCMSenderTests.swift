@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelaySandbox
 import XCTest
 
-/// `ProviderSender` → FCM HTTP v1 + OAuth2 against the sandbox over real TLS and HTTP/2 (SPEC §8).
+/// `ProviderSender` → FCM HTTP v1 + OAuth2 against the sandbox over real TLS and HTTP/2 (docs/providers.md).
 final class FCMSenderTests: XCTestCase {
     var h: ProviderHarness!
     override func setUpWithError() throws { h = try ProviderHarness() }

@@ -37,7 +37,7 @@ final class TourTests: XCTestCase {
         let android = try h.device(.android, appId: Self.appId, publishable: t.publishable)
         let ap = try android.prepare(template: try EndToEndHarness.demoTemplate())
         XCTAssertEqual(ap["status"]?.stringValue, "ready", "an Android start target is ready once the FCM token is registered")
-        XCTAssertEqual(ap["template_version"], prepared["template_version"], "same template content, same version (SPEC §6)")
+        XCTAssertEqual(ap["template_version"], prepared["template_version"], "same template content, same version (docs/templates.md)")
     }
 
     func tour(_ platform: DevicePlatform, file: StaticString = #filePath, line: UInt = #line) throws {

@@ -88,7 +88,7 @@ final class WebhookEventTests: XCTestCase {
         let started = h.call("POST", "/v1/remote-updates/live-activities/start", [
             "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
             "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"], as: tenant.master)
-        // A master key cannot start (SPEC §2): use a sender key.
+        // A master key cannot start (docs/credentials.md): use a sender key.
         XCTAssertEqual(started.status, 403, "\(started)")
         let key = h.call("POST", "/v1/remote-updates/sender-keys", [
             "targets": [.string(st)], "created_from": [.string(st)],

@@ -2,7 +2,7 @@ import Foundation
 import HTTP2
 import XCTest
 
-/// Failure classification (SPEC §5 "Outcome unknown") against the server's fault injection.
+/// Failure classification (docs/write-semantics.md "Outcome unknown") against the server's fault injection.
 final class FaultTests: XCTestCase {
     func testGoawayMidBatchFailsLaterStreamsNotProcessedAndResendDeliversExactlyOnce() throws {
         let recorder = Recorder()

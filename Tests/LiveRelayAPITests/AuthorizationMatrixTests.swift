@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §2: every endpoint of the credentials issue × every kind of caller → the expected
+/// docs/credentials.md: every endpoint of the credentials issue × every kind of caller → the expected
 /// status, as one table. Objects of another tenant are indistinguishable from absent ones.
 final class AuthorizationMatrixTests: XCTestCase {
     enum Who: String, CaseIterable {

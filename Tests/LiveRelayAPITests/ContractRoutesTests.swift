@@ -11,7 +11,7 @@ import Postgres
 
 /// `openapi.yaml` ↔ router parity: every route the server registers is documented, and every
 /// documented path + method is served (except operations marked `x-liverelay-planned: true`,
-/// which SPEC §4 specifies and another change will add; once served they must lose the mark).
+/// which docs/endpoints.md specifies and another change will add; once served they must lose the mark).
 /// The document is read line by line (no YAML library here): paths are keys indented by two
 /// spaces under `paths:`, operations method keys indented by four.
 final class ContractRoutesTests: XCTestCase {

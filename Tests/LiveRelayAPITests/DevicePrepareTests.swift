@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 prepare (`POST /v1/installations/{id}/start-targets`), §6 version derivation, §7
+/// docs/endpoints.md prepare (`POST /v1/installations/{id}/start-targets`), §6 version derivation, §7
 /// manifest limits, through the HTTP API over a real PostgreSQL.
 final class DevicePrepareTests: XCTestCase {
     func testPrepareIsIdempotentAndDerivesVersions() throws {
@@ -25,7 +25,7 @@ final class DevicePrepareTests: XCTestCase {
         XCTAssertEqual(first["push_to_start_token_registered"], .bool(false))
         XCTAssertEqual(first["binding_id"], "widget")
         XCTAssertEqual(first["installation_id"]?.stringValue, inst.id)
-        // The id is SPEC §6's derivation, computed independently.
+        // The id is docs/templates.md's derivation, computed independently.
         XCTAssertEqual(tv, TemplateVersion.derive(bindingId: "widget", activityType: "delivery", attributesType: "DeliveryAttributes",
                                                   rendererDigest: "sha256:r1", schema: Fixtures.deliverySchema, resources: [],
                                                   sha256: Digest.sha256))
@@ -240,7 +240,7 @@ final class DevicePrepareTests: XCTestCase {
         let status = try env.db.tenant(t.id) { c in try StartTargetStore.get(c, tenantId: t.id, id: st)?.status }
         XCTAssertEqual(status, "retired")
 
-        // Android: pending until the installation has an FCM token, then ready (SPEC §8).
+        // Android: pending until the installation has an FCM token, then ready (docs/providers.md).
         let android = try Fixtures.installation(env, publishable: t.publishable, platform: "android")
         let p = Fixtures.prepare(env, android, Fixtures.prepareBody())
         XCTAssertEqual(p.status, 201)

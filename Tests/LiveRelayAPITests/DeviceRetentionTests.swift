@@ -7,7 +7,7 @@ import Logging
 import Postgres
 @testable import LiveRelayApp
 
-/// SPEC §6 retention through the API and the GC with an injected clock: pins, the 7-day rule,
+/// docs/templates.md retention through the API and the GC with an injected clock: pins, the 7-day rule,
 /// 64 versions / 256 MiB per binding, `409 TEMPLATE_RETENTION_LIMIT`.
 final class DeviceRetentionTests: XCTestCase {
     let day: TimeInterval = 86_400

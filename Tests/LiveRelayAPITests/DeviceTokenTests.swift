@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 push-to-start tokens, binding retire and render reports.
+/// docs/endpoints.md push-to-start tokens, binding retire and render reports.
 final class DeviceTokenTests: XCTestCase {
     func testPushToStartTokenMakesReadyAndIsNeverEchoedOrLogged() throws {
         let env = try TestEnvironment.make()

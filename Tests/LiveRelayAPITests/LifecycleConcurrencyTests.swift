@@ -6,7 +6,7 @@ import LiveRelayStore
 import Postgres
 import Synchronization
 
-/// SPEC §5 ordering under concurrency, coalescing and coverage, through the real API.
+/// docs/write-semantics.md ordering under concurrency, coalescing and coverage, through the real API.
 final class LifecycleConcurrencyTests: XCTestCase {
     var env: TestEnvironment!
     override func setUpWithError() throws { env = try TestEnvironment.make() }

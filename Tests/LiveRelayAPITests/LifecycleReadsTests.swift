@@ -4,7 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 
-/// SPEC §4 reads and the device target endpoints.
+/// docs/endpoints.md reads and the device target endpoints.
 final class LifecycleReadsTests: XCTestCase {
     var env: TestEnvironment!
     override func setUpWithError() throws { env = try TestEnvironment.make() }

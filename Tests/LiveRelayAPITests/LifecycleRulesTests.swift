@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §5 rules, one per error code, each at its boundary, through the real API.
+/// docs/write-semantics.md rules, one per error code, each at its boundary, through the real API.
 final class LifecycleRulesTests: XCTestCase {
     var env: TestEnvironment!
     override func setUpWithError() throws { env = try TestEnvironment.make() }
@@ -177,7 +177,7 @@ final class LifecycleRulesTests: XCTestCase {
         XCTAssertEqual(usage["remaining"], 0)
     }
 
-    /// Superseded updates give their reserved unit back (SPEC §5 Quota).
+    /// Superseded updates give their reserved unit back (docs/write-semantics.md Quota).
     func testSupersededUpdatesReleaseQuota() throws {
         let w = try LifecycleWorld.make(env, quota: 3)
         let t = w.start()

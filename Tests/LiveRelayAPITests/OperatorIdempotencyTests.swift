@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import JSON
 
-/// SPEC §3 for the operator's tenant creation: the same idempotency_key replays the same tenant
+/// docs/http-conventions.md for the operator's tenant creation: the same idempotency_key replays the same tenant
 /// and the same credentials (stored sealed), another body under it is 422.
 final class OperatorIdempotencyTests: XCTestCase {
     func testTenantCreationReplaysTheSameCredentials() throws {

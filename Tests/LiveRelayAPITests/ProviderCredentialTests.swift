@@ -5,7 +5,7 @@ import JSON
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 provider credentials: validation, sealing, fingerprints only, audit.
+/// docs/endpoints.md provider credentials: validation, sealing, fingerprints only, audit.
 final class ProviderCredentialTests: XCTestCase {
     var env: TestEnvironment!
     override func setUpWithError() throws { env = try TestEnvironment.make() }

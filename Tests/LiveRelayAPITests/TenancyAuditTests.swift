@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 `GET /v1/audit-events` (who, what, when, request id) and SPEC §3 list parameters.
+/// docs/endpoints.md `GET /v1/audit-events` (who, what, when, request id) and docs/http-conventions.md list parameters.
 final class TenancyAuditTests: TenancyTestCase {
     struct Expected { let action: String; let objectId: String; let actor: String; let requestId: String }
 

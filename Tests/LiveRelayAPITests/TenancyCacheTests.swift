@@ -8,7 +8,7 @@ import LiveRelayStore
 import Logging
 import Postgres
 
-/// SPEC §2: a verified credential may be cached, but a revocation (or a suspension) reaches
+/// docs/credentials.md: a verified credential may be cached, but a revocation (or a suspension) reaches
 /// every node's cache within 1 s through LISTEN/NOTIFY.
 final class TenancyCacheTests: TenancyTestCase {
     /// A second API node: its own pool and `Authenticator` with its own invalidation listener

@@ -11,7 +11,7 @@ import Synchronization
 
 /// Base of the tenancy tests: one `TestEnvironment` per test, and a record of every
 /// credential the test was handed (by the API or by a fixture). At tear-down it asserts that
-/// none of them, nor their 43-character secret part, appears in the captured logs (SPEC §2:
+/// none of them, nor their 43-character secret part, appears in the captured logs (docs/credentials.md:
 /// a secret is shown exactly once, in the response that creates it).
 class TenancyTestCase: XCTestCase {
     var env: TestEnvironment!

@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 device endpoints: registration (publishable key, idempotent on install_id),
+/// docs/endpoints.md device endpoints: registration (publishable key, idempotent on install_id),
 /// credential renewal (old credential valid 5 more minutes), disconnect.
 final class TenancyInstallationTests: TenancyTestCase {
     func works(_ credential: String) -> Bool { call("GET", "/v1/remote-updates/capabilities", as: credential).status == 200 }

@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §2: a secret is shown exactly once, in the response that creates it — never in a log.
+/// docs/credentials.md: a secret is shown exactly once, in the response that creates it — never in a log.
 /// (Every tenancy test checks its own credentials at tear-down; this one runs a whole flow,
 /// failures included, at the most verbose log level.)
 final class TenancyLogSecretsTests: TenancyTestCase {

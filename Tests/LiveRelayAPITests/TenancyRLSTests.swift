@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §9: PostgreSQL row-level security enforces the tenant boundary as a second wall
+/// docs/configuration.md: PostgreSQL row-level security enforces the tenant boundary as a second wall
 /// behind the `tenant_id` filter of every statement.
 final class TenancyRLSTests: TenancyTestCase {
     /// Every table of the schema with a `tenant_id` column.

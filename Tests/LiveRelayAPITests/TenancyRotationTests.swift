@@ -5,7 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 
-/// SPEC §4 tenant admin: master-key rotation (create another key, revoke the old one now or
+/// docs/endpoints.md tenant admin: master-key rotation (create another key, revoke the old one now or
 /// after a grace period, never the last one).
 final class TenancyRotationTests: TenancyTestCase {
     func testMasterKeyRotationEndToEnd() throws {

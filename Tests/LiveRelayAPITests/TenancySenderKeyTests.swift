@@ -6,8 +6,8 @@ import LiveRelayStore
 import Postgres
 import Synchronization
 
-/// SPEC §3 idempotency on sender-key creation (the same credential is replayed, stored
-/// sealed) and SPEC §2/§4 validation of a sender key's fields.
+/// docs/http-conventions.md idempotency on sender-key creation (the same credential is replayed, stored
+/// sealed) and docs/credentials.md/docs/endpoints.md validation of a sender key's fields.
 final class TenancySenderKeyTests: TenancyTestCase {
     func senderKeyCount(_ tenant: String) throws -> Int {
         try env.db.system { c in try c.query("SELECT count(*)::int AS n FROM sender_keys WHERE tenant_id = $1", [tenant])[0].int("n") }
@@ -97,7 +97,7 @@ final class TenancySenderKeyTests: TenancyTestCase {
         XCTAssertEqual(replay["credential"]?.stringValue, credential)
     }
 
-    /// SPEC §3: the sealed replayable credential is purged after 24 h — an expired record,
+    /// docs/http-conventions.md: the sealed replayable credential is purged after 24 h — an expired record,
     /// even one no purge has removed yet, is never replayed; the key starts afresh.
     func testExpiredIdempotencyRecordIsNeverReplayed() throws {
         let t = try tenant()

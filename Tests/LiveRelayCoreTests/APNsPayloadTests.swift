@@ -3,7 +3,7 @@ import JSON
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §8 APNs body and headers, §7 4096-byte limit (bytes, not characters).
+/// docs/providers.md APNs body and headers, §7 4096-byte limit (bytes, not characters).
 final class APNsPayloadTests: XCTestCase {
     let t0 = Date(timeIntervalSince1970: 1_792_328_400.999)
 

@@ -1,7 +1,7 @@
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §2 "Sender key coverage", exhaustively over permissions × relations.
+/// docs/credentials.md "Sender key coverage", exhaustively over permissions × relations.
 final class CoverageTests: XCTestCase {
     let st = "st_a", other = "st_b"
 

@@ -1,7 +1,7 @@
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §2 credential format and SPEC §3 ids.
+/// docs/credentials.md credential format and docs/http-conventions.md ids.
 final class CredentialFormatTests: XCTestCase {
     func testCRC32KnownVector() {
         XCTAssertEqual(CRC32.checksum(Array("123456789".utf8)), 0xCBF4_3926)

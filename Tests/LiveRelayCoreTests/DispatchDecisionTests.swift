@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import LiveRelayCore
 
-/// The dispatcher's transition table (SPEC §5, §8), row by row.
+/// The dispatcher's transition table (docs/write-semantics.md, docs/providers.md), row by row.
 final class DispatchDecisionTests: XCTestCase {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 

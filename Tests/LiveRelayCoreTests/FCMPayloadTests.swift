@@ -3,7 +3,7 @@ import JSON
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §8 FCM data message, §7 4096-byte `data` limit.
+/// docs/providers.md FCM data message, §7 4096-byte `data` limit.
 final class FCMPayloadTests: XCTestCase {
     let t0 = Date(timeIntervalSince1970: 1_792_328_400.999)
 

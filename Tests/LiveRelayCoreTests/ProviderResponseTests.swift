@@ -3,7 +3,7 @@ import JSON
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §8 "Responses", table-driven for APNs and FCM.
+/// docs/providers.md "Responses", table-driven for APNs and FCM.
 final class ProviderResponseTests: XCTestCase {
     typealias O = ProviderOutcome
     let creds = O.Code.credentialsInvalid, rejected = O.Code.rejected

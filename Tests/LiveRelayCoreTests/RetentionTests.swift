@@ -3,7 +3,7 @@ import XCTest
 import JSON
 @testable import LiveRelayCore
 
-/// SPEC §6 retention decisions with an injected clock.
+/// docs/templates.md retention decisions with an injected clock.
 final class RetentionTests: XCTestCase {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     let day: TimeInterval = 86_400

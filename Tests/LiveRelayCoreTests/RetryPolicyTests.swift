@@ -1,7 +1,7 @@
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §5: capped exponential backoff with full jitter; outcome-unknown decisions.
+/// docs/write-semantics.md: capped exponential backoff with full jitter; outcome-unknown decisions.
 final class RetryPolicyTests: XCTestCase {
     let p = RetryPolicy.standard
 
@@ -52,7 +52,7 @@ final class RetryPolicyTests: XCTestCase {
                 }
             }
         }
-        // The SPEC §5 rows spelled out.
+        // The docs/write-semantics.md rows spelled out.
         XCTAssertEqual(RetryPolicy.onUnknownOutcome(kind: .update, hasState: true, hasAlert: false), .resend)
         XCTAssertEqual(RetryPolicy.onUnknownOutcome(kind: .end, hasState: false, hasAlert: false), .resend)
         XCTAssertEqual(RetryPolicy.onUnknownOutcome(kind: .end, hasState: true, hasAlert: false), .resend)

@@ -1,7 +1,7 @@
 import XCTest
 @testable import LiveRelayCore
 
-/// SPEC §3 time formats.
+/// docs/http-conventions.md time formats.
 final class TimestampTests: XCTestCase {
     func testFormatIsUTCWithMilliseconds() {
         XCTAssertEqual(Timestamp.format(Date(timeIntervalSince1970: 0)), "1970-01-01T00:00:00.000Z")

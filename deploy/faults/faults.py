@@ -19,7 +19,7 @@ signature at least once, and that no event exists for a change that did not happ
 acknowledges a write again and until the provider accepted it ("time to recover").
 
 The load driver retries a write with the SAME body and idempotency key on connection errors and 5xx (the
-SPEC §3/§5 contract) and records every 200/202 with its operation id. Simulated devices watch the sandbox's
+docs/http-conventions.md/docs/write-semantics.md contract) and records every 200/202 with its operation id. Simulated devices watch the sandbox's
 delivery log and register an update token (PUT …/targets/{tgt}/push-token) for every start delivered to
 them, so later updates and ends can go out.
 
@@ -520,7 +520,7 @@ class Run:
         - lost: acknowledged, and (a) no such operation row; or (b) `accepted` with no 200 delivery carrying
           its apns-id in the sandbox log; or (c) `failed` without any provider answer (failure has no
           provider_status) — an outage turned into a permanent failure; or (d) `unknown` although it is a
-          state-only update or end (SPEC §5: those are resent, never unknown); or (e) still queued/sending after
+          state-only update or end (docs/write-semantics.md: those are resent, never unknown); or (e) still queued/sending after
           the drain, unless parked `token_pending` on a target whose start never reached its device (no 200
           start delivery in the sandbox log) or that belongs to the mute device. Superseded, expired,
           cancelled (by a rule: already_ended, ended_on_device, …) and provider-`failed` are outcomes, not losses.
@@ -528,7 +528,7 @@ class Run:
           that the sandbox received (and answered 200) more than once.
         - out of order: per target, the 200 update/end deliveries in the sandbox's receive order whose
           aps.timestamp or content-state.rev decreases (a resend of the same operation repeats both: allowed).
-        - unknown: operations left `unknown` (allowed for starts/alerts by SPEC §5; counted, not failed).
+        - unknown: operations left `unknown` (allowed for starts/alerts by docs/write-semantics.md; counted, not failed).
         """
         ops, targets, deliveries = self.collect()
         acked = {}
