@@ -120,8 +120,10 @@ enum DoctorCommand {
         var runtimeConfig = config
         var kekSource = config.kek != nil ? "LIVERELAY_KEK" : config.home.appendingPathComponent("kek").path
         if config.databaseURL == nil {
-            let pgVersion = config.home.appendingPathComponent("postgres/data/PG_VERSION").path
-            guard FileManager.default.fileExists(atPath: pgVersion) else {
+            // The cluster lives under the home, or — when the cluster's user cannot reach the home
+            // (a clone under /root) — in its relocated directory (docs/security.md).
+            let candidates = [config.home.appendingPathComponent("postgres"), EmbeddedPostgres.relocatedRoot(for: config.home)]
+            guard candidates.contains(where: { FileManager.default.fileExists(atPath: $0.appendingPathComponent("data/PG_VERSION").path) }) else {
                 report.add(.fail, "database", "no DATABASE_URL and no embedded cluster under \(config.home.path)/postgres "
                            + "(start one with deploy/local/run or liverelay serve, or set DATABASE_URL)")
                 return
