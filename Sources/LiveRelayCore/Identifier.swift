@@ -1,9 +1,10 @@
 import Foundation
+import Synchronization
 
 /// Kinds of resource id and their type prefixes (docs/http-conventions.md "Ids are opaque strings with a
 /// type prefix"). Ids are `<prefix>_<26 chars>`: the 26 characters are the lowercase Crockford
-/// base32 encoding of a UUIDv7-style 128-bit value (48-bit Unix milliseconds, then 80 random
-/// bits), so ids sort by creation time and keyset pagination over them is stable.
+/// base32 encoding of a UUIDv7-style 128-bit value (48-bit Unix milliseconds, a 12-bit counter,
+/// then random bits), so ids sort by creation time (and, within one process, by creation order) and keyset pagination over them is stable.
 public enum IdKind: String, Sendable, CaseIterable {
     case tenant = "ten"
     case operatorKey = "opk"
@@ -31,17 +32,50 @@ public enum Identifier {
         kind.rawValue + "_" + makeBody(now: now)
     }
 
-    /// The 26-character body: 48-bit milliseconds since 1970 then 80 random bits, Crockford base32.
+    /// The 26-character body: 48-bit milliseconds since 1970, the version nibble, a 12-bit
+    /// counter, the variant bits, then 62 random bits, Crockford base32 (UUIDv7 with a dedicated
+    /// counter, RFC 9562 §6.2 method 1). Within one process, ids made in the same millisecond sort
+    /// in the order they were made: the counter starts at a random value below 2048 each new
+    /// millisecond and counts up; when it would overflow, the id borrows the next millisecond.
+    /// An explicit `now` earlier than the last id's millisecond gets a fresh random counter.
     public static func makeBody(now: Date = Date()) -> String {
         var rng = SystemRandomNumberGenerator()
-        let ms = UInt64(max(0, now.timeIntervalSince1970 * 1000))
+        let requested = UInt64(max(0, now.timeIntervalSince1970 * 1000))
+        let (ms, counter) = sequence.withLock { state -> (UInt64, UInt16) in
+            // Same millisecond as the newest id (or as the clock reading it borrowed from): count on.
+            if requested >= state.clockMs && requested <= state.ms {
+                state.clockMs = requested
+                if state.counter < 0x0FFF {
+                    state.counter += 1
+                } else {
+                    state.ms += 1
+                    state.counter = UInt16.random(in: 0..<0x0800, using: &rng)
+                }
+                return (state.ms, state.counter)
+            }
+            let fresh = UInt16.random(in: 0..<0x0800, using: &rng)
+            if requested > state.ms { state = SequenceState(ms: requested, clockMs: requested, counter: fresh) }
+            return (requested, fresh)
+        }
         var bytes = [UInt8](repeating: 0, count: 16)
         for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
-        for i in 6..<16 { bytes[i] = UInt8.random(in: 0...255, using: &rng) }
-        bytes[6] = (bytes[6] & 0x0F) | 0x70  // UUID version 7
+        bytes[6] = 0x70 | UInt8(counter >> 8)  // UUID version 7, counter high nibble
+        bytes[7] = UInt8(truncatingIfNeeded: counter)
+        for i in 8..<16 { bytes[i] = UInt8.random(in: 0...255, using: &rng) }
         bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
         return CrockfordBase32.encode128(bytes)
     }
+
+    /// The millisecond and counter of the newest id this process made.
+    struct SequenceState: Sendable {
+        /// The millisecond written into the newest id; ahead of `clockMs` after a counter overflow.
+        var ms: UInt64 = 0
+        /// The newest clock reading (milliseconds) the sequence continued from.
+        var clockMs: UInt64 = 0
+        var counter: UInt16 = 0
+    }
+
+    static let sequence = Mutex(SequenceState())
 
     /// True when `id` has the form `<kind prefix>_<26 lowercase Crockford base32 chars>`.
     public static func isValid(_ id: String, kind: IdKind) -> Bool {

@@ -135,6 +135,16 @@ final class WebhookAPITests: XCTestCase {
         XCTAssertEqual(try env.db.system { c in try c.query("SELECT count(*)::int AS n FROM webhook_deliveries")[0].int("n") }, 0)
     }
 
+    /// Ids made by SQL (trigger-recorded events) and by the process sort in creation order even
+    /// within one millisecond, so "newest first" listings never depend on random bits.
+    func testIdsMadeInOneMillisecondSortInCreationOrder() throws {
+        let sqlIds = try env.db.system { c in try (0..<300).map { _ in try c.query("SELECT lr_new_id('evt') AS id")[0].string("id") } }
+        XCTAssertEqual(sqlIds, sqlIds.sorted())
+        XCTAssertTrue(sqlIds.allSatisfy { Identifier.isValid($0, kind: .auditEvent) })
+        let made = (0..<300).map { _ in Identifier.make(.auditEvent) }
+        XCTAssertEqual(made, made.sorted())
+    }
+
     func testEventsAreKeptThirtyDaysNewestFirst() throws {
         let t = try env.tenant()
         try env.db.tenant(t.id) { c in

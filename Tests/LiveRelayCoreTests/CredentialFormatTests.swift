@@ -31,6 +31,20 @@ final class CredentialFormatTests: XCTestCase {
         XCTAssertNotEqual(Identifier.make(.tenant), Identifier.make(.tenant))
     }
 
+    /// Ids made in one millisecond sort in the order they were made (a listing "newest first"
+    /// must not depend on random bits), even past the 12-bit counter; an explicit earlier instant
+    /// keeps its own millisecond.
+    func testIdsOfOneMillisecondSortInCreationOrder() {
+        let instant = Date(timeIntervalSince1970: 1_900_000_000)
+        let ids = (0..<10_000).map { _ in Identifier.make(.operation, now: instant) }
+        XCTAssertEqual(ids, ids.sorted())
+        XCTAssertEqual(Set(ids).count, ids.count)
+        let earlier = Identifier.make(.operation, now: Date(timeIntervalSince1970: 1_800_000_000))
+        XCTAssertLessThan(earlier, Identifier.make(.operation, now: Date(timeIntervalSince1970: 1_800_000_000.001)))
+        XCTAssertLessThan(earlier, ids[0], "an earlier instant sorts first")
+        XCTAssertLessThan(ids.last!, Identifier.make(.operation, now: instant.addingTimeInterval(10)))
+    }
+
     func testCrockfordEncodingOfKnownValue() {
         var bytes = [UInt8](repeating: 0, count: 16)
         bytes[15] = 33  // 33 = 1*32 + 1
