@@ -34,28 +34,29 @@ public enum Identifier {
 
     /// The 26-character body: 48-bit milliseconds since 1970, the version nibble, a 12-bit
     /// counter, the variant bits, then 62 random bits, Crockford base32 (UUIDv7 with a dedicated
-    /// counter, RFC 9562 §6.2 method 1). Within one process, ids made in the same millisecond sort
-    /// in the order they were made: the counter starts at a random value below 2048 each new
-    /// millisecond and counts up; when it would overflow, the id borrows the next millisecond.
-    /// An explicit `now` earlier than the last id's millisecond gets a fresh random counter.
+    /// counter, RFC 9562 §6.2 method 1). Within one process, ids made for the same millisecond
+    /// sort in the order they were made: the counter starts at a random value below 2048 the
+    /// first time a millisecond is seen and counts up; when it would overflow, that
+    /// millisecond's ids borrow the next millisecond. The last few milliseconds are remembered
+    /// separately, so a caller passing another instant (an injected clock) does not break the
+    /// sequence of ids made at the real time.
     public static func makeBody(now: Date = Date()) -> String {
         var rng = SystemRandomNumberGenerator()
         let requested = UInt64(max(0, now.timeIntervalSince1970 * 1000))
-        let (ms, counter) = sequence.withLock { state -> (UInt64, UInt16) in
-            // Same millisecond as the newest id (or as the clock reading it borrowed from): count on.
-            if requested >= state.clockMs && requested <= state.ms {
-                state.clockMs = requested
-                if state.counter < 0x0FFF {
-                    state.counter += 1
+        let (ms, counter) = sequences.withLock { table -> (UInt64, UInt16) in
+            if let i = table.firstIndex(where: { $0.clockMs == requested }) {
+                if table[i].counter < 0x0FFF {
+                    table[i].counter += 1
                 } else {
-                    state.ms += 1
-                    state.counter = UInt16.random(in: 0..<0x0800, using: &rng)
+                    table[i].ms += 1
+                    table[i].counter = UInt16.random(in: 0..<0x0800, using: &rng)
                 }
-                return (state.ms, state.counter)
+                return (table[i].ms, table[i].counter)
             }
-            let fresh = UInt16.random(in: 0..<0x0800, using: &rng)
-            if requested > state.ms { state = SequenceState(ms: requested, clockMs: requested, counter: fresh) }
-            return (requested, fresh)
+            let fresh = Sequence(clockMs: requested, ms: requested, counter: UInt16.random(in: 0..<0x0800, using: &rng))
+            if table.count >= 8 { table.removeFirst() }
+            table.append(fresh)
+            return (fresh.ms, fresh.counter)
         }
         var bytes = [UInt8](repeating: 0, count: 16)
         for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
@@ -66,16 +67,17 @@ public enum Identifier {
         return CrockfordBase32.encode128(bytes)
     }
 
-    /// The millisecond and counter of the newest id this process made.
-    struct SequenceState: Sendable {
-        /// The millisecond written into the newest id; ahead of `clockMs` after a counter overflow.
-        var ms: UInt64 = 0
-        /// The newest clock reading (milliseconds) the sequence continued from.
-        var clockMs: UInt64 = 0
-        var counter: UInt16 = 0
+    /// The counter of one recently seen millisecond.
+    struct Sequence: Sendable {
+        /// The millisecond callers asked for.
+        var clockMs: UInt64
+        /// The millisecond written into its ids; ahead of `clockMs` after a counter overflow.
+        var ms: UInt64
+        var counter: UInt16
     }
 
-    static let sequence = Mutex(SequenceState())
+    /// The 8 most recently seen milliseconds, oldest first.
+    static let sequences = Mutex([Sequence]())
 
     /// True when `id` has the form `<kind prefix>_<26 lowercase Crockford base32 chars>`.
     public static func isValid(_ id: String, kind: IdKind) -> Bool {

@@ -43,6 +43,14 @@ final class CredentialFormatTests: XCTestCase {
         XCTAssertLessThan(earlier, Identifier.make(.operation, now: Date(timeIntervalSince1970: 1_800_000_000.001)))
         XCTAssertLessThan(earlier, ids[0], "an earlier instant sorts first")
         XCTAssertLessThan(ids.last!, Identifier.make(.operation, now: instant.addingTimeInterval(10)))
+        // Another caller's instant (an injected clock an hour ahead) interleaved with ids of one
+        // millisecond does not break their order.
+        let other = Date(timeIntervalSince1970: 1_700_000_000.5)
+        let interleaved = (0..<100).map { i -> String in
+            _ = Identifier.make(.operation, now: other.addingTimeInterval(i % 2 == 0 ? 3600 : 0))
+            return Identifier.make(.operation, now: other)
+        }
+        XCTAssertEqual(interleaved, interleaved.sorted())
     }
 
     func testCrockfordEncodingOfKnownValue() {
