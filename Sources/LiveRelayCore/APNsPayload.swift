@@ -43,7 +43,7 @@ public struct PushAlert: Sendable, Equatable {
 ///          // start only:
 ///          "attributes-type": "...",
 ///          "attributes": {"target_id": "...", "template_version": "...", "business_key"?: "..."},
-///          "input-push-token": 1}}
+///          "input-push-token": 1}}      // or "input-push-channel": "<apns channel id>" (docs/channels.md)
 /// ```
 /// Every time field is whole epoch **seconds**, rounded down (`Timestamp.epochSeconds`, docs/
 /// §3/§8); for any date before year 2286 that is < 10^10. Range checks of the request times
@@ -62,12 +62,17 @@ public struct APNsPayload: Sendable, Equatable {
         public var templateVersion: String
         /// The tenant's business key, when the start named one.
         public var businessKey: String?
+        /// The APNs channel id of a channel member on iOS 18+ (docs/channels.md "Joining a
+        /// channel"): sent as `input-push-channel` instead of `input-push-token: 1`.
+        public var inputPushChannel: String?
 
-        public init(attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil) {
+        public init(attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil,
+                    inputPushChannel: String? = nil) {
             self.attributesType = attributesType
             self.targetId = targetId
             self.templateVersion = templateVersion
             self.businessKey = businessKey
+            self.inputPushChannel = inputPushChannel
         }
     }
 
@@ -130,7 +135,11 @@ public struct APNsPayload: Sendable, Equatable {
             if let bk = start.businessKey { attrs["business_key"] = .string(bk) }
             aps["attributes-type"] = .string(start.attributesType)
             aps["attributes"] = .object(attrs)
-            aps["input-push-token"] = .int(1)
+            if let channel = start.inputPushChannel {
+                aps["input-push-channel"] = .string(channel)
+            } else {
+                aps["input-push-token"] = .int(1)
+            }
         }
         return .object(["aps": .object(aps)])
     }
