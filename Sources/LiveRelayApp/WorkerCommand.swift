@@ -111,10 +111,7 @@ enum WorkerCommand {
     /// DELETE on any node reaches this process within a second).
     static func makePushSender(config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
                                log: Logger) throws -> (sender: any PushSender, stop: () -> Void) {
-        let endpoints = ProviderEndpoints(apnsProductionURL: URL(string: config.apnsProductionURL)!,
-                                          apnsSandboxURL: URL(string: config.apnsSandboxURL)!,
-                                          fcmURL: URL(string: config.fcmURL)!, extraCAFile: config.extraCAFile,
-                                          maxConnectionsPerPool: try dispatchConnections())
+        let endpoints = config.providerEndpoints(maxConnectionsPerPool: try dispatchConnections())
         let (sender, credentials) = ProviderSender.make(db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
                                                         log: log.with(["component": "provider"]))
         credentials.startChangeListener(conninfo: conninfo)

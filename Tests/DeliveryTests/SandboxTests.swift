@@ -52,8 +52,10 @@ final class ProviderHarness: @unchecked Sendable {
             now: { clock.now().addingTimeInterval(offset.withLock { $0 }) }))
         try sandbox.start()
         let base = URL(string: sandbox.baseURL)!
-        endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
-                                      connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
+        var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+                                          connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
+        endpoints.setChannelURLs(base)
+        self.endpoints = endpoints
         source.set(Self.tenant, TenantProviderCredentials(
             apns: ["sandbox": APNsCredential(teamId: sandbox.teamId, keyId: sandbox.keyId, topics: Self.topics, environment: "sandbox",
                                              privateKey: sandbox.apnsKey)],

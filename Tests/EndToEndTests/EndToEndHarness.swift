@@ -92,8 +92,9 @@ final class EndToEndHarness: @unchecked Sendable {
 
         // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file).
         let base = URL(string: sandbox.baseURL)!
-        let endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+        var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
                                           connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
+        endpoints.setChannelURLs(base)
         (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
         stopDispatcher = EndToEndDispatch.start(db: db, conninfo: conninfo, sender: sender, metrics: metrics, log: log)
     }
