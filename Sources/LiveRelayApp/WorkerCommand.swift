@@ -40,6 +40,8 @@ enum WorkerCommand {
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
+        let channelWorker = makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
+        channelWorker.start()
         let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
         webhooks?.start()
         // After every component registered its metrics, so the first scrape sees them all.
@@ -48,6 +50,7 @@ enum WorkerCommand {
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance.stop()
+        channelWorker.stop(timeoutSeconds: 10)
         dispatcher.stop(timeoutSeconds: 20)
         webhooks?.stop(timeoutSeconds: 15)
         push.stop()

@@ -82,20 +82,21 @@ final class EndToEndHarness: @unchecked Sendable {
         auth.startInvalidationListener(conninfo: conninfo)
         events = EventWaiter(log: log)
         events.start(conninfo: conninfo)
-        let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
-                             webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
-                             fcmURL: sandbox.baseURL)  // as `serve` with the sandbox's env: its token_uri is on this origin
-        server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
-                           router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
-        try server.start()
-        baseURL = "http://127.0.0.1:\(server.port)"
-
         // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file).
         let base = URL(string: sandbox.baseURL)!
         var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
                                           connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
         endpoints.setChannelURLs(base)
         (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
+        let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
+                             webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
+                             fcmURL: sandbox.baseURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
+                             channels: APNsChannelProvider(client: sender.channels))
+        server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
+                           router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
+        try server.start()
+        baseURL = "http://127.0.0.1:\(server.port)"
+
         stopDispatcher = EndToEndDispatch.start(db: db, conninfo: conninfo, sender: sender, metrics: metrics, log: log)
     }
 
