@@ -190,10 +190,11 @@ final class EndToEndHarness: @unchecked Sendable {
     }
 
     /// A simulated device (state file in the work directory), registered with `publishable`.
-    func device(_ platform: DevicePlatform, appId: String, publishable: String) throws -> DeviceSimulatorRunner {
-        let state = DeviceSimulatorState(platform: platform, appId: appId, apiURL: baseURL, sandboxURL: sandbox.controlURL)
+    func device(_ platform: DevicePlatform, appId: String, publishable: String, osVersion: String? = nil, name: String? = nil) throws -> DeviceSimulatorRunner {
+        var state = DeviceSimulatorState(platform: platform, appId: appId, apiURL: baseURL, sandboxURL: sandbox.controlURL)
+        state.osVersion = osVersion
         let lines = deviceOutput
-        let d = DeviceSimulatorRunner(state: state, stateFile: workDir.appendingPathComponent("device-\(platform.rawValue).json"),
+        let d = DeviceSimulatorRunner(state: state, stateFile: workDir.appendingPathComponent("device-\(name ?? platform.rawValue).json"),
                                       output: { line in lines.append(line) })
         devices.append(d)
         try d.register(publishableKey: publishable)
