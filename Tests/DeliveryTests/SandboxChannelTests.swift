@@ -4,11 +4,7 @@ import HTTP2
 import JSON
 import LiveRelayCore
 import LiveRelaySandbox
-import Synchronization
 import XCTest
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
 /// The sandbox's APNs channel management and broadcast checks against raw HTTP/2 requests
 /// (Apple "Sending channel management requests to APNs", "Sending broadcast push notification
@@ -152,20 +148,8 @@ final class SandboxChannelTests: XCTestCase {
     }
 
     func testControlEndpointListsBroadcastsAndChannels() throws {
-        let control = h.sandbox.controlURL
         func call(_ method: String, _ path: String, _ body: String? = nil) throws -> (Int, JSONValue) {
-            var req = URLRequest(url: URL(string: control + path)!)
-            req.httpMethod = method
-            if let body { req.httpBody = Data(body.utf8) }
-            let done = DispatchSemaphore(value: 0)
-            let out = Mutex<(Int, [UInt8])>((0, []))
-            URLSession.shared.dataTask(with: req) { d, r, _ in
-                out.withLock { $0 = ((r as? HTTPURLResponse)?.statusCode ?? -1, Array(d ?? Data())) }
-                done.signal()
-            }.resume()
-            done.wait()
-            let (s, b) = out.withLock { $0 }
-            return (s, (try? JSONValue.parse(b)) ?? .null)
+            h.control(method, path, try body.map { try JSONValue.parse($0) })
         }
         let (status, created) = try call("POST", "/sandbox/channels", #"{"bundle_id": "com.example.app", "message_storage_policy": 1}"#)
         XCTAssertEqual(status, 201)
