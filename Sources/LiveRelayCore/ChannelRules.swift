@@ -25,7 +25,7 @@ public enum BroadcastStatus: String, Sendable, CaseIterable {
 public enum BroadcastDecision: Sendable, Equatable {
     /// `200`: store `apns-request-id` / `apns-unique-id`; the broadcast consumes one quota unit.
     case accepted(requestId: String?, uniqueId: String?)
-    /// `400 ChannelNotRegistered` / `BadChannelId`: the channel operation fails and the channel
+    /// `400`/`404`/`410` `ChannelNotRegistered` / `BadChannelId`: the channel operation fails and the channel
     /// ends with reason `channel_invalid`.
     case channelInvalid(failure: JSONValue)
     /// Any other refusal (credential errors as docs/providers.md: `PROVIDER_CREDENTIALS_INVALID`).
@@ -80,7 +80,7 @@ public enum ChannelRules {
         case .accepted(let r, let u):
             return .accepted(requestId: r, uniqueId: u)
         case .refused(let status, let reason, let retryAfter):
-            if status == 400 && (reason == "ChannelNotRegistered" || reason == "BadChannelId") {
+            if [400, 404, 410].contains(status) && (reason == "ChannelNotRegistered" || reason == "BadChannelId") {
                 return .channelInvalid(failure: failure("CHANNEL_INVALID", "APNs no longer knows this channel", status: status, reason: reason))
             }
             if status == 429 || status >= 500 { return .retry(delay: policy.delay(attempt: attempts, random: random, retryAfter: retryAfter)) }
