@@ -197,10 +197,29 @@ enum ChannelHandlers {
         return .object(["channel_operation": Encode.channelOperation(op, FanoutCounts()), "channel": Encode.channel(updated)])
     }
 
+    /// The skeleton of a channel write (docs/write-semantics.md rule order): inside one transaction the
+    /// channel is locked and rule 1 decided (404/403), then the body's shape (rule 2, `shape`),
+    /// idempotency (rule 3, `Endpoint.idempotent`), then `work` with the locked channel.
+    static func write<Body>(_ ctx: APIContext, _ req: HTTPRequest, tenant: String, scope: SenderScope?, permission: Permission,
+                            body: JSONValue, shape: Result<Body, any Error>, key: (Body) -> String,
+                            work: @escaping (PostgresConnection, ChannelRecord, Body) throws -> JSONValue) throws -> HTTPResponse {
+        let id = req.pathParameters["ch"] ?? ""
+        var locked: ChannelRecord?
+        return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: (try? shape.get()).map(key) ?? "", body: body, seal: false,
+                                       retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds, before: { c in
+            let found = Identifier.isValid(id, kind: .channel) ? try ChannelStore.get(c, tenantId: tenant, id: id, lock: "update") : nil
+            locked = try check(found, scope: scope, id: id, permission: permission)
+            _ = try shape.get()
+        }) { c in
+            let ch = locked!
+            try checkWritable(ch)
+            return (202, try work(c, ch, try shape.get()))
+        }
+    }
+
     /// `POST …/channels/{ch}/update` (sender key with `activities:update` naming the channel).
     static func update(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, scope) = try LifecycleHandlers.senderScope(try ctx.auth.authenticate(req), for: "a channel update")
-        let id = req.pathParameters["ch"] ?? ""
         let body = try req.jsonBody()
         let now = ctx.now()
         let shape = Result { () throws -> ChannelUpdateRequest in
@@ -208,24 +227,15 @@ enum ChannelHandlers {
             try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
             return u
         }
-        var locked: ChannelRecord?
-        let key = (try? shape.get())?.idempotencyKey ?? ""
-        return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: body, seal: false,
-                                       retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds, before: { c in
-            let found = Identifier.isValid(id, kind: .channel) ? try ChannelStore.get(c, tenantId: tenant, id: id, lock: "update") : nil
-            locked = try check(found, scope: scope, id: id, permission: .update)
-            _ = try shape.get()
-        }) { c in
-            let ch = locked!, u = try shape.get()
-            try checkWritable(ch)
+        return try write(ctx, req, tenant: tenant, scope: scope, permission: .update, body: body, shape: shape, key: \.idempotencyKey) { c, ch, u in
             try WriteRules.checkRevision(expected: u.expectedRevision, current: ch.revision)
             try checkState(ch, u.state)
             try ChannelRequests.checkPayload(channelId: ch.id, event: .update, state: u.state, alert: u.alert,
                                              staleAt: u.options.staleAt ?? ch.staleAt, relevanceScore: u.options.relevanceScore ?? ch.relevanceScore,
                                              dismissAt: nil, now: now)
             try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now)
-            return (202, try commit(c, tenant: tenant, ch: ch, kind: .update, state: u.state, alert: u.alert, options: u.options, dismissAt: nil,
-                                    quotaDay: QuotaStore.day(now), keyId: scope.keyId, idempotencyKey: u.idempotencyKey))
+            return try commit(c, tenant: tenant, ch: ch, kind: .update, state: u.state, alert: u.alert, options: u.options, dismissAt: nil,
+                              quotaDay: QuotaStore.day(now), keyId: scope.keyId, idempotencyKey: u.idempotencyKey)
         }
     }
 
@@ -239,38 +249,26 @@ enum ChannelHandlers {
         case .master(let t, _): tenant = t; scope = nil
         default: throw Endpoint.forbidden("a channel end needs a sender key (or a master key for a stateless end), not a \(p.kindName)")
         }
-        let id = req.pathParameters["ch"] ?? ""
         let body = try req.jsonBody()
         let now = ctx.now()
         let shape = Result { () throws -> ChannelEndRequest in
             let e = try ChannelRequests.end(body)
             if scope == nil && e.state != nil {
-                throw Endpoint.forbidden("a master key may only end without new state (cleanup); use a sender key to send a final state")
+                throw Endpoint.forbidden("a master key may end a channel only without new state; use a sender key to send a final state")
             }
             try WriteRules.checkDismissAt(e.dismissAt, now: now)
             return e
         }
-        var locked: ChannelRecord?
-        let key = (try? shape.get())?.idempotencyKey ?? ""
-        return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: body, seal: false,
-                                       retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds, before: { c in
-            let found = Identifier.isValid(id, kind: .channel) ? try ChannelStore.get(c, tenantId: tenant, id: id, lock: "update") : nil
-            locked = try check(found, scope: scope, id: id, permission: .end)
-            _ = try shape.get()
-        }) { c in
-            let ch = locked!, e = try shape.get()
-            try checkWritable(ch)
+        return try write(ctx, req, tenant: tenant, scope: scope, permission: .end, body: body, shape: shape, key: \.idempotencyKey) { c, ch, e in
+            if let rev = e.expectedRevision { try WriteRules.checkRevision(expected: rev, current: ch.revision) }
             if let state = e.state {
-                try WriteRules.checkRevision(expected: e.expectedRevision!, current: ch.revision)
                 try checkState(ch, state)
                 try ChannelRequests.checkPayload(channelId: ch.id, event: .end, state: state, alert: nil, staleAt: ch.staleAt,
                                                  relevanceScore: ch.relevanceScore, dismissAt: e.dismissAt, now: now)
                 try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now)
-            } else if let rev = e.expectedRevision {
-                try WriteRules.checkRevision(expected: rev, current: ch.revision)
             }
-            return (202, try commit(c, tenant: tenant, ch: ch, kind: .end, state: e.state, alert: nil, options: WriteOptions(),
-                                    dismissAt: e.dismissAt, quotaDay: QuotaStore.day(now), keyId: scope?.keyId, idempotencyKey: e.idempotencyKey))
+            return try commit(c, tenant: tenant, ch: ch, kind: .end, state: e.state, alert: nil, options: WriteOptions(),
+                              dismissAt: e.dismissAt, quotaDay: QuotaStore.day(now), keyId: scope?.keyId, idempotencyKey: e.idempotencyKey)
         }
     }
 }

@@ -28,6 +28,19 @@ public struct PushAlert: Sendable, Equatable {
         self.body = body
         self.sound = sound
     }
+
+    /// The alert as stored (`{"title", "body", "sound"?}` JSON text).
+    public var jsonText: String {
+        var o: [String: JSONValue] = ["title": .string(title), "body": .string(body)]
+        if let sound { o["sound"] = .string(sound) }
+        return JSONValue.object(o).jsonString
+    }
+
+    /// An alert from its stored JSON text; nil when the text is not an alert object.
+    public init?(jsonText text: String) {
+        guard let o = try? JSONValue.parse(text), let t = o["title"]?.stringValue, let b = o["body"]?.stringValue else { return nil }
+        self.init(title: t, body: b, sound: o["sound"]?.stringValue)
+    }
 }
 
 /// The APNs request body for an ActivityKit push (docs/providers.md "Body"), built as a `JSONValue` and

@@ -87,12 +87,9 @@ public struct ChannelOperationRecord: Sendable, Equatable {
         kind = k
         revision = try r.int64("revision"); hasState = try r.bool("has_state")
         state = try r.optionalString("state").map { try JSONValue.parse($0, maxDepth: 128) }
-        alert = try r.optionalString("alert").flatMap { text -> PushAlert? in
-            guard let o = try? JSONValue.parse(text), let t = o["title"]?.stringValue, let b = o["body"]?.stringValue else { return nil }
-            return PushAlert(title: t, body: b, sound: o["sound"]?.stringValue)
-        }
-        staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score"); priority = try r.int("priority")
-        expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
+        alert = try r.optionalString("alert").flatMap(PushAlert.init(jsonText:))
+        staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score")
+        priority = try r.int("priority"); expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
         supersededBy = try r.optionalString("superseded_by")
         broadcastStatus = try r.optionalString("broadcast_status").flatMap(BroadcastStatus.init(rawValue:))
         broadcastAttempts = try r.int("broadcast_attempts"); broadcastTimestamp = try r.optionalInt64("broadcast_timestamp")
@@ -206,11 +203,7 @@ public enum ChannelStore {
     /// Inserts a channel operation with its broadcast `queued` and fan-out `pending`, and wakes
     /// the expander and broadcaster on commit.
     public static func insertOperation(_ c: PostgresConnection, tenantId: String, _ n: NewOperation) throws -> ChannelOperationRecord {
-        let alert: String? = n.alert.map { a in
-            var o: [String: JSONValue] = ["title": .string(a.title), "body": .string(a.body)]
-            if let s = a.sound { o["sound"] = .string(s) }
-            return JSONValue.object(o).jsonString
-        }
+        let alert = n.alert?.jsonText
         let rec = try ChannelOperationRecord(row: c.query("""
             INSERT INTO channel_operations (tenant_id, id, channel_id, seq, kind, revision, has_state, state, alert, stale_at, relevance_score,
                                             priority, expires_at, dismiss_at, broadcast_status, consumes_quota, quota_day, created_by_key_id,
