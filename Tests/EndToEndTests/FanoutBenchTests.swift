@@ -24,7 +24,7 @@ final class FanoutBenchTests: XCTestCase {
         guard ProcessInfo.processInfo.environment["LIVERELAY_BENCH_FANOUT"] == "1" else { return }
         let h = try EndToEndHarness.make()
         defer { h.tearDown() }
-        let fanout = env("BENCH_FANOUT_MEMBERS", 100_000), broadcast = env("BENCH_BROADCAST_MEMBERS", 1_000), writes = env("BENCH_WRITES", 50)
+        let fanout = env("BENCH_FANOUT_MEMBERS", 100_000), broadcast = env("BENCH_BROADCAST_MEMBERS", 1_000), writes = env("BENCH_WRITES", 30)
         let appId = "com.example.delivery"
         let t = try h.tenantWithSandboxCredentials(appId: appId)
         let tenant = t.id
@@ -88,6 +88,7 @@ final class FanoutBenchTests: XCTestCase {
             String(format: "write_202_ratio_p50=%.2f", s50 > 0 ? l50 / s50 : 0), String(format: "write_202_ratio_p99=%.2f", s99 > 0 ? l99 / s99 : 0),
         ]
         out.forEach { print($0) }
+        var lines = out
 
         // 2. Let everything drain, then one measured write.
         func idle() throws -> Bool {
@@ -125,7 +126,8 @@ final class FanoutBenchTests: XCTestCase {
             String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart)),
         ]
         out.forEach { print($0) }
-        let report = ([String](lat.keys.sorted().map { "bench: \($0) writes=\(lat[$0]!.count)" }) + out).joined(separator: "\n") + "\n"
+        lines += out
+        let report = ([String](lat.keys.sorted().map { "bench: \($0) writes=\(lat[$0]!.count)" }) + lines).joined(separator: "\n") + "\n"
         try? report.write(toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "fanout-bench.txt"),
                           atomically: true, encoding: .utf8)
     }
