@@ -242,13 +242,7 @@ enum ChannelHandlers {
     /// `POST …/channels/{ch}/end`: ends every member, then the APNs channel is deleted. A
     /// stateless end is free and a master key may send it.
     static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let p = try ctx.auth.authenticate(req)
-        let tenant: String, scope: SenderScope?
-        switch p {
-        case .sender(let t, let s): tenant = t; scope = s
-        case .master(let t, _): tenant = t; scope = nil
-        default: throw Endpoint.forbidden("a channel end needs a sender key (or a master key for a stateless end), not a \(p.kindName)")
-        }
+        let (tenant, scope) = try LifecycleHandlers.ender(try ctx.auth.authenticate(req), for: "a channel end")
         let body = try req.jsonBody()
         let now = ctx.now()
         let shape = Result { () throws -> ChannelEndRequest in

@@ -320,14 +320,17 @@ enum LifecycleHandlers {
 
     // MARK: end
 
-    static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let p = try ctx.auth.authenticate(req)
-        let tenant: String, scope: SenderScope?
+    /// Who may end: a sender key (its scope), or a master key (scope nil: a stateless end only), else 403.
+    static func ender(_ p: Principal, for what: String) throws -> (tenant: String, scope: SenderScope?) {
         switch p {
-        case .sender(let t, let s): tenant = t; scope = s
-        case .master(let t, _): tenant = t; scope = nil
-        default: throw Endpoint.forbidden("end needs a sender key (or a master key for a stateless end), not a \(p.kindName)")
+        case .sender(let t, let s): return (t, s)
+        case .master(let t, _): return (t, nil)
+        default: throw Endpoint.forbidden("\(what) needs a sender key (or a master key for a stateless end), not a \(p.kindName)")
         }
+    }
+
+    static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, scope) = try ender(try ctx.auth.authenticate(req), for: "end")
         let body = try req.jsonBody()
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
