@@ -184,18 +184,13 @@ BEGIN
   END LOOP;
 END $$;
 
--- Target objects of events show channel membership as the API does (Encode.target).
-CREATE OR REPLACE FUNCTION lr_target_object(t targets) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object(
-    'id', t.id, 'object', 'target', 'status', t.status, 'end_reason', t.end_reason, 'revision', t.revision,
-    'token_status', t.token_status, 'origin', t.origin, 'installation_id', t.installation_id,
-    'start_target_id', t.start_target_id, 'activity_type', t.activity_type, 'template_version', t.template_version,
-    'business_key', t.business_key, 'business_generation', t.business_generation, 'stale_at', lr_ts(t.stale_at),
-    'relevance_score', t.relevance_score,
-    'last_render_report', CASE WHEN jsonb_typeof(t.last_render_report) = 'object' AND jsonb_typeof(t.last_render_report -> 'revision') = 'number'
-                               THEN t.last_render_report || jsonb_build_object('stale', (t.last_render_report ->> 'revision')::numeric < t.revision)
-                               ELSE t.last_render_report END,
-    'created_at', lr_ts(t.created_at), 'updated_at', lr_ts(t.updated_at), 'started_at', lr_ts(t.started_at),
-    'ended_at', lr_ts(t.ended_at), 'channel_id', t.channel_id, 'delivery', t.delivery)
-$$;
+-- Target objects of events show channel membership as the API does (Encode.target): the
+-- target.ready / target.ended trigger appends channel_id and delivery to lr_target_object (so a
+-- later change to lr_target_object's other fields needs no change here).
+CREATE OR REPLACE FUNCTION lr_targets_event() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM lr_event_insert(NEW.tenant_id, 'target.' || NEW.status, NEW.id, NEW.channel_id,
+                          lr_target_object(NEW) || jsonb_build_object('channel_id', NEW.channel_id, 'delivery', NEW.delivery));
+  RETURN NULL;
+END $$;
