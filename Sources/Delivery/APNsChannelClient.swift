@@ -169,7 +169,11 @@ public final class APNsChannelClient: Sendable {
         headers.append(("content-type", "application/json"))
         let request = HTTP2Request(method: "POST", path: "/4/broadcasts/apps/\(b.appId)", headers: headers, body: b.body)
         let base = b.environment == "production" ? endpoints.apnsBroadcastProductionURL : endpoints.apnsBroadcastSandboxURL
-        perform(request, base: base, credential: credential, provider: "apns_broadcast", tenantId: b.tenantId, written: written) { answer, isRetry in
+        let unsigned = APNsBroadcastResult(result: .outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0,
+                                                                    providerReason: "cannot sign provider token")),
+                                           status: nil, apnsRequestId: b.apnsRequestId, apnsUniqueId: nil, reason: nil)
+        perform(request, base: base, credential: credential, provider: "apns_broadcast", tenantId: b.tenantId, written: written,
+                unsigned: unsigned) { answer, isRetry in
             switch answer {
             case .success(let r):
                 let unique = r.header("apns-unique-id")
@@ -223,7 +227,8 @@ public final class APNsChannelClient: Sendable {
         if !body.isEmpty { headers.append(("content-type", "application/json")) }
         let request = HTTP2Request(method: method, path: path, headers: headers, body: body)
         let base = environment == "production" ? endpoints.apnsChannelsProductionURL : endpoints.apnsChannelsSandboxURL
-        perform(request, base: base, credential: credential, provider: "apns_channels", tenantId: tenantId, written: nil) { answer, isRetry in
+        perform(request, base: base, credential: credential, provider: "apns_channels", tenantId: tenantId, written: nil,
+                unsigned: .failure(.noCredentials("the stored APNs key cannot sign a provider token"))) { answer, isRetry in
             switch answer {
             case .success(let r) where (200..<300).contains(r.status):
                 return (.accepted(providerId: nil), .success(r))
@@ -246,23 +251,25 @@ public final class APNsChannelClient: Sendable {
     /// One request with the JWT of `credential`, plus at most one retry after
     /// `ExpiredProviderToken` (new JWT) or `UnrelatedKeyIdInToken` (new pool). `classify` turns
     /// an answer into (its outcome, the caller's result); the retry decision reads the outcome.
+    /// `unsigned`: the result when no JWT can be signed (nothing is sent).
     private func perform<T: Sendable>(_ request: HTTP2Request, base: URL, credential: APNsCredential, provider: String, tenantId: String,
-                                      written: (@Sendable () -> Void)?,
+                                      written: (@Sendable () -> Void)?, unsigned: T,
                                       classify: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>, Bool) -> (ProviderOutcome?, T),
                                       completion: @escaping @Sendable (T) -> Void) {
         let key = PoolKey(host: base.absoluteString, teamId: credential.teamId, keyId: credential.keyId,
                           environment: credential.environment)
         let jwt: String
-        do { jwt = try tokens.token(for: credential) } catch {
-            return completion(classify(.success(HTTP2Response(status: 403, body: Array(#"{"reason":"InvalidProviderToken"}"#.utf8))), true).1)
-        }
+        do { jwt = try tokens.token(for: credential) } catch { return completion(unsigned) }
         let pool = self.pool(key, base)
         attempt(request, jwt: jwt, pool: pool, provider: provider, written: written) { [self] first in
             let (outcome, value) = classify(first, false)
             switch outcome {
             case .refreshCredentialAndRetryOnce:
                 DispatchQueue.global().async { [self] in
-                    guard let fresh = try? tokens.refresh(for: credential, replacing: jwt) else { return completion(value) }
+                    guard let fresh = try? tokens.refresh(for: credential, replacing: jwt) else {
+                        // No new token: the expired-token answer is final (classified as a retry's).
+                        return finish(classify(first, true), credential: credential, provider: provider, tenantId: tenantId, completion: completion)
+                    }
                     attempt(request, jwt: fresh, pool: pool, provider: provider, written: nil) { [self] second in
                         finish(classify(second, true), credential: credential, provider: provider, tenantId: tenantId, completion: completion)
                     }

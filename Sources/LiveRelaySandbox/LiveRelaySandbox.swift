@@ -107,6 +107,7 @@ public final class Sandbox: @unchecked Sendable {
         var deadTokens: Set<String> = []
         /// APNs broadcast channels by `apns-channel-id` (deleted ones are removed).
         var channels: [String: SandboxChannel] = [:]
+        var channelSequence = 0
         var deliveries: [SandboxDelivery] = []
         var sequence = 0
         var stats = SandboxStats()

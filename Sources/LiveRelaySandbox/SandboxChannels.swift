@@ -11,6 +11,8 @@ public struct SandboxChannel: Sendable, Equatable {
     /// `message-storage-policy`: 0 No Message Stored, 1 Most Recent Message Stored.
     public let storagePolicy: Int
     public let createdAt: Date
+    /// Creation order within this sandbox process (lists are in this order).
+    public let sequence: Int
 
     var json: JSONValue {
         .object(["channel_id": .string(id), "bundle_id": .string(bundleId), "message_storage_policy": .int(Int64(storagePolicy)),
@@ -85,7 +87,7 @@ extension Sandbox {
             if let f = takeFault(provider: "channels", token: nil), f.status != 0, !(200..<300).contains(f.status) {
                 return fail(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault")
             }
-            let ids = state.withLock { s in s.channels.values.filter { $0.bundleId == bundle }.sorted { $0.createdAt < $1.createdAt }.map(\.id) }
+            let ids = state.withLock { s in s.channels.values.filter { $0.bundleId == bundle }.sorted { $0.sequence < $1.sequence }.map(\.id) }
             return HTTP2Response(status: 200, headers: [("apns-request-id", requestId), ("content-type", "application/json")],
                                  body: JSONValue.object(["channels": .array(ids.map(JSONValue.string))]).serialized())
         }
@@ -105,9 +107,7 @@ extension Sandbox {
             if let f = takeFault(provider: "channels", token: nil), f.status != 0, !(200..<300).contains(f.status) {
                 return fail(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault")
             }
-            let channel = SandboxChannel(id: Data(SecureRandom.bytes(16)).base64EncodedString(), bundleId: bundle, storagePolicy: Int(p),
-                                         createdAt: configuration.now())
-            state.withLock { $0.channels[channel.id] = channel }
+            let channel = makeChannel(bundleId: bundle, storagePolicy: Int(p))
             return HTTP2Response(status: 201, headers: [("apns-request-id", requestId), ("apns-channel-id", channel.id)])
         }
         guard let id = request.header("apns-channel-id"), !id.isEmpty else { return fail(400, "MissingChannelId") }
@@ -207,7 +207,7 @@ extension Sandbox {
 
     /// Channels that exist now (not deleted), oldest first.
     public func channels(bundleId: String? = nil) -> [SandboxChannel] {
-        state.withLock { s in s.channels.values.filter { bundleId == nil || $0.bundleId == bundleId }.sorted { $0.createdAt < $1.createdAt } }
+        state.withLock { s in s.channels.values.filter { bundleId == nil || $0.bundleId == bundleId }.sorted { $0.sequence < $1.sequence } }
     }
 
     /// Broadcast requests received (accepted or refused), oldest first; `channelId` filters.
@@ -218,9 +218,16 @@ extension Sandbox {
     /// Creates a channel directly (tests, demos), as a `POST …/channels` would; returns it.
     @discardableResult
     public func createChannel(bundleId: String, storagePolicy: Int = 0) -> SandboxChannel {
-        let channel = SandboxChannel(id: Data(SecureRandom.bytes(16)).base64EncodedString(), bundleId: bundleId, storagePolicy: storagePolicy,
-                                     createdAt: configuration.now())
-        state.withLock { $0.channels[channel.id] = channel }
-        return channel
+        makeChannel(bundleId: bundleId, storagePolicy: storagePolicy)
+    }
+
+    private func makeChannel(bundleId: String, storagePolicy: Int) -> SandboxChannel {
+        state.withLock { s in
+            s.channelSequence += 1
+            let channel = SandboxChannel(id: Data(SecureRandom.bytes(16)).base64EncodedString(), bundleId: bundleId, storagePolicy: storagePolicy,
+                                         createdAt: configuration.now(), sequence: s.channelSequence)
+            s.channels[channel.id] = channel
+            return channel
+        }
     }
 }
