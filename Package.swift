@@ -53,7 +53,7 @@ let package = Package(
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
         .testTarget(name: "DeliveryTests", dependencies: ["Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
         .testTarget(name: "CLITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
-        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"]),
+        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"]),
         .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
     ]
 )

@@ -19,7 +19,7 @@ public enum DispatchPush {
         let content = DeliveryPayload.Content(
             event: op.kind, targetId: op.targetId, revision: op.revision, templateVersion: op.templateVersion ?? "", state: state,
             alert: op.alert, staleAt: op.staleAt, relevanceScore: op.relevanceScore, dismissAt: op.dismissAt,
-            attributesType: op.attributesType, businessKey: op.businessKey)
+            attributesType: op.attributesType, businessKey: op.businessKey, channelId: op.channelId, inputPushChannel: op.inputPushChannel)
         let expiration = op.expiresAt ?? now.addingTimeInterval(TimeInterval(defaultExpirationSeconds))
         var apnsBody: [UInt8]?, fcmBody: [UInt8]?
         if op.platform == "android" {

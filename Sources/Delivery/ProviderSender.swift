@@ -27,6 +27,9 @@ public final class ProviderSender: PushSender {
     public let fcmTokens: FCMAccessTokenCache
     let apns: APNsClient
     let fcm: FCMClient
+    /// APNs channel management and broadcasts with the same credentials, JWT cache and metrics
+    /// (docs/channels.md "APNs wire").
+    public let channels: APNsChannelClient
 
     /// - Parameters:
     ///   - source: credentials per tenant (`DatabaseProviderCredentialSource` in production).
@@ -41,6 +44,7 @@ public final class ProviderSender: PushSender {
         fcmTokens = FCMAccessTokenCache(endpoints: endpoints, metrics: self.metrics, now: now)
         apns = APNsClient(endpoints: endpoints, tokens: apnsTokens, metrics: self.metrics)
         fcm = FCMClient(endpoints: endpoints, tokens: fcmTokens, metrics: self.metrics)
+        channels = APNsChannelClient(source: source, endpoints: endpoints, tokens: apnsTokens, metrics: self.metrics, now: now)
     }
 
     /// True: `submit` never waits for the provider.
@@ -116,6 +120,7 @@ public final class ProviderSender: PushSender {
     public func close() {
         apns.close()
         fcm.close()
+        channels.close()
         fcmTokens.close()
     }
 }

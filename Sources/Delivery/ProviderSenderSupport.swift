@@ -13,6 +13,16 @@ public struct ProviderEndpoints: Sendable {
     /// `LIVERELAY_FCM_URL` (default `https://fcm.googleapis.com`). The OAuth token endpoint
     /// comes from each service account's `token_uri`.
     public var fcmURL: URL
+    /// `LIVERELAY_APNS_CHANNELS_SANDBOX_URL` (default
+    /// `https://api-manage-broadcast.sandbox.push.apple.com:2195`): APNs channel management
+    /// (docs/channels.md "APNs wire").
+    public var apnsChannelsSandboxURL = URL(string: "https://api-manage-broadcast.sandbox.push.apple.com:2195")!
+    /// `LIVERELAY_APNS_CHANNELS_PRODUCTION_URL` (default `https://api-manage-broadcast.push.apple.com:2196`).
+    public var apnsChannelsProductionURL = URL(string: "https://api-manage-broadcast.push.apple.com:2196")!
+    /// `LIVERELAY_APNS_BROADCAST_SANDBOX_URL` (default `https://api-broadcast.sandbox.push.apple.com`): broadcasts.
+    public var apnsBroadcastSandboxURL = URL(string: "https://api-broadcast.sandbox.push.apple.com")!
+    /// `LIVERELAY_APNS_BROADCAST_PRODUCTION_URL` (default `https://api-broadcast.push.apple.com`).
+    public var apnsBroadcastProductionURL = URL(string: "https://api-broadcast.push.apple.com")!
     /// `LIVERELAY_EXTRA_CA_FILE`: extra trusted CAs (the local sandbox's `ca.pem`).
     public var extraCAFile: String?
     public var connectTimeoutSeconds: Double
@@ -27,6 +37,11 @@ public struct ProviderEndpoints: Sendable {
         self.apnsProductionURL = apnsProductionURL; self.apnsSandboxURL = apnsSandboxURL; self.fcmURL = fcmURL
         self.extraCAFile = extraCAFile; self.connectTimeoutSeconds = connectTimeoutSeconds
         self.requestTimeoutSeconds = requestTimeoutSeconds; self.maxConnectionsPerPool = maxConnectionsPerPool
+    }
+
+    /// Points the four channel/broadcast URLs at `base` (a local sandbox serves them all on one port).
+    public mutating func setChannelURLs(_ base: URL) {
+        apnsChannelsSandboxURL = base; apnsChannelsProductionURL = base; apnsBroadcastSandboxURL = base; apnsBroadcastProductionURL = base
     }
 
     func configuration(_ base: URL) -> HTTP2ClientConfiguration {

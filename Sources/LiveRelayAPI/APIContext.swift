@@ -36,11 +36,15 @@ public final class APIContext: Sendable {
     /// addresses (docs/webhooks.md "Safety").
     public let webhookAllowPrivate: Bool
 
+    /// APNs channel management (docs/channels.md): creating a channel makes its APNs channel first.
+    public let channels: any ChannelManaging
+
     public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
                 events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, webhookAllowPrivate: Bool = false,
                 now: @escaping @Sendable () -> Date = Date.init,
                 limits: TenantLimits = TenantLimits(), retentionDays: Int = TenantLimits.defaultRetentionDays,
-                fcmURL: String = "https://fcm.googleapis.com") {
+                fcmURL: String = "https://fcm.googleapis.com", channels: any ChannelManaging = UnconfiguredChannelManager()) {
+        self.channels = channels
         self.limits = limits
         self.retentionDays = retentionDays
         self.fcmURL = fcmURL

@@ -33,6 +33,13 @@ enum DeviceTargetHandlers {
             }
             let pinned = try TargetStore.currentTemplate(c, tenantId: me.tenant, installationId: me.id, activityType: r.activityType)
             if let schema = pinned?.1 { try StateSchema.compile(schema).check(r.state) }
+            let join = try r.channelId.map { ch in
+                try ChannelJoin.decide(c, tenant: me.tenant, channelId: ch, joiner: ChannelJoin.Joiner(
+                    installationId: me.id, appId: inst.appId, activityType: r.activityType,
+                    attributesType: try pinned.flatMap { try ChannelStore.templateAttributesType(c, tenantId: me.tenant, installationId: me.id,
+                                                                                              templateVersion: $0.0) },
+                    schema: pinned?.1), localStart: true)
+            }
             try TenantCapStore.check(c, tenantId: me.tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let targetId = Identifier.make(.target)
             try WriteRules.checkLocalStartSize(attributes: .object(["target_id": .string(targetId), "business_key": .string(r.businessKey)]),
@@ -45,6 +52,10 @@ enum DeviceTargetHandlers {
             if inst.platform == "android" && inst.fcmToken != nil {
                 // Android has no per-activity token: the target is ready once the installation has an FCM token (docs/providers.md).
                 try TargetStore.setStatus(c, tenantId: me.tenant, id: t.id, status: .ready)
+            }
+            if let join {
+                _ = try c.query(ChannelStore.joinStatement(tenantId: me.tenant, targetId: t.id, channelId: join.channel.id, delivery: join.delivery,
+                                                           channelSeq: join.channel.opSeq, ready: join.delivery == "broadcast"))
             }
             return (201, Encode.target(try TargetStore.get(c, tenantId: me.tenant, id: t.id)!))
         }

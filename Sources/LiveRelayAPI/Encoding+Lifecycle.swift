@@ -22,6 +22,7 @@ extension Encode {
             "stale_at": J.ts(t.staleAt), "relevance_score": t.relevanceScore.map(JSONValue.double) ?? .null,
             "last_render_report": report, "created_at": J.ts(t.createdAt), "updated_at": J.ts(t.updatedAt),
             "started_at": J.ts(t.startedAt), "ended_at": J.ts(t.endedAt),
+            "channel_id": J.str(t.channelId), "delivery": J.str(t.delivery),
         ])
     }
 

@@ -40,7 +40,8 @@ enum Encode {
         var o: [String: JSONValue] = ["id": .string(i.id), "installation_id": .string(i.id), "object": "installation",
                                       "app_id": .string(i.appId), "platform": .string(i.platform),
                                       "environment": .string(i.environment), "install_id": .string(i.installId),
-                                      "fcm_token_registered": .bool(i.fcmToken != nil), "status": .string(i.status),
+                                      "fcm_token_registered": .bool(i.fcmToken != nil),
+                                      "os_version": J.str(i.osVersion), "frequent_updates": .bool(i.frequentUpdates), "status": .string(i.status),
                                       "created_at": J.ts(i.createdAt), "retired_at": J.ts(i.retiredAt)]
         if let credential { o["credential"] = .string(credential) }
         return .object(o)

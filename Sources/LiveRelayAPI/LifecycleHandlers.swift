@@ -137,6 +137,7 @@ enum LifecycleHandlers {
                 : "this sender key lacks the activities:start permission")
         }
         let s = try WriteRequests.start(body)
+        if let ch = s.channelId { try ChannelJoin.checkCoverage(scope, channelId: ch) }
         let now = ctx.now()
         try WriteRules.checkStartStaleAt(s.options.staleAt, now: now)
         try WriteRules.checkExpiresAt(s.options.expiresAt, now: now)
@@ -174,6 +175,11 @@ enum LifecycleHandlers {
                                   details: ["field": "template_version", "current_template_version": .string(st.currentTemplateVersion)])
             }
             let alert = try WriteRules.requireStartAlert(s.alert)
+            let join = try s.channelId.map { ch in
+                try ChannelJoin.decide(c, tenant: tenant, channelId: ch, joiner: ChannelJoin.Joiner(
+                    installationId: st.installationId, appId: st.appId, activityType: st.activityType, attributesType: st.attributesType,
+                    schema: st.schema), localStart: false)
+            }
             if let (bk, bg) = business, try WritePath.holder(result(r1, 4)) != nil,
                let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg) {
                 // The conflict path only: one more read to decide whether the caller may see the holder.
@@ -201,11 +207,15 @@ enum LifecycleHandlers {
                     id: Identifier.make(.operation), targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
                     options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey)),
             ]
+            if let join {
+                writes.append(ChannelStore.joinStatement(tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
+                                                         channelSeq: join.channel.opSeq, ready: false))
+            }
             let quotaIndex = writes.count
             if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
             // Further statements of this write (e.g. event rows) join `writes` here.
             let r2 = try c.pipeline(writes).get()
-            let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
+            let target = try WritePath.updatedTarget(r2[join == nil ? 0 : 2]), op = try WritePath.operation(r2[1])
             if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
             try WritePath.notify(c, tenantId: tenant, queued: true, superseded: [], targetChanged: nil)
             return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
@@ -263,6 +273,7 @@ enum LifecycleHandlers {
             let u = try shape.get()
             guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
             if let replay = try idem.replay(r1, at: 2) { return replay }
+            try ChannelJoin.checkNotMember(t)
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: u.expectedRevision, current: t.revision)
             try WriteRules.checkSourceVersion(u.sourceVersion, last: t.sourceVersion)
@@ -309,14 +320,17 @@ enum LifecycleHandlers {
 
     // MARK: end
 
-    static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let p = try ctx.auth.authenticate(req)
-        let tenant: String, scope: SenderScope?
+    /// Who may end: a sender key (its scope), or a master key (scope nil: a stateless end only), else 403.
+    static func ender(_ p: Principal, for what: String) throws -> (tenant: String, scope: SenderScope?) {
         switch p {
-        case .sender(let t, let s): tenant = t; scope = s
-        case .master(let t, _): tenant = t; scope = nil
-        default: throw Endpoint.forbidden("end needs a sender key (or a master key for a stateless end), not a \(p.kindName)")
+        case .sender(let t, let s): return (t, s)
+        case .master(let t, _): return (t, nil)
+        default: throw Endpoint.forbidden("\(what) needs a sender key (or a master key for a stateless end), not a \(p.kindName)")
         }
+    }
+
+    static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, scope) = try ender(try ctx.auth.authenticate(req), for: "end")
         let body = try req.jsonBody()
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
@@ -341,6 +355,7 @@ enum LifecycleHandlers {
             let e = try shape.get()
             guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
             if let replay = try idem.replay(r1, at: 2) { return replay }
+            try ChannelJoin.checkNotMember(t)
             let opId = Identifier.make(.operation)
             let queued = try WritePath.queued(result(r1, 1))
             guard let state = e.state else {

@@ -33,8 +33,9 @@ enum SenderKeyHandlers {
             throw DomainError.invalid("permissions.\(i)", "unknown permission \(p.debugDescription); known: \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         let targets = try r.optionalStringArray("targets", maxCount: maxIds, maxLength: 64) ?? []
-        for (i, t) in targets.enumerated() where !(Identifier.isValid(t, kind: .startTarget) || Identifier.isValid(t, kind: .target)) {
-            throw DomainError.invalid("targets.\(i)", "targets.\(i) must be a start target id (st_…) or a target id (tgt_…)")
+        for (i, t) in targets.enumerated()
+            where !(Identifier.isValid(t, kind: .startTarget) || Identifier.isValid(t, kind: .target) || Identifier.isValid(t, kind: .channel)) {
+            throw DomainError.invalid("targets.\(i)", "targets.\(i) must be a start target id (st_…), a target id (tgt_…) or a channel id (ch_…)")
         }
         let createdFrom = try r.optionalStringArray("created_from", maxCount: maxIds, maxLength: 64) ?? []
         for (i, t) in createdFrom.enumerated() where !Identifier.isValid(t, kind: .startTarget) {
@@ -60,7 +61,7 @@ enum SenderKeyHandlers {
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: b.key, body: json, seal: true) { c in
             let found = try ObjectIds.existing(c, tenantId: tenant, ids: b.targets + b.createdFrom)
             if let (i, id) = b.targets.enumerated().first(where: { !found.contains($0.element) }) {
-                throw DomainError.invalid("targets.\(i)", "targets.\(i): no start target or target \(id) in this tenant")
+                throw DomainError.invalid("targets.\(i)", "targets.\(i): no start target, target or channel \(id) in this tenant")
             }
             if let (i, id) = b.createdFrom.enumerated().first(where: { !found.contains($0.element) }) {
                 throw DomainError.invalid("created_from.\(i)", "created_from.\(i): no start target \(id) in this tenant")

@@ -78,6 +78,7 @@ public enum APIRoutes {
         DeviceHandlers.register(r, ctx)
         ProviderCredentialHandlers.register(r, ctx)
         WebhookHandlers.register(r, ctx)
+        ChannelHandlers.register(r, ctx)
         ConsoleHandlers.register(r)
         return r
     }

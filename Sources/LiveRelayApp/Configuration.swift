@@ -1,4 +1,5 @@
 import Foundation
+import Delivery
 import Logging
 import LiveRelayCore
 
@@ -13,6 +14,8 @@ import LiveRelayCore
 /// | `LIVERELAY_APNS_PRODUCTION_URL` | `apnsProductionURL` | `https://api.push.apple.com` |
 /// | `LIVERELAY_APNS_SANDBOX_URL` | `apnsSandboxURL` | `https://api.sandbox.push.apple.com` |
 /// | `LIVERELAY_FCM_URL` | `fcmURL` | `https://fcm.googleapis.com` |
+/// | `LIVERELAY_APNS_CHANNELS_SANDBOX_URL`, `…_PRODUCTION_URL` | `apnsChannelsSandboxURL`, `apnsChannelsProductionURL` | `https://api-manage-broadcast.sandbox.push.apple.com:2195`, `https://api-manage-broadcast.push.apple.com:2196` |
+/// | `LIVERELAY_APNS_BROADCAST_SANDBOX_URL`, `…_PRODUCTION_URL` | `apnsBroadcastSandboxURL`, `apnsBroadcastProductionURL` | `https://api-broadcast.sandbox.push.apple.com`, `https://api-broadcast.push.apple.com` |
 /// | `LIVERELAY_EXTRA_CA_FILE` | `extraCAFile` | none |
 /// | `LIVERELAY_DEFAULT_EXPIRATION_SECONDS` | `defaultExpirationSeconds` | 3600 |
 /// | `LIVERELAY_LOG_LEVEL` | `logLevel` | `info` |
@@ -34,6 +37,12 @@ public struct Configuration: Sendable {
     public var apnsProductionURL: String
     public var apnsSandboxURL: String
     public var fcmURL: String
+    /// APNs channel management base URLs (docs/channels.md "APNs wire").
+    public var apnsChannelsSandboxURL = "https://api-manage-broadcast.sandbox.push.apple.com:2195"
+    public var apnsChannelsProductionURL = "https://api-manage-broadcast.push.apple.com:2196"
+    /// APNs broadcast base URLs (docs/channels.md "APNs wire").
+    public var apnsBroadcastSandboxURL = "https://api-broadcast.sandbox.push.apple.com"
+    public var apnsBroadcastProductionURL = "https://api-broadcast.push.apple.com"
     public var extraCAFile: String?
     /// Seconds added to now for `apns-expiration` when a write has no `expires_at` (docs/providers.md).
     public var defaultExpirationSeconds: Int
@@ -91,6 +100,10 @@ public struct Configuration: Sendable {
         let apnsProd = url("LIVERELAY_APNS_PRODUCTION_URL", "https://api.push.apple.com")
         let apnsSandbox = url("LIVERELAY_APNS_SANDBOX_URL", "https://api.sandbox.push.apple.com")
         let fcm = url("LIVERELAY_FCM_URL", "https://fcm.googleapis.com")
+        let channelsSandbox = url("LIVERELAY_APNS_CHANNELS_SANDBOX_URL", "https://api-manage-broadcast.sandbox.push.apple.com:2195")
+        let channelsProd = url("LIVERELAY_APNS_CHANNELS_PRODUCTION_URL", "https://api-manage-broadcast.push.apple.com:2196")
+        let broadcastSandbox = url("LIVERELAY_APNS_BROADCAST_SANDBOX_URL", "https://api-broadcast.sandbox.push.apple.com")
+        let broadcastProd = url("LIVERELAY_APNS_BROADCAST_PRODUCTION_URL", "https://api-broadcast.push.apple.com")
 
         let ca = nonEmpty("LIVERELAY_EXTRA_CA_FILE")
         if let ca, !FileManager.default.isReadableFile(atPath: ca) {
@@ -135,11 +148,27 @@ public struct Configuration: Sendable {
                              apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
                              logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
         config.allowPrivilegedRole = allowPrivileged
+        config.apnsChannelsSandboxURL = channelsSandbox; config.apnsChannelsProductionURL = channelsProd
+        config.apnsBroadcastSandboxURL = broadcastSandbox; config.apnsBroadcastProductionURL = broadcastProd
         config.limits = TenantLimits(maxInstallationsPerTenant: maxInstallations, maxLiveTargetsPerTenant: maxLiveTargets)
         config.retentionDays = retentionDays
         config.webhookAllowPrivate = allowPrivate
         config.webhookThreads = webhookThreads
         return config
+    }
+}
+
+extension Configuration {
+    /// The provider URLs, extra CA and connections per pool as `ProviderEndpoints` (every URL was
+    /// validated by `load`).
+    public func providerEndpoints(maxConnectionsPerPool: Int = 4) -> ProviderEndpoints {
+        var e = ProviderEndpoints(apnsProductionURL: URL(string: apnsProductionURL)!, apnsSandboxURL: URL(string: apnsSandboxURL)!,
+                                  fcmURL: URL(string: fcmURL)!, extraCAFile: extraCAFile, maxConnectionsPerPool: maxConnectionsPerPool)
+        e.apnsChannelsSandboxURL = URL(string: apnsChannelsSandboxURL)!
+        e.apnsChannelsProductionURL = URL(string: apnsChannelsProductionURL)!
+        e.apnsBroadcastSandboxURL = URL(string: apnsBroadcastSandboxURL)!
+        e.apnsBroadcastProductionURL = URL(string: apnsBroadcastProductionURL)!
+        return e
     }
 }
 

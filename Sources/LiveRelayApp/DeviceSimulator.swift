@@ -19,7 +19,12 @@ import LiveRelayCore
 ///   applied and the lock screen shows a safe placeholder instead;
 /// - `end` ends the activity (with its final state when valid) and honours `dismissal-date`: in
 ///   the past or now → removed from the lock screen at once; later → removed then; absent →
-///   the system default (stays up to 4 hours).
+///   the system default (stays up to 4 hours);
+/// - iOS 18 channels (Apple "Sending broadcast push notification requests to APNs"): a start
+///   carrying `input-push-channel` subscribes the new activity to that channel (it gets no
+///   update token); a broadcast (sandbox provider `broadcast`, token = `apns-channel-id`) is
+///   applied as an update/end to every active activity subscribed to its channel, under the
+///   same timestamp, schema and dismissal rules.
 public struct DeviceSimulator: Sendable, Equatable {
     public var state: DeviceSimulatorState
 
@@ -38,6 +43,20 @@ public struct DeviceSimulator: Sendable, Equatable {
         // Which activity does this push address?
         var targetId: String?
         switch push.provider {
+        case "broadcast":
+            guard state.platform == .ios else {
+                return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: nil, reason: "broadcasts reach iOS devices only")
+            }
+            let subscribed = state.activities.filter { $0.channelId == push.token && $0.phase == .active }.map(\.targetId)
+            guard !subscribed.isEmpty else {
+                return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: nil, reason: "no activity here is subscribed to this channel")
+            }
+            guard content.event != .start else {
+                return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: subscribed[0], reason: "a broadcast cannot start an activity")
+            }
+            var last: DeviceEvent?
+            for id in subscribed { last = applyChange(content, to: id, sequence: push.sequence, nowS: nowS) }
+            return last!
         case "apns":
             if let tpl = state.templates.first(where: { $0.pushToStartToken == push.token }) {
                 guard content.event == .start else {
@@ -82,7 +101,9 @@ public struct DeviceSimulator: Sendable, Equatable {
             a.placeholder = placeholderReason(templateVersion: content.templateVersion, state: content.state)
             if a.placeholder == nil, let s = content.state { a.state = s }
             var token: String?
-            if state.platform == .ios {
+            if let channel = content.inputPushChannel {
+                a.channelId = channel  // subscribed to broadcasts: no update token
+            } else if state.platform == .ios {
                 let t = newToken()
                 a.updateToken = t
                 token = t
@@ -92,15 +113,20 @@ public struct DeviceSimulator: Sendable, Equatable {
                                registerUpdateToken: token)
         }
 
+        return applyChange(content, to: targetId, sequence: push.sequence, nowS: nowS)
+    }
+
+    /// Applies an update or end to the activity `targetId` (timestamp, schema and dismissal rules).
+    mutating func applyChange(_ content: PushContent, to targetId: String, sequence: Int, nowS: Int64) -> DeviceEvent {
         guard let i = state.activities.firstIndex(where: { $0.targetId == targetId }) else {
-            return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: targetId, reason: "no such activity on this device")
+            return DeviceEvent(sequence: sequence, kind: .ignored, targetId: targetId, reason: "no such activity on this device")
         }
         var a = state.activities[i]
         guard a.phase == .active else {
-            return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: targetId, reason: "the activity has ended")
+            return DeviceEvent(sequence: sequence, kind: .ignored, targetId: targetId, reason: "the activity has ended")
         }
         guard content.timestamp > a.timestamp else {
-            return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: targetId,
+            return DeviceEvent(sequence: sequence, kind: .ignored, targetId: targetId,
                                reason: "timestamp \(content.timestamp) is not newer than \(a.timestamp)")
         }
         a.timestamp = content.timestamp
@@ -130,7 +156,7 @@ public struct DeviceSimulator: Sendable, Equatable {
             kind = a.phase == .dismissed ? .dismissed : .ended
         }
         state.activities[i] = a
-        return DeviceEvent(sequence: push.sequence, kind: kind, targetId: targetId, reason: reason)
+        return DeviceEvent(sequence: sequence, kind: kind, targetId: targetId, reason: reason)
     }
 
     /// Removes ended activities whose dismissal date has come (the system does this by itself).
@@ -148,25 +174,30 @@ public struct DeviceSimulator: Sendable, Equatable {
 
     /// A local start (`POST …/targets` answered with `target`): the activity exists on the
     /// device at once with `state`; iOS gives it `updateToken` to register.
+    /// `channelId`: started with `pushType: .channel(id)` (iOS 18): no update token.
     public mutating func localStart(targetId: String, activityType: String, templateVersion: String?, businessKey: String?,
-                                    state s: JSONValue, now: Date, updateToken: String?) -> DeviceEvent {
+                                    state s: JSONValue, now: Date, updateToken: String?, channelId: String? = nil) -> DeviceEvent {
         var a = SimulatedActivity(targetId: targetId, activityType: activityType, origin: "local", templateVersion: templateVersion,
                                   businessKey: businessKey, state: s, revision: nil, timestamp: 0, phase: .active)
         // Only FCM data messages carry revisions; an iOS device never learns them.
         if state.platform == .android { a.revision = 1 }
-        a.updateToken = state.platform == .ios ? updateToken : nil
+        a.updateToken = state.platform == .ios && channelId == nil ? updateToken : nil
+        a.channelId = state.platform == .ios ? channelId : nil
         a.placeholder = placeholderReason(templateVersion: templateVersion, state: s)
         state.activities.removeAll { $0.targetId == targetId }
         state.activities.append(a)
         return DeviceEvent(sequence: nil, kind: .started, targetId: targetId, reason: a.placeholder, registerUpdateToken: a.updateToken)
     }
 
-    /// Every token whose deliveries this device reads (push-to-start, update tokens, FCM).
+    /// Every token whose deliveries this device reads (push-to-start, update tokens, FCM, and the
+    /// channels of its subscribed activities as provider `broadcast`).
     public var watchedTokens: [(provider: String, token: String)] {
         var out: [(String, String)] = []
         if state.platform == .android, let f = state.fcmToken { out.append(("fcm", f)) }
         for t in state.templates { if let p = t.pushToStartToken { out.append(("apns", p)) } }
         for a in state.activities where a.phase == .active { if let u = a.updateToken { out.append(("apns", u)) } }
+        let channels = Set(state.activities.filter { $0.phase == .active }.compactMap(\.channelId))
+        for c in channels.sorted() { out.append(("broadcast", c)) }
         return out
     }
 
@@ -226,7 +257,7 @@ public struct DeviceEvent: Sendable, Equatable {
 /// One push the sandbox recorded for one of the device's tokens.
 public struct DevicePush: Sendable, Equatable {
     public var sequence: Int
-    /// `apns` or `fcm`.
+    /// `apns`, `fcm` or `broadcast` (then `token` is the `apns-channel-id`).
     public var provider: String
     public var token: String
     /// `{"aps": …}` or `{"message": …}` as sent.
@@ -258,6 +289,8 @@ struct PushContent: Equatable {
     var dismissalDate: Int64?
     var relevanceScore: Double?
     var revision: Int64?
+    /// A start's `input-push-channel` (iOS 18 channel subscription).
+    var inputPushChannel: String?
 
     struct Unreadable: Error, CustomStringConvertible { let description: String }
 
@@ -291,7 +324,8 @@ struct PushContent: Equatable {
                            templateVersion: attrs?["template_version"]?.stringValue, attributesType: aps["attributes-type"]?.stringValue,
                            businessKey: attrs?["business_key"]?.stringValue, state: aps["content-state"], alert: alert,
                            staleDate: aps["stale-date"]?.intValue, dismissalDate: aps["dismissal-date"]?.intValue,
-                           relevanceScore: aps["relevance-score"]?.doubleValue, revision: nil)
+                           relevanceScore: aps["relevance-score"]?.doubleValue, revision: nil,
+                           inputPushChannel: aps["input-push-channel"]?.stringValue)
     }
 }
 

@@ -12,7 +12,8 @@ import LiveRelayCore
 /// | revision 1                                    |
 /// +-----------------------------------------------+
 /// ```
-/// The first line is the activity type and target; an alert line (`! title: body`) when the
+/// The first line is the activity type and target (`remote, channel` / `local, channel` for an
+/// activity subscribed to a broadcast channel); an alert line (`! title: body`) when the
 /// last applied push carried one; one `key: value` line per state field (sorted; nested values
 /// as compact JSON); `[placeholder] …` when the state could not be rendered; then `Ended` or
 /// `Dismissed (removed from the lock screen)` for an ended activity.
@@ -21,7 +22,7 @@ public enum LockScreen {
 
     public static func lines(_ a: SimulatedActivity, now: Date) -> [String] {
         var out: [String] = []
-        let origin = a.origin == "local" ? "local" : "remote"
+        let origin = (a.origin == "local" ? "local" : "remote") + (a.channelId != nil ? ", channel" : "")
         out.append("\(a.activityType)  \(a.targetId)  (\(origin))")
         if a.phase == .dismissed {
             out.append("Dismissed (removed from the lock screen)")

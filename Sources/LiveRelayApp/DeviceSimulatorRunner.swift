@@ -140,8 +140,9 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
     @discardableResult
     public func register(publishableKey: String) throws -> JSONValue {
         let s = state
-        let body: [String: JSONValue] = ["platform": .string(s.platform.rawValue), "app_id": .string(s.appId),
+        var body: [String: JSONValue] = ["platform": .string(s.platform.rawValue), "app_id": .string(s.appId),
                                          "environment": .string(s.environment), "install_id": .string(s.installId)]
+        if let v = s.osVersion { body["os_version"] = .string(v) }
         let v = try http.ok("POST", s.apiURL + "/v1/installations", body: .object(body), bearer: publishableKey, context: "register")
         guard let id = v["installation_id"]?.stringValue, let cred = v["credential"]?.stringValue else {
             throw DeviceAPIError(status: 200, code: nil, body: v, context: "register: no installation_id/credential in the answer")
@@ -191,24 +192,37 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
 
     /// Local start: reserves the business instance (`POST …/targets`), creates the activity on
     /// the device with `state`, and on iOS registers its update token. Returns the target object
-    /// the token registration answered (or the reservation's on Android).
+    /// the token registration answered (or the reservation's on Android). `channelId` (iOS 18,
+    /// `pushType: .channel(id)`): the reservation names the LiveRelay channel (`channel_id`), the
+    /// activity subscribes to `apnsChannelId` (the channel's `apns_channel_id`) and registers no
+    /// update token.
     @discardableResult
     public func localStart(activityType: String, businessKey: String, businessGeneration: String, state st: JSONValue,
-                           idempotencyKey: String? = nil, extra: [String: JSONValue] = [:]) throws -> JSONValue {
+                           idempotencyKey: String? = nil, extra: [String: JSONValue] = [:], channelId: String? = nil,
+                           apnsChannelId: String? = nil) throws -> JSONValue {
         let (id, cred) = try installation()
         let s = state
         var body: [String: JSONValue] = ["activity_type": .string(activityType), "business_key": .string(businessKey),
                                          "business_generation": .string(businessGeneration), "state": st,
                                          "idempotency_key": .string(idempotencyKey ?? "\(businessKey):start:\(businessGeneration)")]
+        if let channelId { body["channel_id"] = .string(channelId) }
         for (k, v) in extra { body[k] = v }
         let target = try http.ok("POST", s.apiURL + "/v1/installations/\(id)/targets", body: .object(body), bearer: cred, context: "local start")
         guard let tgt = target["id"]?.stringValue else {
             throw DeviceAPIError(status: 200, code: nil, body: target, context: "local start: no target id in the answer")
         }
         let token = s.platform == .ios ? (s.activity(tgt)?.updateToken ?? Self.hexToken()) : nil
+        var subscribe: String?
+        if channelId != nil {
+            guard let id = apnsChannelId ?? target["apns_channel_id"]?.stringValue else {
+                throw DeviceSimulatorState.Invalid(description: "reserved \(tgt) into the channel, but its apns_channel_id is unknown: pass --apns-channel-id")
+            }
+            subscribe = id
+        }
         let ev = mutate {
             $0.localStart(targetId: tgt, activityType: activityType, templateVersion: target["template_version"]?.stringValue,
-                          businessKey: businessKey, state: st, now: now(), updateToken: token)
+                          businessKey: businessKey, state: st, now: now(), updateToken: token,
+                          channelId: subscribe)
         }
         try save()
         report(ev, header: "local start")

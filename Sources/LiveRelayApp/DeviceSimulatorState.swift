@@ -49,6 +49,10 @@ public struct SimulatedActivity: Sendable, Equatable {
     public var dismissAt: Int64?
     /// Set when the last state could not be rendered: the lock screen shows a placeholder.
     public var placeholder: String?
+    /// iOS 18+: the APNs broadcast channel (`apns-channel-id`) the activity is subscribed to
+    /// (started with `input-push-channel`, or locally with `pushType: .channel(id)`); such an
+    /// activity has no update token and receives the channel's broadcasts.
+    public var channelId: String?
 
     public init(targetId: String, activityType: String, origin: String, templateVersion: String?, businessKey: String?,
                 state: JSONValue, revision: Int64?, timestamp: Int64, phase: Phase) {
@@ -71,6 +75,9 @@ public struct DeviceSimulatorState: Sendable, Equatable {
     public var installationId: String?
     /// The installation credential (`lri_…`).
     public var credential: String?
+    /// The OS version the installation reports at registration (`os_version`, e.g. `18.2`);
+    /// nil reports none.
+    public var osVersion: String?
     /// Android: the FCM registration token.
     public var fcmToken: String?
     /// Current start targets (one per binding + activity type), newest preparation last.
@@ -125,6 +132,7 @@ extension DeviceSimulatorState {
             "platform": .string(platform.rawValue), "app_id": .string(appId), "environment": .string(environment),
             "api_url": .string(apiURL), "sandbox_url": .string(sandboxURL), "install_id": .string(installId),
             "installation_id": opt(installationId), "credential": opt(credential), "fcm_token": opt(fcmToken),
+            "os_version": opt(osVersion),
             "templates": .array(templates.map(tpl)), "installed_templates": .array(installedTemplates.map(tpl)),
             "activities": .array(activities.map { a in
                 .object(["target_id": .string(a.targetId), "activity_type": .string(a.activityType), "origin": .string(a.origin),
@@ -133,7 +141,8 @@ extension DeviceSimulatorState {
                          "update_token": opt(a.updateToken),
                          "alert": a.alert.map { .object(["title": .string($0.title), "body": .string($0.body)]) } ?? .null,
                          "stale_date": optI(a.staleDate), "relevance_score": a.relevanceScore.map(JSONValue.double) ?? .null,
-                         "ended_at": optI(a.endedAt), "dismiss_at": optI(a.dismissAt), "placeholder": opt(a.placeholder)])
+                         "ended_at": optI(a.endedAt), "dismiss_at": optI(a.dismissAt), "placeholder": opt(a.placeholder),
+                         "channel_id": opt(a.channelId)])
             }),
             "cursors": .object(cursors.mapValues { .int(Int64($0)) }),
             "sandbox_run_id": opt(sandboxRunId),
@@ -175,10 +184,12 @@ extension DeviceSimulatorState {
             s.endedAt = a["ended_at"]?.intValue
             s.dismissAt = a["dismiss_at"]?.intValue
             s.placeholder = a["placeholder"]?.stringValue
+            s.channelId = a["channel_id"]?.stringValue
             return s
         }
         cursors = (v["cursors"]?.objectValue ?? [:]).compactMapValues { $0.intValue.map(Int.init) }
         sandboxRunId = v["sandbox_run_id"]?.stringValue
+        osVersion = v["os_version"]?.stringValue
     }
 }
 

@@ -47,11 +47,25 @@ public enum RemoteCommand {
       events list [--type TYPE] [--target-id T] [--channel-id CH] [--limit N] [--cursor C] [--all]
                                             GET  /v1/events   (master key; last 30 days, newest first)
       events get --event-id EVT             GET  /v1/events/{EVT}
+      channels create --app-id A --environment sandbox|production --activity-type T
+            --attributes-type X [--storage-policy none|most_recent] [--label L]
+            [--schema JSON | --schema-file FILE] [--idempotency-key KEY]
+                                            POST /v1/remote-updates/channels   (master key)
+      channels list [--limit N] [--cursor C] [--all]
+                                            GET  /v1/remote-updates/channels
+      channels get --channel-id CH          GET  …/channels/{CH}
+      channels update --channel-id CH (--state JSON | --state-file FILE) --expected-revision N
+            [--alert-title TITLE --alert-body BODY [--alert-sound SOUND]] [--stale-at TIME]
+            [--relevance-score X] [--priority 10|5|1] [--expires-at TIME] [--idempotency-key KEY]
+                                            POST …/channels/{CH}/update
+      channels end --channel-id CH [(--state JSON | --state-file FILE) --expected-revision N]
+            [--dismiss-at TIME] [--idempotency-key KEY]
+                                            POST …/channels/{CH}/end
 
     Writes without --idempotency-key use a new UUID, printed to stderr as "idempotency_key: …"
     (repeat the command with it to retry safely). Times are RFC 3339 (2026-10-18T13:00:00.000Z).
-    The id of `target get|operations`, `snapshot` and `operation get` may also be given as the
-    only positional argument. `--flag=value` works too.
+    The id of `target get|operations`, `snapshot`, `operation get` and `channels get|update|end`
+    may also be given as the only positional argument. `--flag=value` works too.
 
     exit status: 0 ok, 2 usage error, 3 API error, 4 network error
     """
@@ -83,14 +97,15 @@ public enum RemoteCommand {
 
     /// Every command `run` knows, as written on the command line ("targets list", …).
     static let commands: [String] = ["capabilities", "usage", "targets list", "target get", "target operations", "snapshot",
-                                     "start", "update", "end", "operation get", "events list", "events get"]
+                                     "start", "update", "end", "operation get", "events list", "events get",
+                                     "channels create", "channels list", "channels get", "channels update", "channels end"]
 
     /// The command named by `args` ("target get" for `target get --target-id …`).
     /// - Throws: `RemoteUsageError` naming an unknown or incomplete command.
     static func commandName(_ args: [String]) throws -> String {
         guard let first = args.first else { throw RemoteUsageError("missing command") }
         var command = first
-        if ["targets", "target", "operation", "events"].contains(first) {
+        if ["targets", "target", "operation", "events", "channels"].contains(first) {
             guard args.count > 1, !args[1].hasPrefix("-") else { throw RemoteUsageError("\(first) needs a subcommand") }
             command += " " + args[1]
         }
@@ -102,7 +117,7 @@ public enum RemoteCommand {
         guard let first = args.first else { throw RemoteUsageError("missing command") }
         var rest = Array(args.dropFirst())
         var command = first
-        if ["targets", "target", "operation", "events"].contains(first) {
+        if ["targets", "target", "operation", "events", "channels"].contains(first) {
             guard !rest.isEmpty else { throw RemoteUsageError("\(first) needs a subcommand") }
             command += " " + rest.removeFirst()
         }
@@ -149,6 +164,29 @@ public enum RemoteCommand {
             let id = try f.id("event-id")
             try f.finish()
             out = try client.get("/v1/events/\(escape(id))")
+        case "channels create":
+            var o: [String: JSONValue] = [:]
+            for flag in ["app-id", "environment", "activity-type", "attributes-type"] {
+                o[flag.replacingOccurrences(of: "-", with: "_")] = .string(try f.required(flag))
+            }
+            if let p = f.string("storage-policy") { o["storage_policy"] = .string(p) }
+            if let l = f.string("label") { o["label"] = .string(l) }
+            if let schema = try f.json("schema") { o["schema"] = schema }
+            o["idempotency_key"] = .string(idempotencyKey(&f))
+            try f.finish()
+            out = try client.send("POST", "/v1/remote-updates/channels", query: [], body: .object(o), timeout: 60)
+        case "channels list":
+            out = try list("/v1/remote-updates/channels", query: [], flags: &f, client: client)
+        case "channels get":
+            let id = try f.id("channel-id")
+            try f.finish()
+            out = try client.get("/v1/remote-updates/channels/\(escape(id))")
+        case "channels update", "channels end":
+            let id = try f.id("channel-id")
+            let (body, _) = try writeBody(command, &f)
+            try f.finish()
+            let verb = command == "channels update" ? "update" : "end"
+            out = try client.send("POST", "/v1/remote-updates/channels/\(escape(id))/\(verb)", query: [], body: body, timeout: 60)
         case "start", "update", "end":
             let (body, waitMs) = try writeBody(command, &f)
             try f.finish()
@@ -187,7 +225,9 @@ public enum RemoteCommand {
         return .object(["data": .array(data), "next_cursor": .null])
     }
 
-    /// The body of start/update/end from the flags (docs/write-semantics.md field names) and `--wait-ms`.
+    /// The body of start/update/end (and of `channels update|end`, docs/channels.md: the same
+    /// fields without `target_id`; a channel end takes no `expires_at`) from the flags
+    /// (docs/write-semantics.md field names) and `--wait-ms` (not for channels).
     static func writeBody(_ kind: String, _ f: inout Flags) throws -> (JSONValue, Int64?) {
         var o: [String: JSONValue] = [:]
         func put(_ flag: String, _ value: JSONValue?) { if let value { o[flag.replacingOccurrences(of: "-", with: "_")] = value } }
@@ -200,20 +240,20 @@ public enum RemoteCommand {
             o["state"] = state
             put("business-key", f.string("business-key").map(JSONValue.string))
             put("business-generation", f.string("business-generation").map(JSONValue.string))
-        case "update":
-            put("target-id", try .string(f.required("target-id")))
+        case "update", "channels update":
+            if kind == "update" { put("target-id", try .string(f.required("target-id"))) }
             guard let state else { throw RemoteUsageError("update needs --state JSON or --state-file FILE") }
             o["state"] = state
             guard let rev = try f.int("expected-revision") else { throw RemoteUsageError("update needs --expected-revision N") }
             o["expected_revision"] = .int(rev)
-            put("source-version", try f.int("source-version").map(JSONValue.int))
-        default:  // end
-            put("target-id", try .string(f.required("target-id")))
+            if kind == "update" { put("source-version", try f.int("source-version").map(JSONValue.int)) }
+        default:  // end, channels end
+            if kind == "end" { put("target-id", try .string(f.required("target-id"))) }
             if let state { o["state"] = state }
             put("expected-revision", try f.int("expected-revision").map(JSONValue.int))
             put("dismiss-at", f.string("dismiss-at").map(JSONValue.string))
         }
-        if kind != "end" {
+        if kind != "end" && kind != "channels end" {
             put("stale-at", f.string("stale-at").map(JSONValue.string))
             put("relevance-score", try f.double("relevance-score").map(JSONValue.double))
             put("priority", try f.int("priority").map(JSONValue.int))
@@ -225,14 +265,17 @@ public enum RemoteCommand {
                 o["alert"] = .object(a)
             }
         }
-        put("expires-at", f.string("expires-at").map(JSONValue.string))
-        let key: String
-        if let k = f.string("idempotency-key") { key = k } else {
-            key = UUID().uuidString.lowercased()
-            stderr("idempotency_key: \(key)")
-        }
-        o["idempotency_key"] = .string(key)
-        return (.object(o), try f.int("wait-ms"))
+        if kind != "channels end" { put("expires-at", f.string("expires-at").map(JSONValue.string)) }
+        o["idempotency_key"] = .string(idempotencyKey(&f))
+        return (.object(o), kind.hasPrefix("channels") ? nil : try f.int("wait-ms"))
+    }
+
+    /// `--idempotency-key`, else a new UUID printed to stderr as `idempotency_key: …`.
+    static func idempotencyKey(_ f: inout Flags) -> String {
+        if let k = f.string("idempotency-key") { return k }
+        let key = UUID().uuidString.lowercased()
+        stderr("idempotency_key: \(key)")
+        return key
     }
 
     /// Percent-encodes one path segment.
@@ -313,18 +356,21 @@ struct Flags {
     }
 
     /// `--state JSON` or `--state-file FILE` (`-` = stdin), parsed as JSON.
-    mutating func state() throws -> JSONValue? {
-        let inline = string("state"), file = string("state-file")
-        if inline != nil && file != nil { throw RemoteUsageError("give --state or --state-file, not both") }
+    mutating func state() throws -> JSONValue? { try json("state") }
+
+    /// `--NAME JSON` or `--NAME-file FILE` (`-` = stdin), parsed as JSON; nil when neither.
+    mutating func json(_ name: String) throws -> JSONValue? {
+        let inline = string(name), file = string(name + "-file")
+        if inline != nil && file != nil { throw RemoteUsageError("give --\(name) or --\(name)-file, not both") }
         var text: [UInt8]
         if let inline { text = Array(inline.utf8) } else if let file {
             if file == "-" { text = Array(FileHandle.standardInput.readDataToEndOfFile()) } else {
-                guard let d = FileManager.default.contents(atPath: file) else { throw RemoteUsageError("cannot read --state-file \(file)") }
+                guard let d = FileManager.default.contents(atPath: file) else { throw RemoteUsageError("cannot read --\(name)-file \(file)") }
                 text = Array(d)
             }
         } else { return nil }
         do { return try JSONValue.parse(text) } catch {
-            throw RemoteUsageError("--state\(file == nil ? "" : "-file") is not valid JSON: \(error)")
+            throw RemoteUsageError("--\(name)\(file == nil ? "" : "-file") is not valid JSON: \(error)")
         }
     }
 

@@ -11,13 +11,16 @@ enum SandboxCommand {
     A local APNs- and FCM-compatible server: HTTP/2 over TLS with its own CA, checking requests the way
     Apple and Google document them, recording every delivery, and injecting faults on request.
 
-      --listen HOST:PORT   APNs (POST /3/device/<token>), FCM (POST /v1/projects/<p>/messages:send) and
-                           OAuth (POST /token), h2 over TLS                      (default 127.0.0.1:8443)
+      --listen HOST:PORT   APNs (POST /3/device/<token>), APNs channels (/1/apps/<bundle>/channels,
+                           /1/apps/<bundle>/all-channels) and broadcasts (POST /4/broadcasts/apps/<bundle>),
+                           FCM (POST /v1/projects/<p>/messages:send) and OAuth (POST /token), h2 over TLS
+                                                                                 (default 127.0.0.1:8443)
       --control HOST:PORT  JSON control endpoint, plain HTTP/1.1                 (default 127.0.0.1:8444)
                            GET /sandbox/deliveries[?token=&provider=&accepted=true], GET /sandbox/stats,
                            GET|POST|DELETE /sandbox/faults, PUT /sandbox/connection-faults,
                            POST /sandbox/dead-tokens, POST /sandbox/oauth/revoke, POST /sandbox/apns-keys,
-                           POST /sandbox/service-accounts, POST /sandbox/reset, GET /sandbox/info
+                           POST /sandbox/service-accounts, POST /sandbox/reset, GET /sandbox/info,
+                           GET /sandbox/broadcasts[?channel_id=&accepted=true], GET|POST /sandbox/channels
       --dir DIR            where ca.pem, ca-key.pem, apns-key.p8, apns.json, fcm-service-account.json and env
                            are written; keys found there are reused               (default ./.liverelay/sandbox)
       --advertise HOST     host name used in token_uri and the printed URLs (default: the --listen host)

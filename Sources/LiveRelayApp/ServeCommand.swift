@@ -27,10 +27,12 @@ enum ServeCommand {
         auth.startInvalidationListener(conninfo: rt.conninfo)
         let events = EventWaiter(log: log.with(["component": "events"]))
         events.start(conninfo: rt.conninfo)
+        let channels = try WorkerCommand.makeChannelManager(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
                              events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
                              webhookAllowPrivate: config.webhookAllowPrivate,
-                             limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL)
+                             limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
+                             channels: channels.manager)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
@@ -42,12 +44,15 @@ enum ServeCommand {
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?
         var webhooks: WebhookWorker?
+        var channelWorker: ChannelWorker?
         if withDispatcher {
             let push = try WorkerCommand.makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
             let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                configuration: try WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
             d.start()
             dispatcher = d
+            channelWorker = WorkerCommand.makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
+            channelWorker?.start()
             stopSender = push.stop
             if config.webhookThreads > 0 {
                 webhooks = try WorkerCommand.makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
@@ -64,7 +69,9 @@ enum ServeCommand {
         maintenance?.stop()
         server.shutdown(drainTimeoutSeconds: 30)
         ops?.shutdown(drainTimeoutSeconds: 2)
+        channelWorker?.stop(timeoutSeconds: 10)
         dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
+        channels.stop()
         webhooks?.stop(timeoutSeconds: 15)
         stopSender?()
         auth.stop()

@@ -26,6 +26,8 @@ enum SimulateDeviceCommand {
         --install-id UUID          the app's install id (default: a new random UUID; registering
                                    again with the same one keeps the installation)
         --fcm-token TOKEN          Android: the FCM token to register (default: a generated one)
+        --os-version V             the OS version to report (os_version), e.g. 18.2: iOS 18 or
+                                   later receives channel starts with input-push-channel
         --force                    overwrite an existing state file (a new device)
       prepare      prepare a template and (iOS) register a push-to-start token; prints
                    {"start_target_id", "template_version", "status", …}
@@ -33,9 +35,11 @@ enum SimulateDeviceCommand {
                                    renderer_digest, schema, sample_state, resources, bundle
                                    (e.g. deploy/demo/delivery-template.json)
       run          receive pushes: reads the sandbox delivery log for the device's tokens and applies
-                   them in order (start creates the activity and registers its update token;
-                   update applies a newer, schema-valid content-state; end ends it and honours the
-                   dismissal date); prints the lock screen after each event
+                   them in order (start creates the activity and registers its update token, or
+                   subscribes it to the channel of input-push-channel; update applies a newer,
+                   schema-valid content-state; end ends it and honours the dismissal date;
+                   broadcasts of a subscribed channel update/end its activities); prints the lock
+                   screen after each event
         --once                     read once and exit (default: keep polling)
         --timeout S                stop after S seconds (default: until Ctrl-C)
         --interval S               seconds between reads of the delivery log (default 0.5)
@@ -46,6 +50,9 @@ enum SimulateDeviceCommand {
         --business-generation G    required, e.g. 1
         --state JSON               required, e.g. '{"message":"Preparing"}'
         --idempotency-key KEY      default: <business key>:start:<generation>
+        --channel-id CH            iOS 18: start with pushType .channel: reserve into LiveRelay
+                                   channel CH (channel_id) and receive its broadcasts
+        --apns-channel-id ID       the channel's apns_channel_id (default: from the answer)
       show         print the lock screen and the device's ids (no network)
 
     options for every task:
@@ -76,7 +83,7 @@ enum SimulateDeviceCommand {
         switch task {
         case "register":
             try check(opts, ["platform", "app-id", "publishable-key", "url", "sandbox-url", "environment", "install-id", "fcm-token", "force",
-                             "name", "state-file"])
+                             "name", "state-file", "os-version"])
             guard let p = opts["platform"], let platform = DevicePlatform(rawValue: p) else { throw UsageError("--platform ios|android is required") }
             guard let appId = opts["app-id"], !appId.isEmpty else { throw UsageError("--app-id is required (bundle id / package name)") }
             guard let key = opts["publishable-key"] ?? env["LIVERELAY_PUBLISHABLE_KEY"], !key.isEmpty else {
@@ -97,6 +104,12 @@ enum SimulateDeviceCommand {
                                              apiURL: trimmed(opts["url"] ?? env["LIVERELAY_URL"] ?? "http://127.0.0.1:8080"),
                                              sandboxURL: trimmed(opts["sandbox-url"] ?? env["LIVERELAY_SANDBOX_CONTROL_URL"] ?? "http://127.0.0.1:8444"),
                                              installId: opts["install-id"] ?? UUID().uuidString.lowercased(), fcmToken: opts["fcm-token"])
+            }
+            if let v = opts["os-version"] {
+                guard v.split(separator: ".").allSatisfy({ !$0.isEmpty && $0.allSatisfy(\.isNumber) }), !v.isEmpty else {
+                    throw UsageError("--os-version must look like 18.2")
+                }
+                state.osVersion = v
             }
             if let u = opts["url"] { state.apiURL = trimmed(u) }
             if let u = opts["sandbox-url"] { state.sandboxURL = trimmed(u) }
@@ -140,7 +153,8 @@ enum SimulateDeviceCommand {
             runner.run(once: opts["once"] != nil, timeout: timeout, interval: interval)
             if opts["once"] != nil, let e = runner.lastError { throw SimulatorFailure(message: e) }
         case "local-start":
-            try check(opts, ["activity-type", "business-key", "business-generation", "state", "idempotency-key", "name", "state-file"])
+            try check(opts, ["activity-type", "business-key", "business-generation", "state", "idempotency-key", "name", "state-file",
+                             "channel-id", "apns-channel-id"])
             guard let bk = opts["business-key"], !bk.isEmpty else { throw UsageError("--business-key is required") }
             guard let bg = opts["business-generation"], !bg.isEmpty else { throw UsageError("--business-generation is required") }
             guard let stateText = opts["state"] else { throw UsageError("--state JSON is required") }
@@ -152,7 +166,8 @@ enum SimulateDeviceCommand {
                 throw UsageError("--activity-type is required (prepared: \(types.sorted().joined(separator: ", ")))")
             }
             let t = try runner.localStart(activityType: type, businessKey: bk, businessGeneration: bg, state: st,
-                                          idempotencyKey: opts["idempotency-key"])
+                                          idempotencyKey: opts["idempotency-key"], channelId: opts["channel-id"],
+                                          apnsChannelId: opts["apns-channel-id"])
             emit(prettyJSON(.object(["target_id": t["id"] ?? .null, "status": t["status"] ?? .null, "revision": t["revision"] ?? .null,
                                       "business_key": .string(bk), "business_generation": .string(bg)])))
         case "show":

@@ -40,6 +40,8 @@ enum WorkerCommand {
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
                                     configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
+        let channelWorker = makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
+        channelWorker.start()
         let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
         webhooks?.start()
         // After every component registered its metrics, so the first scrape sees them all.
@@ -48,6 +50,7 @@ enum WorkerCommand {
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance.stop()
+        channelWorker.stop(timeoutSeconds: 10)
         dispatcher.stop(timeoutSeconds: 20)
         webhooks?.stop(timeoutSeconds: 15)
         push.stop()
@@ -111,10 +114,7 @@ enum WorkerCommand {
     /// DELETE on any node reaches this process within a second).
     static func makePushSender(config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
                                log: Logger) throws -> (sender: any PushSender, stop: () -> Void) {
-        let endpoints = ProviderEndpoints(apnsProductionURL: URL(string: config.apnsProductionURL)!,
-                                          apnsSandboxURL: URL(string: config.apnsSandboxURL)!,
-                                          fcmURL: URL(string: config.fcmURL)!, extraCAFile: config.extraCAFile,
-                                          maxConnectionsPerPool: try dispatchConnections())
+        let endpoints = config.providerEndpoints(maxConnectionsPerPool: try dispatchConnections())
         let (sender, credentials) = ProviderSender.make(db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
                                                         log: log.with(["component": "provider"]))
         credentials.startChangeListener(conninfo: conninfo)

@@ -28,6 +28,19 @@ public struct PushAlert: Sendable, Equatable {
         self.body = body
         self.sound = sound
     }
+
+    /// The alert as stored (`{"title", "body", "sound"?}` JSON text).
+    public var jsonText: String {
+        var o: [String: JSONValue] = ["title": .string(title), "body": .string(body)]
+        if let sound { o["sound"] = .string(sound) }
+        return JSONValue.object(o).jsonString
+    }
+
+    /// An alert from its stored JSON text; nil when the text is not an alert object.
+    public init?(jsonText text: String) {
+        guard let o = try? JSONValue.parse(text), let t = o["title"]?.stringValue, let b = o["body"]?.stringValue else { return nil }
+        self.init(title: t, body: b, sound: o["sound"]?.stringValue)
+    }
 }
 
 /// The APNs request body for an ActivityKit push (docs/providers.md "Body"), built as a `JSONValue` and
@@ -43,7 +56,7 @@ public struct PushAlert: Sendable, Equatable {
 ///          // start only:
 ///          "attributes-type": "...",
 ///          "attributes": {"target_id": "...", "template_version": "...", "business_key"?: "..."},
-///          "input-push-token": 1}}
+///          "input-push-token": 1}}      // or "input-push-channel": "<apns channel id>" (docs/channels.md)
 /// ```
 /// Every time field is whole epoch **seconds**, rounded down (`Timestamp.epochSeconds`, docs/
 /// §3/§8); for any date before year 2286 that is < 10^10. Range checks of the request times
@@ -62,12 +75,17 @@ public struct APNsPayload: Sendable, Equatable {
         public var templateVersion: String
         /// The tenant's business key, when the start named one.
         public var businessKey: String?
+        /// The APNs channel id of a channel member on iOS 18+ (docs/channels.md "Joining a
+        /// channel"): sent as `input-push-channel` instead of `input-push-token: 1`.
+        public var inputPushChannel: String?
 
-        public init(attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil) {
+        public init(attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil,
+                    inputPushChannel: String? = nil) {
             self.attributesType = attributesType
             self.targetId = targetId
             self.templateVersion = templateVersion
             self.businessKey = businessKey
+            self.inputPushChannel = inputPushChannel
         }
     }
 
@@ -130,7 +148,11 @@ public struct APNsPayload: Sendable, Equatable {
             if let bk = start.businessKey { attrs["business_key"] = .string(bk) }
             aps["attributes-type"] = .string(start.attributesType)
             aps["attributes"] = .object(attrs)
-            aps["input-push-token"] = .int(1)
+            if let channel = start.inputPushChannel {
+                aps["input-push-channel"] = .string(channel)
+            } else {
+                aps["input-push-token"] = .int(1)
+            }
         }
         return .object(["aps": .object(aps)])
     }

@@ -19,11 +19,17 @@ public enum DeliveryPayload {
         /// Start only: `attributes-type` and `business_key`.
         public var attributesType: String?
         public var businessKey: String?
+        /// The channel of a member (docs/channels.md): FCM `data.channel_id`; on an iOS 18+
+        /// start, `inputPushChannel` is the APNs channel id sent as `input-push-channel`.
+        public var channelId: String?
+        public var inputPushChannel: String?
         public init(event: PushEvent, targetId: String, revision: Int64, templateVersion: String, state: JSONValue, alert: PushAlert?,
-                    staleAt: Date?, relevanceScore: Double?, dismissAt: Date?, attributesType: String? = nil, businessKey: String? = nil) {
+                    staleAt: Date?, relevanceScore: Double?, dismissAt: Date?, attributesType: String? = nil, businessKey: String? = nil,
+                    channelId: String? = nil, inputPushChannel: String? = nil) {
             self.event = event; self.targetId = targetId; self.revision = revision; self.templateVersion = templateVersion
             self.state = state; self.alert = alert; self.staleAt = staleAt; self.relevanceScore = relevanceScore
             self.dismissAt = dismissAt; self.attributesType = attributesType; self.businessKey = businessKey
+            self.channelId = channelId; self.inputPushChannel = inputPushChannel
         }
     }
 
@@ -32,13 +38,16 @@ public enum DeliveryPayload {
         APNsPayload(event: c.event, timestamp: timestamp, contentState: c.state, staleDate: c.staleAt, relevanceScore: c.relevanceScore,
                     alert: c.alert, dismissalDate: c.dismissAt,
                     start: c.event == .start ? APNsPayload.StartAttributes(attributesType: c.attributesType ?? "", targetId: c.targetId,
-                                                                           templateVersion: c.templateVersion, businessKey: c.businessKey) : nil)
+                                                                           templateVersion: c.templateVersion, businessKey: c.businessKey,
+                                                                           inputPushChannel: c.inputPushChannel) : nil)
     }
 
     /// The FCM message for `c` to `token` at `timestamp`.
     public static func fcm(_ c: Content, token: String, timestamp: Date, ttlSeconds: Int64) -> FCMMessage {
-        FCMMessage(token: token, targetId: c.targetId, event: c.event, revision: c.revision, timestamp: timestamp, state: c.state,
-                   templateVersion: c.templateVersion, alert: c.alert, staleAt: c.staleAt, dismissAt: c.dismissAt, ttlSeconds: ttlSeconds)
+        var m = FCMMessage(token: token, targetId: c.targetId, event: c.event, revision: c.revision, timestamp: timestamp, state: c.state,
+                           templateVersion: c.templateVersion, alert: c.alert, staleAt: c.staleAt, dismissAt: c.dismissAt, ttlSeconds: ttlSeconds)
+        m.channelId = c.channelId
+        return m
     }
 
     /// Measures the payload for `platform` (`ios`/`android`).

@@ -52,6 +52,8 @@ public struct FCMMessage: Sendable, Equatable {
     public var dismissAt: Date?
     /// `android.ttl` in whole seconds (see `ttlSeconds(expiration:now:)`).
     public var ttlSeconds: Int64
+    /// `data.channel_id` (`ch_…`) when the target is a fan-out member of a channel (docs/channels.md).
+    public var channelId: String?
 
     public init(token: String, targetId: String, event: PushEvent, revision: Int64, timestamp: Date,
                 state: JSONValue, templateVersion: String, alert: PushAlert? = nil, staleAt: Date? = nil,
@@ -93,6 +95,7 @@ public struct FCMMessage: Sendable, Equatable {
         }
         if let staleAt { d["stale_at"] = String(Timestamp.epochSeconds(staleAt)) }
         if let dismissAt { d["dismiss_at"] = String(Timestamp.epochSeconds(dismissAt)) }
+        if let channelId { d["channel_id"] = channelId }
         return d
     }
 

@@ -20,6 +20,10 @@ public enum IdKind: String, Sendable, CaseIterable {
     /// Audit events and webhook events share `evt_` (docs/http-conventions.md lists one prefix for events).
     case auditEvent = "evt"
     case webhookEndpoint = "we"
+    /// A channel (docs/channels.md).
+    case channel = "ch"
+    /// One accepted channel write (docs/channels.md).
+    case channelOperation = "cop"
 }
 
 /// Generates and checks prefixed, time-ordered identifiers (docs/http-conventions.md).

@@ -27,6 +27,8 @@ public struct StartRequest: Sendable, Equatable {
     public let businessKey: String?
     public let businessGeneration: String?
     public let options: WriteOptions
+    /// Joins this channel (docs/channels.md "Joining a channel").
+    public var channelId: String? = nil
 }
 
 /// `POST /v1/remote-updates/live-activities/update` body.
@@ -59,6 +61,8 @@ public struct ReservationRequest: Sendable, Equatable {
     public let state: JSONValue
     public let staleAt: Date?
     public let relevanceScore: Double?
+    /// The app started the activity with `pushType: .channel(id)` (docs/channels.md).
+    public var channelId: String? = nil
 }
 
 /// Parsing of the write bodies: rule 2 of docs/write-semantics.md (shape, unknown fields rejected, each
@@ -113,6 +117,12 @@ public enum WriteRequests {
         return v
     }
 
+    /// An optional `channel_id` (`ch_…`).
+    static func optionalChannelId(_ r: inout RequestReader) throws -> String? {
+        guard r.raw("channel_id") != nil else { return nil }
+        return try id(&r, "channel_id", .channel)
+    }
+
     /// The target id of an update/end body, read first so coverage (rule 1) can be decided
     /// before the rest of the shape (rule 2).
     public static func targetId(_ body: JSONValue) throws -> String {
@@ -135,9 +145,12 @@ public enum WriteRequests {
         let key = try r.idempotencyKey()
         let (bk, bg) = try business(&r, required: false)
         let opts = try options(&r)
+        let channel = try optionalChannelId(&r)
         try r.finish()
-        return StartRequest(startTargetId: st, templateVersion: tv, state: state, alert: alert, idempotencyKey: key,
-                            businessKey: bk, businessGeneration: bg, options: opts)
+        var s = StartRequest(startTargetId: st, templateVersion: tv, state: state, alert: alert, idempotencyKey: key,
+                             businessKey: bk, businessGeneration: bg, options: opts)
+        s.channelId = channel
+        return s
     }
 
     public static func update(_ body: JSONValue) throws -> UpdateRequest {
@@ -179,8 +192,11 @@ public enum WriteRequests {
         let state = try state(&r, required: true)!
         let stale = try r.optionalTimestamp("stale_at")
         let rel = try r.optionalDouble("relevance_score", 0...1)
+        let channel = try optionalChannelId(&r)
         try r.finish()
-        return ReservationRequest(activityType: type, businessKey: bk!, businessGeneration: bg!, idempotencyKey: key, state: state,
-                                  staleAt: stale, relevanceScore: rel)
+        var res = ReservationRequest(activityType: type, businessKey: bk!, businessGeneration: bg!, idempotencyKey: key, state: state,
+                                     staleAt: stale, relevanceScore: rel)
+        res.channelId = channel
+        return res
     }
 }

@@ -59,6 +59,8 @@ public struct SandboxConfiguration: Sendable {
 ///
 /// One TLS port (default 127.0.0.1:8443, ALPN h2) serves:
 /// - `POST /3/device/<hex token>` — APNs (token auth, Live Activity pushes);
+/// - `/1/apps/<bundle id>/channels`, `/1/apps/<bundle id>/all-channels`, `POST /4/broadcasts/apps/<bundle id>` —
+///   APNs channel management and broadcasts (`SandboxChannels.swift`);
 /// - `POST /token` — Google OAuth2 JWT-bearer grant (the demo service account's `token_uri`);
 /// - `POST /v1/projects/<project>/messages:send` — FCM HTTP v1.
 ///
@@ -103,6 +105,9 @@ public final class Sandbox: @unchecked Sendable {
         var faults: [(id: Int, fault: SandboxFault)] = []
         var nextFaultId = 1
         var deadTokens: Set<String> = []
+        /// APNs broadcast channels by `apns-channel-id` (deleted ones are removed).
+        var channels: [String: SandboxChannel] = [:]
+        var channelSequence = 0
         var deliveries: [SandboxDelivery] = []
         var sequence = 0
         var stats = SandboxStats()
@@ -201,7 +206,9 @@ public final class Sandbox: @unchecked Sendable {
 
     /// Environment lines that point a LiveRelay process at this sandbox.
     public func environmentLines(caFile: String?) -> [String] {
-        var lines = ["LIVERELAY_APNS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_PRODUCTION_URL=\(baseURL)", "LIVERELAY_FCM_URL=\(baseURL)"]
+        var lines = ["LIVERELAY_APNS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_PRODUCTION_URL=\(baseURL)", "LIVERELAY_FCM_URL=\(baseURL)",
+                     "LIVERELAY_APNS_CHANNELS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_CHANNELS_PRODUCTION_URL=\(baseURL)",
+                     "LIVERELAY_APNS_BROADCAST_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_BROADCAST_PRODUCTION_URL=\(baseURL)"]
         if let caFile { lines.append("LIVERELAY_EXTRA_CA_FILE=\(caFile)") }
         return lines
     }
@@ -275,11 +282,12 @@ public final class Sandbox: @unchecked Sendable {
     /// Counters so far.
     public var stats: SandboxStats { state.withLock { $0.stats } }
 
-    /// Forgets deliveries, statistics, faults, dead tokens and access tokens (keys stay).
+    /// Forgets deliveries, statistics, faults, dead tokens, access tokens and channels (keys stay).
     public func reset() {
         state.withLock { s in
             s.deliveries.removeAll(); s.stats = SandboxStats(); s.faults.removeAll(); s.deadTokens.removeAll()
             s.accessTokens.removeAll(); s.seenTokens.removeAll(); s.rejectedTokens.removeAll(); s.verified.removeAll()
+            s.channels.removeAll()
             s.connectionFaults = HTTP2ServerFaults()
         }
         h2?.setFaults(HTTP2ServerFaults())
@@ -291,6 +299,12 @@ public final class Sandbox: @unchecked Sendable {
         let path = request.path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.path
         if path == "/token" { return handleToken(request) }
         if path.hasPrefix("/3/device/") { return handleAPNs(request, token: String(path.dropFirst("/3/device/".count))) }
+        if path.hasPrefix("/1/apps/"), path.hasSuffix("/channels") || path.hasSuffix("/all-channels") {
+            let all = path.hasSuffix("/all-channels")
+            let bundle = String(path.dropFirst("/1/apps/".count).dropLast(all ? "/all-channels".count : "/channels".count))
+            return handleChannelManagement(request, bundle: bundle, all: all)
+        }
+        if path.hasPrefix("/4/broadcasts/apps/") { return handleBroadcast(request, bundle: String(path.dropFirst("/4/broadcasts/apps/".count))) }
         if path.hasPrefix("/v1/projects/"), path.hasSuffix("/messages:send") {
             let project = String(path.dropFirst("/v1/projects/".count).dropLast("/messages:send".count))
             return handleFCM(request, project: project)

@@ -25,6 +25,7 @@ import JSON
 /// | body non-empty | 400 PayloadEmpty |
 /// | body ≤ 4096 bytes | 413 PayloadTooLarge |
 /// | body `{"aps": {timestamp, event, content-state, …}}` of the Live Activity shape | 400 BadPayload (sandbox's name) |
+/// | a start's `input-push-channel` names a live channel of the bundle id, and comes without `input-push-token` | 400 BadPayload |
 /// | token registered as dead | 410 Unregistered (with `timestamp`) |
 /// | injected fault | its status and reason |
 /// | otherwise | 200 with `apns-id` |
@@ -59,22 +60,11 @@ extension Sandbox {
         guard isHex(token) else { return answer(400, "BadDeviceToken", "the device token must be hexadecimal") }
 
         // Provider token.
-        guard let auth = request.header("authorization") else { return answer(403, "MissingProviderToken") }
-        guard auth.lowercased().hasPrefix("bearer ") else { return answer(403, "InvalidProviderToken", "authorization must be `bearer <JWT>`") }
-        let bearer = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
-        switch verifyProviderToken(bearer) {
-        case .failure(let reason, let detail):
-            return answer(403, reason, detail)
-        case .verified(let v):
-            jwt = v
+        switch authenticate(request) {
+        case .failure(let status, let reason, let detail): return answer(status, reason, detail)
+        case .verified(let v): jwt = v
         }
         guard let jwt else { return answer(403, "InvalidProviderToken") }
-        let now = Int64(configuration.now().timeIntervalSince1970.rounded(.down))
-        if now - jwt.iat >= 3600 {
-            state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
-            return answer(403, "ExpiredProviderToken", "iat is \(now - jwt.iat) s old (limit 3600)")
-        }
-        if let churn = trackProviderToken(bearer, jwt) { return answer(429, "TooManyProviderTokenUpdates", churn) }
 
         // Headers.
         guard let topic = request.header("apns-topic"), !topic.isEmpty else { return answer(400, "MissingTopic") }
@@ -100,12 +90,11 @@ extension Sandbox {
             return answer(413, "PayloadTooLarge", "\(request.body.count) bytes > \(Sandbox.maxPayloadBytes)")
         }
         if let problem = Sandbox.liveActivityPayloadProblem(request.body) { return answer(400, "BadPayload", problem) }
+        if let problem = inputPushChannelProblem(request.body, bundle: bundle) { return answer(400, "BadPayload", problem) }
 
         if state.withLock({ $0.deadTokens.contains(token) }) { return answer(410, "Unregistered") }
         if let f = takeFault(provider: "apns", token: token), f.status != 0 {
-            if f.status == 403 && f.reason == "ExpiredProviderToken" {
-                state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
-            }
+            noteInjectedExpiry(f, request)
             if (200..<300).contains(f.status) { return answer(f.status, nil) }
             return answer(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
                           extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
@@ -127,6 +116,31 @@ extension Sandbox {
     }
 
     enum JWTCheck { case verified(VerifiedJWT), failure(String, String) }
+    enum Authentication { case verified(VerifiedJWT), failure(status: Int, reason: String, detail: String?) }
+
+    /// The provider-token checks every APNs endpoint shares (Apple "Establishing a token-based
+    /// connection to APNs"): `authorization: bearer <JWT>` present (403 MissingProviderToken),
+    /// valid for a registered (team, key) (403 InvalidProviderToken), younger than 1 hour (403
+    /// ExpiredProviderToken), not churned (429 TooManyProviderTokenUpdates).
+    func authenticate(_ request: HTTP2Request) -> Authentication {
+        guard let auth = request.header("authorization") else { return .failure(status: 403, reason: "MissingProviderToken", detail: nil) }
+        guard auth.lowercased().hasPrefix("bearer ") else {
+            return .failure(status: 403, reason: "InvalidProviderToken", detail: "authorization must be `bearer <JWT>`")
+        }
+        let bearer = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+        let jwt: VerifiedJWT
+        switch verifyProviderToken(bearer) {
+        case .failure(let reason, let detail): return .failure(status: 403, reason: reason, detail: detail)
+        case .verified(let v): jwt = v
+        }
+        let now = Int64(configuration.now().timeIntervalSince1970.rounded(.down))
+        if now - jwt.iat >= 3600 {
+            state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
+            return .failure(status: 403, reason: "ExpiredProviderToken", detail: "iat is \(now - jwt.iat) s old (limit 3600)")
+        }
+        if let churn = trackProviderToken(bearer, jwt) { return .failure(status: 429, reason: "TooManyProviderTokenUpdates", detail: churn) }
+        return .verified(jwt)
+    }
 
     func verifyProviderToken(_ token: String) -> JWTCheck {
         if let v = state.withLock({ $0.verified[token] }) { return .verified(v) }
@@ -147,6 +161,14 @@ extension Sandbox {
             s.verified[token] = v
         }
         return .verified(v)
+    }
+
+    /// An injected `403 ExpiredProviderToken` counts like a real one, and its token's successor
+    /// is accepted (as after a real expiry).
+    func noteInjectedExpiry(_ f: SandboxFault, _ request: HTTP2Request) {
+        guard f.status == 403 && f.reason == "ExpiredProviderToken", let auth = request.header("authorization") else { return }
+        let bearer = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
+        state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
     }
 
     /// Records a provider token's first use; returns why it is churn (→ 429) or nil. A token

@@ -12,6 +12,9 @@ import JSON
 /// | `GET /sandbox/info` | URLs, demo team/key ids, project, client email, files |
 /// | `GET /sandbox/deliveries?token=&provider=apns\|fcm&accepted=true` | `{"data": [delivery…], "run_id"}` oldest first; `run_id` changes when the sandbox restarts (sequences start over) |
 /// | `DELETE /sandbox/deliveries` | forget deliveries |
+/// | `GET /sandbox/broadcasts?channel_id=&accepted=true` | `{"data": [delivery…], "counts": {channel id: requests}, "run_id"}`: APNs broadcasts (deliveries with `provider` `broadcast`, `token` = channel id) |
+/// | `GET /sandbox/channels?bundle_id=` | `{"data": [{channel_id, bundle_id, message_storage_policy, created_at}]}`: channels that exist now |
+/// | `POST /sandbox/channels` | `{"bundle_id", "message_storage_policy"?: 0\|1}` → `201` channel (as APNs would create it) |
 /// | `GET /sandbox/stats` | request counters, token requests, provider tokens seen |
 /// | `GET /sandbox/faults` | faults and connection faults |
 /// | `POST /sandbox/faults` | add a fault (`SandboxFault` JSON) → `{"id"}` |
@@ -49,6 +52,23 @@ enum SandboxControl {
         r.add("DELETE", "/sandbox/deliveries") { _ in
             sandbox.state.withLock { $0.deliveries.removeAll() }
             return .json(200, ["status": "ok"])
+        }
+        r.add("GET", "/sandbox/broadcasts") { req in
+            var list = sandbox.broadcasts(channelId: req.query["channel_id"])
+            if req.query["accepted"] == "true" { list = list.filter(\.accepted) }
+            var counts: [String: JSONValue] = [:]
+            for b in list { counts[b.token] = .int((counts[b.token]?.intValue ?? 0) + 1) }
+            return .json(200, .object(["data": .array(list.map(\.json)), "counts": .object(counts), "run_id": .string(sandbox.runId)]))
+        }
+        r.add("GET", "/sandbox/channels") { req in
+            .json(200, .object(["data": .array(sandbox.channels(bundleId: req.query["bundle_id"]).map(\.json))]))
+        }
+        r.add("POST", "/sandbox/channels") { req in
+            let o = try body(req)
+            guard let bundle = o["bundle_id"]?.stringValue, !bundle.isEmpty else { throw bad("bundle_id is required") }
+            let policy = o["message_storage_policy"]?.intValue ?? 0
+            guard policy == 0 || policy == 1 else { throw bad("message_storage_policy must be 0 or 1") }
+            return .json(201, sandbox.createChannel(bundleId: bundle, storagePolicy: Int(policy)).json)
         }
         r.add("GET", "/sandbox/stats") { _ in .json(200, sandbox.stats.json) }
         r.add("GET", "/sandbox/faults") { _ in .json(200, sandbox.faultsJSON) }

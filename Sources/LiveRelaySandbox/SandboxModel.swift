@@ -4,9 +4,10 @@ import JSON
 /// A fault the sandbox answers instead of success (after the request passed every check, so
 /// authentication problems are still reported as such).
 ///
-/// JSON (`POST /sandbox/faults`): `{"provider"?: "apns"|"fcm"|"oauth", "token"?: "<device or FCM
-/// token>", "status"?: 410, "reason"?: "Unregistered", "retry_after"?: 3, "times"?: 1,
-/// "delay_seconds"?: 0.5}`. No `token` = every token; no `provider` = APNs and FCM; no
+/// JSON (`POST /sandbox/faults`): `{"provider"?: "apns"|"fcm"|"oauth"|"broadcast"|"channels",
+/// "token"?: "<device or FCM token, or apns-channel-id>", "status"?: 410, "reason"?: "Unregistered",
+/// "retry_after"?: 3, "times"?: 1, "delay_seconds"?: 0.5}`. No `token` = every token; no
+/// `provider` = APNs and FCM (broadcast, channel and OAuth faults are asked for by name); no
 /// `times` = until removed; `status` 0/absent with `delay_seconds` = only a delay.
 public struct SandboxFault: Sendable, Equatable {
     public var provider: String?
@@ -28,7 +29,9 @@ public struct SandboxFault: Sendable, Equatable {
         let known: Set<String> = ["provider", "token", "status", "reason", "retry_after", "times", "delay_seconds"]
         if let extra = o.keys.first(where: { !known.contains($0) }) { throw SandboxError("unknown fault field \(extra)") }
         provider = o["provider"]?.stringValue
-        if let p = provider, !["apns", "fcm", "oauth"].contains(p) { throw SandboxError("provider must be apns, fcm or oauth") }
+        if let p = provider, !["apns", "fcm", "oauth", "broadcast", "channels"].contains(p) {
+            throw SandboxError("provider must be apns, fcm, oauth, broadcast or channels")
+        }
         token = o["token"]?.stringValue
         if let s = o["status"], s != .null, s.intValue == nil { throw SandboxError("status must be an integer") }
         status = Int(o["status"]?.intValue ?? 0)
@@ -49,7 +52,7 @@ public struct SandboxFault: Sendable, Equatable {
 
     func matches(provider p: String, token t: String?) -> Bool {
         if let provider, provider != p { return false }
-        if provider == nil && p == "oauth" { return false }  // OAuth faults must be asked for explicitly
+        if provider == nil && p != "apns" && p != "fcm" { return false }  // OAuth, broadcast and channel faults are asked for by name
         if let token, token != t { return false }
         return true
     }
@@ -58,9 +61,9 @@ public struct SandboxFault: Sendable, Equatable {
 /// One request the sandbox received on its APNs or FCM endpoint, with its answer.
 public struct SandboxDelivery: Sendable {
     public let sequence: Int
-    /// `apns` or `fcm`.
+    /// `apns`, `fcm` or `broadcast` (APNs broadcast).
     public let provider: String
-    /// APNs device token from the path, or FCM `message.token`.
+    /// APNs device token from the path, FCM `message.token`, or a broadcast's `apns-channel-id`.
     public let token: String
     public let status: Int
     /// APNs `reason` / FCM `errorCode` or `status`; nil on success.
@@ -105,6 +108,10 @@ public struct SandboxProviderToken: Sendable, Equatable {
 public struct SandboxStats: Sendable {
     public var apnsRequests = 0
     public var fcmRequests = 0
+    /// `POST /4/broadcasts/apps/…` requests (every one, accepted or not).
+    public var broadcastRequests = 0
+    /// Channel management requests (`/1/apps/…/channels`, `…/all-channels`).
+    public var channelRequests = 0
     /// `POST /token` requests (every one, accepted or not).
     public var tokenRequests = 0
     public var accessTokensIssued = 0
@@ -118,6 +125,7 @@ public struct SandboxStats: Sendable {
     var json: JSONValue {
         .object([
             "apns_requests": .int(Int64(apnsRequests)), "fcm_requests": .int(Int64(fcmRequests)),
+            "broadcast_requests": .int(Int64(broadcastRequests)), "channel_requests": .int(Int64(channelRequests)),
             "token_requests": .int(Int64(tokenRequests)), "access_tokens_issued": .int(Int64(accessTokensIssued)),
             "too_many_provider_token_updates": .int(Int64(tooManyProviderTokenUpdates)),
             "expired_provider_tokens": .int(Int64(expiredProviderTokens)),

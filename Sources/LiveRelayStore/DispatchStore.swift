@@ -46,6 +46,10 @@ public struct DispatchOperation: Sendable, Equatable {
     public let fcmToken: String?
     public let pushToStartToken: String?
     public let attributesType: String?
+    /// The channel of a member (FCM `data.channel_id`, docs/channels.md), and — for an iOS 18+
+    /// member's start — the APNs channel id sent as `input-push-channel`.
+    public let channelId: String?
+    public let inputPushChannel: String?
 
     init(row r: PostgresRow) throws {
         tenantId = try r.string("tenant_id"); id = try r.string("id"); targetId = try r.string("target_id"); seq = try r.int64("seq")
@@ -69,6 +73,7 @@ public struct DispatchOperation: Sendable, Equatable {
         platform = try r.string("platform"); environment = try r.string("environment"); appId = try r.string("app_id")
         fcmToken = try r.optionalString("fcm_token"); pushToStartToken = try r.optionalString("push_to_start_token")
         attributesType = try r.optionalString("attributes_type")
+        channelId = try r.optionalString("channel_id"); inputPushChannel = try r.optionalString("input_push_channel")
     }
 
     private init(copy o: DispatchOperation, attempts: Int, providerTimestamp: Int64) {
@@ -80,6 +85,7 @@ public struct DispatchOperation: Sendable, Equatable {
         targetState = o.targetState; targetStatus = o.targetStatus; pushToken = o.pushToken; lastTimestamp = max(o.lastTimestamp, providerTimestamp)
         platform = o.platform; environment = o.environment; appId = o.appId; fcmToken = o.fcmToken
         pushToStartToken = o.pushToStartToken; attributesType = o.attributesType
+        channelId = o.channelId; inputPushChannel = o.inputPushChannel
     }
 
     func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }
@@ -120,7 +126,9 @@ public enum DispatchStore {
         t.status AS target_status, t.push_token, t.last_timestamp,
         i.platform, i.environment, i.app_id, i.fcm_token, s.push_to_start_token,
         (SELECT v.attributes_type FROM template_versions v
-          WHERE v.tenant_id = t.tenant_id AND v.installation_id = t.installation_id AND v.id = t.template_version LIMIT 1) AS attributes_type
+          WHERE v.tenant_id = t.tenant_id AND v.installation_id = t.installation_id AND v.id = t.template_version LIMIT 1) AS attributes_type,
+        t.channel_id, (SELECT ch.apns_channel_id FROM channels ch
+          WHERE ch.tenant_id = t.tenant_id AND ch.id = t.channel_id AND t.delivery = 'broadcast') AS input_push_channel
         """
     static let joins = """
         FROM operations o
@@ -335,7 +343,8 @@ public enum DispatchStore {
         case .none: break
         case .startAccepted:
             targetChanged = try c.execute("""
-                UPDATE targets SET status = CASE WHEN token_status = 'registered' THEN 'ready' ELSE 'token_pending' END, updated_at = now()
+                UPDATE targets SET status = CASE WHEN token_status = 'registered' OR delivery = 'broadcast' THEN 'ready' ELSE 'token_pending' END,
+                       updated_at = now()
                  WHERE tenant_id = $1 AND id = $2 AND status = 'starting'
                 """, [tenant, op.targetId])
         case .ended(let reason):

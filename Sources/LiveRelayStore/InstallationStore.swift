@@ -19,18 +19,25 @@ public struct InstallationRecord: Sendable, Equatable {
     public let status: String
     public let createdAt: Date
     public let retiredAt: Date?
+    /// The OS version the device reports (`"18.2"`, canonical: 1–3 dot-separated numbers),
+    /// nil when never reported (docs/endpoints.md "Installation attributes").
+    public let osVersion: String?
+    /// The device reports that the app supports frequent Live Activity updates and the user
+    /// allows them; picks the tenant's larger priority-10 budget (docs/priority-budget.md).
+    public let frequentUpdates: Bool
 
     init(row r: PostgresRow) throws {
         tenantId = try r.string("tenant_id"); id = try r.string("id"); publishableKeyId = try r.string("publishable_key_id")
         appId = try r.string("app_id"); platform = try r.string("platform"); environment = try r.string("environment")
         installId = try r.string("install_id"); fcmToken = try r.optionalString("fcm_token"); status = try r.string("status")
         createdAt = try r.date("created_at"); retiredAt = try r.optionalDate("retired_at")
+        osVersion = try r.optionalString("os_version"); frequentUpdates = try r.bool("frequent_updates")
     }
 }
 
 /// SQL for installations and their credentials.
 public enum InstallationStore {
-    static let columns = "tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token, status, created_at, retired_at"
+    static let columns = "tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token, status, created_at, retired_at, os_version, frequent_updates"
 
     /// The active installation for (app, platform, install_id), locked for update; `install_id`
     /// is compared case-insensitively (canonical lowercase UUID form; rows stored before
@@ -42,13 +49,27 @@ public enum InstallationStore {
             """, [tenantId, appId, platform, installId]).first.map(InstallationRecord.init(row:))
     }
 
-    /// Inserts a new active installation.
+    /// Inserts a new active installation. `osVersion` is the canonical text of an
+    /// `OSVersion` (the column's CHECK refuses anything else).
     public static func insert(_ c: PostgresConnection, tenantId: String, id: String, publishableKeyId: String, appId: String,
-                              platform: String, environment: String, installId: String, fcmToken: String?) throws -> InstallationRecord {
+                              platform: String, environment: String, installId: String, fcmToken: String?,
+                              osVersion: String? = nil, frequentUpdates: Bool = false) throws -> InstallationRecord {
         try InstallationRecord(row: c.query("""
-            INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING \(columns)
-            """, [tenantId, id, publishableKeyId, appId, platform, environment, installId, fcmToken])[0])
+            INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id, fcm_token,
+                                       os_version, frequent_updates)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING \(columns)
+            """, [tenantId, id, publishableKeyId, appId, platform, environment, installId, fcmToken, osVersion, frequentUpdates])[0])
+    }
+
+    /// Changes the device-reported attributes (`PATCH /v1/installations/{id}`): a nil argument
+    /// keeps the stored value. Returns the row, nil when absent.
+    public static func setAttributes(_ c: PostgresConnection, tenantId: String, id: String, osVersion: String?,
+                                     frequentUpdates: Bool?) throws -> InstallationRecord? {
+        try c.query("""
+            UPDATE installations SET os_version = COALESCE($3, os_version), frequent_updates = COALESCE($4, frequent_updates),
+                   updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+            """, [tenantId, id, osVersion, frequentUpdates]).first.map(InstallationRecord.init(row:))
     }
 
     /// Installation `id` of the tenant, optionally locked.

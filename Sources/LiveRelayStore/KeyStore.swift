@@ -189,12 +189,13 @@ public enum KeyStore {
 
 /// Existence checks for ids named in a sender key (docs/credentials.md `targets`, `created_from`).
 public enum ObjectIds {
-    /// The subset of `ids` that are start targets (`st_…`) or targets (`tgt_…`) of the tenant.
+    /// The subset of `ids` that are start targets (`st_…`), targets (`tgt_…`) or channels (`ch_…`) of the tenant.
     public static func existing(_ c: PostgresConnection, tenantId: String, ids: [String]) throws -> Set<String> {
         guard !ids.isEmpty else { return [] }
         let rows = try c.query("""
             SELECT id FROM start_targets WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id FROM targets WHERE tenant_id = $1 AND id = ANY($2::text[])
+            UNION ALL SELECT id FROM channels WHERE tenant_id = $1 AND id = ANY($2::text[])
             """, [tenantId, PostgresTextArray(ids)])
         return Set(try rows.map { try $0.string("id") })
     }

@@ -33,6 +33,10 @@ public struct TargetRecord: Sendable, Equatable {
     public let updatedAt: Date
     public let startedAt: Date
     public let endedAt: Date?
+    /// The channel this target is a member of (docs/channels.md), nil otherwise.
+    public let channelId: String?
+    /// `broadcast` or `fanout` for a channel member.
+    public let delivery: String?
 
     /// Coverage facts of this target (docs/credentials.md).
     public var ownership: TargetOwnership {
@@ -54,6 +58,7 @@ public struct TargetRecord: Sendable, Equatable {
         lastRenderReport = try r.optionalString("last_render_report").flatMap { try? JSONValue.parse($0) }
         opSeq = try r.int64("op_seq"); createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
         startedAt = try r.date("started_at"); endedAt = try r.optionalDate("ended_at")
+        channelId = try r.optionalString("channel_id"); delivery = try r.optionalString("delivery")
     }
 }
 
@@ -63,12 +68,15 @@ public struct TargetFilter: Sendable {
     public var businessKey: String?
     public var installationId: String?
     public var startTargetId: String?
+    /// Only members of this channel (`GET …/channels/{ch}/members`, docs/channels.md).
+    public var channelId: String?
     /// For a sender key: only targets it covers (ids in `targets`, or started from
     /// `created_from` by `keyId`).
     public var coverage: SenderScope?
-    public init(status: String? = nil, businessKey: String? = nil, installationId: String? = nil, startTargetId: String? = nil, coverage: SenderScope? = nil) {
+    public init(status: String? = nil, businessKey: String? = nil, installationId: String? = nil, startTargetId: String? = nil,
+                channelId: String? = nil, coverage: SenderScope? = nil) {
         self.status = status; self.businessKey = businessKey; self.installationId = installationId
-        self.startTargetId = startTargetId; self.coverage = coverage
+        self.startTargetId = startTargetId; self.channelId = channelId; self.coverage = coverage
     }
 }
 
@@ -78,7 +86,7 @@ public enum TargetStore {
         tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,
         business_key, business_generation, status, end_reason, revision, state::text AS state, source_version, stale_at,
         relevance_score, push_token, token_status, last_render_report::text AS last_render_report, op_seq, created_at,
-        updated_at, started_at, ended_at
+        updated_at, started_at, ended_at, channel_id, delivery
         """
 
     /// Target `id` of the tenant, optionally locked (`FOR UPDATE`: serialises writes per target).
@@ -176,10 +184,11 @@ public enum TargetStore {
                AND ($5::text IS NULL OR installation_id = $5) AND ($6::text IS NULL OR start_target_id = $6)
                AND ($7::boolean IS NOT TRUE OR id = ANY($8::text[])
                     OR (start_target_id = ANY($9::text[]) AND created_by_key_id = $10))
+               AND ($12::text IS NULL OR channel_id = $12)
              ORDER BY id LIMIT $11
             """, [tenantId, after, filter.status, filter.businessKey, filter.installationId, filter.startTargetId,
                   cov != nil, PostgresTextArray(Array(cov?.targets ?? [])), PostgresTextArray(Array(cov?.createdFrom ?? [])),
-                  cov?.keyId, limit + 1]).map(TargetRecord.init(row:))
+                  cov?.keyId, limit + 1, filter.channelId]).map(TargetRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 

@@ -52,8 +52,10 @@ final class ProviderHarness: @unchecked Sendable {
             now: { clock.now().addingTimeInterval(offset.withLock { $0 }) }))
         try sandbox.start()
         let base = URL(string: sandbox.baseURL)!
-        endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
-                                      connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
+        var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+                                          connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
+        endpoints.setChannelURLs(base)
+        self.endpoints = endpoints
         source.set(Self.tenant, TenantProviderCredentials(
             apns: ["sandbox": APNsCredential(teamId: sandbox.teamId, keyId: sandbox.keyId, topics: Self.topics, environment: "sandbox",
                                              privateKey: sandbox.apnsKey)],
@@ -92,6 +94,22 @@ final class ProviderHarness: @unchecked Sendable {
     }
 
     var logText: String { logs.withLock { $0.joined(separator: "\n") } }
+
+    /// One request to the sandbox's control endpoint: (status, parsed JSON body or null).
+    func control(_ method: String, _ path: String, _ body: JSONValue? = nil) -> (Int, JSONValue) {
+        var req = URLRequest(url: URL(string: sandbox.controlURL + path)!)
+        req.httpMethod = method
+        if let body { req.httpBody = Data(body.serialized()); req.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+        let done = DispatchSemaphore(value: 0)
+        let out = Mutex<(Int, [UInt8])>((0, []))
+        URLSession.shared.dataTask(with: req) { d, r, _ in
+            out.withLock { $0 = ((r as? HTTPURLResponse)?.statusCode ?? -1, Array(d ?? Data())) }
+            done.signal()
+        }.resume()
+        done.wait()
+        let (s, b) = out.withLock { $0 }
+        return (s, (try? JSONValue.parse(b)) ?? .null)
+    }
 }
 
 /// Runs `count` calls of `body` on `threads` threads; results by index.
@@ -197,20 +215,7 @@ final class SandboxTests: XCTestCase {
 
     func testControlEndpointListsDeliveriesAndSetsFaults() throws {
         let token = ProviderHarness.hexToken()
-        func call(_ method: String, _ path: String, _ body: JSONValue? = nil) throws -> (Int, JSONValue) {
-            var req = URLRequest(url: URL(string: h.sandbox.controlURL + path)!)
-            req.httpMethod = method
-            if let body { req.httpBody = Data(body.serialized()); req.setValue("application/json", forHTTPHeaderField: "Content-Type") }
-            let done = DispatchSemaphore(value: 0)
-            let out = Mutex<(Int, [UInt8])>((0, []))
-            URLSession.shared.dataTask(with: req) { d, r, _ in
-                out.withLock { $0 = ((r as? HTTPURLResponse)?.statusCode ?? -1, Array(d ?? Data())) }
-                done.signal()
-            }.resume()
-            done.wait()
-            let (s, b) = out.withLock { $0 }
-            return (s, (try? JSONValue.parse(b)) ?? .null)
-        }
+        func call(_ method: String, _ path: String, _ body: JSONValue? = nil) throws -> (Int, JSONValue) { h.control(method, path, body) }
         XCTAssertEqual(try call("POST", "/sandbox/faults", ["token": .string(token), "status": 429, "reason": "TooManyRequests",
                                                             "retry_after": 7, "times": 1]).0, 201)
         XCTAssertEqual(h.sender.send(h.iosPush(token: token)), .outcome(.retry(after: 7)))

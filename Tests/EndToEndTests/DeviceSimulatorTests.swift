@@ -189,4 +189,66 @@ final class DeviceSimulatorTests: XCTestCase {
         XCTAssertEqual(back, d.state)
         XCTAssertTrue(LockScreen.render(d.state.activity("tgt_l")!, now: now).contains("(local)"))
     }
+
+    func broadcast(_ seq: Int, channel: String, event: String, ts: Int64, state: JSONValue, extra: [String: JSONValue] = [:]) -> DevicePush {
+        var aps: [String: JSONValue] = ["event": .string(event), "timestamp": .int(ts), "content-state": state]
+        for (k, v) in extra { aps[k] = v }
+        return DevicePush(sequence: seq, provider: "broadcast", token: channel, payload: ["aps": .object(aps)])
+    }
+
+    /// iOS 18: a start with `input-push-channel` subscribes the activity; broadcasts of that
+    /// channel then drive it like updates on its own token (Apple "Sending broadcast push
+    /// notification requests to APNs").
+    func testChannelStartSubscribesAndBroadcastsDriveTheLockScreen() throws {
+        var d = iosDevice()
+        let start = aps(1, token: p2s, event: "start", ts: 100, state: ["message": "Kick-off"], extra: [
+            "attributes-type": "DeliveryAttributes", "attributes": ["target_id": "tgt_1", "template_version": "tv_1"],
+            "alert": ["title": "Match", "body": "Kick-off"], "input-push-channel": "Y2hhbm5lbA=="])
+        let ev = d.apply(start, now: now, newToken: { XCTFail("a channel activity gets no update token"); return "x" })
+        XCTAssertEqual(ev.kind, .started)
+        XCTAssertNil(ev.registerUpdateToken)
+        XCTAssertEqual(d.state.activity("tgt_1")?.channelId, "Y2hhbm5lbA==")
+        XCTAssertNil(d.state.activity("tgt_1")?.updateToken)
+        XCTAssertTrue(d.watchedTokens.contains { $0.provider == "broadcast" && $0.token == "Y2hhbm5lbA==" })
+        XCTAssertTrue(LockScreen.render(d.state.activity("tgt_1")!, now: now).contains("(remote, channel)"))
+
+        XCTAssertEqual(d.apply(broadcast(2, channel: "Y2hhbm5lbA==", event: "update", ts: 101, state: ["message": "1-0"]), now: now,
+                               newToken: { "x" }).kind, .updated)
+        XCTAssertEqual(d.state.activity("tgt_1")?.state, ["message": "1-0"])
+        XCTAssertTrue(LockScreen.render(d.state.activity("tgt_1")!, now: now).contains("message: 1-0"))
+        // Same rules as token pushes: older timestamps and invalid states do not apply.
+        XCTAssertEqual(d.apply(broadcast(3, channel: "Y2hhbm5lbA==", event: "update", ts: 101, state: ["message": "late"]), now: now,
+                               newToken: { "x" }).kind, .ignored)
+        let bad = d.apply(broadcast(4, channel: "Y2hhbm5lbA==", event: "update", ts: 102, state: ["message": 7]), now: now, newToken: { "x" })
+        XCTAssertEqual(bad.kind, .updated)
+        XCTAssertNotNil(d.state.activity("tgt_1")?.placeholder)
+        // Another channel, or a broadcast that tries to start: ignored.
+        XCTAssertEqual(d.apply(broadcast(5, channel: "b3RoZXI=", event: "update", ts: 103, state: ["message": "x"]), now: now,
+                               newToken: { "x" }).kind, .ignored)
+        XCTAssertEqual(d.apply(broadcast(6, channel: "Y2hhbm5lbA==", event: "start", ts: 104, state: ["message": "x"]), now: now,
+                               newToken: { "x" }).kind, .ignored)
+        // The end broadcast ends it and honours the dismissal date; then the channel is no longer read.
+        let end = d.apply(broadcast(7, channel: "Y2hhbm5lbA==", event: "end", ts: 105, state: ["message": "2-1 final"],
+                                    extra: ["dismissal-date": .int(Int64(now.timeIntervalSince1970))]), now: now, newToken: { "x" })
+        XCTAssertEqual(end.kind, .dismissed)
+        XCTAssertEqual(d.state.activity("tgt_1")?.state, ["message": "2-1 final"])
+        XCTAssertFalse(d.watchedTokens.contains { $0.provider == "broadcast" })
+    }
+
+    func testLocalChannelStartAndAndroidIgnoresBroadcasts() throws {
+        var d = iosDevice()
+        let ev = d.localStart(targetId: "tgt_c", activityType: "delivery", templateVersion: "tv_1", businessKey: "match:9",
+                              state: ["message": "Soon"], now: now, updateToken: "ee55", channelId: "Y2g=")
+        XCTAssertNil(ev.registerUpdateToken, "pushType .channel: no update token")
+        XCTAssertEqual(d.apply(broadcast(1, channel: "Y2g=", event: "update", ts: 1, state: ["message": "Now"]), now: now,
+                               newToken: { "x" }).kind, .updated)
+        d.state.osVersion = "18.2"
+        let back = try DeviceSimulatorState(json: try JSONValue.parse(d.state.json.jsonString))
+        XCTAssertEqual(back, d.state)
+        XCTAssertEqual(back.activity("tgt_c")?.channelId, "Y2g=")
+        XCTAssertTrue(LockScreen.render(d.state.activity("tgt_c")!, now: now).contains("(local, channel)"))
+        var a = androidDevice()
+        XCTAssertEqual(a.apply(broadcast(1, channel: "Y2g=", event: "update", ts: 1, state: ["message": "Now"]), now: now,
+                               newToken: { "x" }).kind, .ignored)
+    }
 }

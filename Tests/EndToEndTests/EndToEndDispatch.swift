@@ -12,6 +12,11 @@ enum EndToEndDispatch {
                            configuration: DispatcherConfiguration(workerId: "e2e-\(UUID().uuidString.prefix(8))", senderThreads: 4),
                            metrics: metrics, log: log)
         d.start()
-        return { d.stop(timeoutSeconds: 10) }
+        let provider = APNsChannelProvider(client: sender.channels)
+        let channels = ChannelWorker(db: db, conninfo: conninfo, sender: provider, manager: provider,
+                                     configuration: ChannelWorkerConfiguration(workerId: "e2e-channels-\(UUID().uuidString.prefix(8))"),
+                                     metrics: metrics, log: log)
+        channels.start()
+        return { channels.stop(timeoutSeconds: 10); d.stop(timeoutSeconds: 10) }
     }
 }

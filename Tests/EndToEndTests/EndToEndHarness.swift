@@ -82,19 +82,21 @@ final class EndToEndHarness: @unchecked Sendable {
         auth.startInvalidationListener(conninfo: conninfo)
         events = EventWaiter(log: log)
         events.start(conninfo: conninfo)
+        // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file).
+        let base = URL(string: sandbox.baseURL)!
+        var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+                                          connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
+        endpoints.setChannelURLs(base)
+        (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
         let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
                              webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
-                             fcmURL: sandbox.baseURL)  // as `serve` with the sandbox's env: its token_uri is on this origin
+                             fcmURL: sandbox.baseURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
+                             channels: APNsChannelProvider(client: sender.channels))
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                            router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
         try server.start()
         baseURL = "http://127.0.0.1:\(server.port)"
 
-        // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file).
-        let base = URL(string: sandbox.baseURL)!
-        let endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
-                                          connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
-        (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
         stopDispatcher = EndToEndDispatch.start(db: db, conninfo: conninfo, sender: sender, metrics: metrics, log: log)
     }
 
@@ -188,10 +190,11 @@ final class EndToEndHarness: @unchecked Sendable {
     }
 
     /// A simulated device (state file in the work directory), registered with `publishable`.
-    func device(_ platform: DevicePlatform, appId: String, publishable: String) throws -> DeviceSimulatorRunner {
-        let state = DeviceSimulatorState(platform: platform, appId: appId, apiURL: baseURL, sandboxURL: sandbox.controlURL)
+    func device(_ platform: DevicePlatform, appId: String, publishable: String, osVersion: String? = nil, name: String? = nil) throws -> DeviceSimulatorRunner {
+        var state = DeviceSimulatorState(platform: platform, appId: appId, apiURL: baseURL, sandboxURL: sandbox.controlURL)
+        state.osVersion = osVersion
         let lines = deviceOutput
-        let d = DeviceSimulatorRunner(state: state, stateFile: workDir.appendingPathComponent("device-\(platform.rawValue).json"),
+        let d = DeviceSimulatorRunner(state: state, stateFile: workDir.appendingPathComponent("device-\(name ?? platform.rawValue).json"),
                                       output: { line in lines.append(line) })
         devices.append(d)
         try d.register(publishableKey: publishable)

@@ -32,14 +32,16 @@ final class TestEnvironment: @unchecked Sendable {
     /// `now` (the API's clock), `limits` and `fcmURL` go to the `APIContext` (defaults as in production);
     /// `webhookAllowPrivate` lets webhook URLs use `http://` and loopback receivers.
     static func make(now: @escaping @Sendable () -> Date = Date.init, limits: TenantLimits = TenantLimits(),
-                     fcmURL: String = "https://fcm.googleapis.com", webhookAllowPrivate: Bool = false) throws -> TestEnvironment {
+                     fcmURL: String = "https://fcm.googleapis.com", webhookAllowPrivate: Bool = false,
+                     channels: any ChannelManaging = UnconfiguredChannelManager()) throws -> TestEnvironment {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
             throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
-        return try TestEnvironment(base: base, now: now, limits: limits, fcmURL: fcmURL, webhookAllowPrivate: webhookAllowPrivate)
+        return try TestEnvironment(base: base, now: now, limits: limits, fcmURL: fcmURL, webhookAllowPrivate: webhookAllowPrivate, channels: channels)
     }
 
-    private init(base: String, now: @escaping @Sendable () -> Date, limits: TenantLimits, fcmURL: String, webhookAllowPrivate: Bool) throws {
+    private init(base: String, now: @escaping @Sendable () -> Date, limits: TenantLimits, fcmURL: String, webhookAllowPrivate: Bool,
+                 channels: any ChannelManaging) throws {
         dbName = "lr_test_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
         adminConninfo = base
         let repo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
@@ -60,7 +62,8 @@ final class TestEnvironment: @unchecked Sendable {
         events = EventWaiter(log: log)
         events.start(conninfo: conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator,
-                             events: events, webhookAllowPrivate: webhookAllowPrivate, now: now, limits: limits, fcmURL: fcmURL)
+                             events: events, webhookAllowPrivate: webhookAllowPrivate, now: now, limits: limits, fcmURL: fcmURL,
+                             channels: channels)
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                             router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics,
                             log: { line in captured.append(line) })

@@ -1,0 +1,163 @@
+import Foundation
+import JSON
+import LiveRelayCore
+import Postgres
+
+/// A claimed broadcast: the channel operation plus its channel's APNs facts.
+public struct ClaimedBroadcast: Sendable, Equatable {
+    public let op: ChannelOperationRecord
+    public let appId: String
+    public let environment: String
+    public let apnsChannelId: String
+    /// `none` or `most_recent` (`apns-expiration` 0 for `none`).
+    public let storagePolicy: String
+    /// The APNs `timestamp` (epoch s) of this broadcast: strictly increasing per channel, kept for resends.
+    public let timestamp: Int64
+    /// Attempts including this one.
+    public let attempts: Int
+}
+
+/// The broadcaster's SQL (docs/channels.md "APNs wire"): one broadcast per channel write, in
+/// commit order per channel, at most one in flight per channel; and the channel finaliser
+/// (an ended channel's APNs channel is deleted once every member was ended). Runs in the system
+/// scope; every statement names `tenant_id`.
+public enum BroadcastStore {
+    /// Claims up to `limit` due broadcasts, each the head of its channel (no earlier broadcast
+    /// queued or sending), `FOR UPDATE SKIP LOCKED`: marks them `sending` under `worker`'s lease
+    /// and assigns the timestamp (max(now, channel's last + 1), kept on resends).
+    public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date) throws -> [ClaimedBroadcast] {
+        let nowS = Timestamp.epochSeconds(now)
+        let rows = try c.query("""
+            WITH picked AS (
+              SELECT o.tenant_id, o.id, o.channel_id FROM channel_operations o
+               WHERE o.broadcast_status = 'queued' AND o.broadcast_next_at <= now()
+                 AND NOT EXISTS (SELECT 1 FROM channel_operations p WHERE p.tenant_id = o.tenant_id AND p.channel_id = o.channel_id
+                                   AND p.broadcast_status IN ('queued', 'sending') AND (p.seq < o.seq OR p.broadcast_status = 'sending'))
+               ORDER BY o.broadcast_next_at LIMIT $2
+                 FOR UPDATE OF o SKIP LOCKED
+            ), chans AS (
+              -- SKIP LOCKED: a channel write holds its channel while it locks queued broadcasts; never wait for it here.
+              SELECT ch.tenant_id, ch.id, ch.last_timestamp FROM channels ch JOIN picked p ON p.tenant_id = ch.tenant_id AND ch.id = p.channel_id
+               FOR UPDATE OF ch SKIP LOCKED
+            ), claimed AS (
+              UPDATE channel_operations o SET broadcast_status = 'sending', broadcast_attempts = o.broadcast_attempts + 1,
+                     broadcast_lease_owner = $1, broadcast_lease_expires_at = now() + make_interval(secs => $3),
+                     broadcast_timestamp = COALESCE(o.broadcast_timestamp, GREATEST($4::bigint, ch.last_timestamp + 1)), updated_at = now()
+                FROM picked p JOIN chans ch ON ch.tenant_id = p.tenant_id AND ch.id = p.channel_id
+               WHERE o.tenant_id = p.tenant_id AND o.id = p.id
+              RETURNING o.*
+            ), stamped AS (
+              UPDATE channels ch SET last_timestamp = GREATEST(ch.last_timestamp, c.broadcast_timestamp)
+                FROM claimed c WHERE ch.tenant_id = c.tenant_id AND ch.id = c.channel_id RETURNING ch.id
+            )
+            SELECT c.tenant_id, c.id, c.channel_id, c.seq, c.kind, c.revision, c.has_state, c.state::text AS state, c.alert::text AS alert,
+                   c.stale_at, c.relevance_score, c.priority, c.expires_at, c.dismiss_at, c.superseded_by, c.broadcast_status,
+                   c.broadcast_attempts, c.broadcast_timestamp, c.apns_request_id, c.apns_unique_id, c.broadcast_failure::text AS broadcast_failure,
+                   c.fanout_state, c.fanout_cursor, c.consumes_quota, c.quota_day::text AS quota_day, c.created_at, c.updated_at,
+                   ch.app_id, ch.environment, ch.apns_channel_id, ch.storage_policy, (SELECT count(*) FROM stamped) AS n_stamped
+              FROM claimed c JOIN channels ch ON ch.tenant_id = c.tenant_id AND ch.id = c.channel_id
+            """, [worker, limit, leaseSeconds, nowS])
+        return try rows.map { r in
+            let op = try ChannelOperationRecord(row: r)
+            return ClaimedBroadcast(op: op, appId: try r.string("app_id"), environment: try r.string("environment"),
+                                    apnsChannelId: try r.string("apns_channel_id"), storagePolicy: try r.string("storage_policy"),
+                                    timestamp: op.broadcastTimestamp ?? Timestamp.epochSeconds(now), attempts: op.broadcastAttempts)
+        }
+    }
+
+    /// Writes a broadcast's outcome if `worker` still holds it on attempt `attempts` (fenced):
+    /// accepted → ids stored and one quota unit used; channel invalid → failed and the channel
+    /// `ended` (reason `channel_invalid`); failed → failure stored; retry → queued again after
+    /// `delay` seconds. Returns whether it applied.
+    @discardableResult
+    public static func apply(_ c: PostgresConnection, _ b: ClaimedBroadcast, _ d: BroadcastDecision, worker: String) throws -> Bool {
+        let status: String, failure: JSONValue?, delay: Double
+        var reqId: String?, uniqueId: String?
+        switch d {
+        case .accepted(let r, let u): status = "accepted"; failure = nil; delay = 0; reqId = r; uniqueId = u
+        case .channelInvalid(let f): status = "failed"; failure = f; delay = 0
+        case .failed(let f): status = "failed"; failure = f; delay = 0
+        case .retry(let s): status = "queued"; failure = nil; delay = s
+        }
+        let n = try c.execute("""
+            UPDATE channel_operations SET broadcast_status = $4, broadcast_failure = COALESCE($5::jsonb, broadcast_failure),
+                   apns_request_id = COALESCE($6, apns_request_id), apns_unique_id = COALESCE($7, apns_unique_id),
+                   broadcast_next_at = CASE WHEN $4 = 'queued' THEN now() + make_interval(secs => $8) ELSE broadcast_next_at END,
+                   broadcast_lease_owner = NULL, broadcast_lease_expires_at = NULL, updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 AND broadcast_status = 'sending' AND broadcast_lease_owner = $3 AND broadcast_attempts = $9
+            """, [b.op.tenantId, b.op.id, worker, status, failure?.jsonString, reqId, uniqueId, delay, b.attempts])
+        guard n > 0 else { return false }
+        if case .accepted = d, b.op.consumesQuota, let day = b.op.quotaDay {
+            // The broadcast consumes one unit of the day (docs/channels.md "Quota").
+            try c.execute("""
+                INSERT INTO push_quota AS q (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, lr_quota_shard(), 0, 1)
+                ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = q.used + 1
+                """, [b.op.tenantId, day])
+        }
+        if case .channelInvalid = d {
+            try c.execute("""
+                UPDATE channels SET status = 'ended', end_reason = 'channel_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
+                 WHERE tenant_id = $1 AND id = $2 AND status <> 'ended'
+                """, [b.op.tenantId, b.op.channelId])
+            try c.execute("""
+                UPDATE channel_operations SET broadcast_status = 'cancelled', updated_at = now()
+                 WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued'
+                """, [b.op.tenantId, b.op.channelId])
+        }
+        return true
+    }
+
+    /// Broadcasts whose lease expired (their worker died): back to `queued`, or — for an alert,
+    /// which may have reached APNs — `failed` with `OUTCOME_UNKNOWN`. Returns how many.
+    @discardableResult
+    public static func rescue(_ c: PostgresConnection) throws -> Int {
+        try c.execute("""
+            UPDATE channel_operations SET broadcast_status = CASE WHEN alert IS NULL THEN 'queued' ELSE 'failed' END,
+                   broadcast_failure = CASE WHEN alert IS NULL THEN broadcast_failure
+                                            ELSE '{"code":"OUTCOME_UNKNOWN","message":"the worker sending this broadcast stopped"}'::jsonb END,
+                   broadcast_lease_owner = NULL, broadcast_lease_expires_at = NULL, broadcast_next_at = now(), updated_at = now()
+             WHERE broadcast_status = 'sending' AND broadcast_lease_expires_at < now()
+            """)
+    }
+
+    /// A channel whose end has been fully expanded and broadcast: ready for its APNs channel's deletion.
+    public struct Ending: Sendable, Equatable {
+        public let tenantId: String, id: String, appId: String, environment: String, apnsChannelId: String
+    }
+
+    /// Channels `ending` whose end operation's broadcast is final and whose fan-out walk is
+    /// done; locks nothing (the finaliser calls `finish` per channel).
+    public static func readyToFinish(_ c: PostgresConnection, limit: Int) throws -> [Ending] {
+        try c.query("""
+            SELECT ch.tenant_id, ch.id, ch.app_id, ch.environment, ch.apns_channel_id FROM channels ch
+             WHERE ch.status = 'ending' AND ch.updated_at <= now()
+               AND NOT EXISTS (SELECT 1 FROM channel_operations o WHERE o.tenant_id = ch.tenant_id AND o.channel_id = ch.id
+                                 AND (o.fanout_state = 'pending' OR o.broadcast_status IN ('queued', 'sending')))
+             ORDER BY ch.updated_at LIMIT $1
+            """, [limit]).map { r in
+                Ending(tenantId: try r.string("tenant_id"), id: try r.string("id"), appId: try r.string("app_id"),
+                       environment: try r.string("environment"), apnsChannelId: try r.string("apns_channel_id"))
+            }
+    }
+
+    /// Ends the channel after its APNs channel was deleted (or deletion is hopeless): its
+    /// broadcast members end (reason `sender`: the channel's end reached them by the
+    /// broadcast), the channel becomes `ended` (a `channel.ended` event is written by trigger).
+    public static func finish(_ c: PostgresConnection, _ e: Ending) throws {
+        try c.execute("""
+            UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = COALESCE(ended_at, now()), updated_at = now()
+             WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'broadcast' AND status NOT IN ('ended', 'creation_failed')
+            """, [e.tenantId, e.id])
+        try c.execute("""
+            UPDATE channels SET status = 'ended', end_reason = COALESCE(end_reason, 'sender'), ended_at = COALESCE(ended_at, now()),
+                   apns_deleted_at = now(), updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 AND status = 'ending'
+            """, [e.tenantId, e.id])
+    }
+
+    /// Puts a channel whose APNs deletion failed transiently back for a later pass (`after` seconds).
+    public static func postpone(_ c: PostgresConnection, _ e: Ending, after: Double) throws {
+        try c.execute("UPDATE channels SET updated_at = now() + make_interval(secs => $3) WHERE tenant_id = $1 AND id = $2 AND status = 'ending'",
+                      [e.tenantId, e.id, after])
+    }
+}

@@ -1,0 +1,134 @@
+import Foundation
+import XCTest
+import JSON
+import LiveRelayCore
+import LiveRelayStore
+import Postgres
+
+/// `deploy/bench/fanout` (docs/channels.md "Fan-out"): the API, dispatcher, channel worker and
+/// sandbox of `EndToEndHarness`, with members seeded straight in the database. Prints `key=value`
+/// lines; asserts no speed. Runs only with `LIVERELAY_BENCH_FANOUT=1`.
+///
+/// 1. `BENCH_WRITES` channel updates each to a channel with 10 fan-out members and to one with
+///    `BENCH_FANOUT_MEMBERS` fan-out + `BENCH_BROADCAST_MEMBERS` broadcast members, interleaved:
+///    the `202` latency p50/p99 of each and their ratio;
+/// 2. after the queue drained, one write to the large channel: seconds from its commit to the
+///    last fan-out request (`max(sent_at)` of its per-target operations), fan-out pushes/s over
+///    the walk, and the broadcast requests the sandbox received for that write.
+final class FanoutBenchTests: XCTestCase {
+    func env(_ k: String, _ d: Int) -> Int { ProcessInfo.processInfo.environment[k].flatMap(Int.init) ?? d }
+
+    func pct(_ a: [Double], _ p: Double) -> Double { a.isEmpty ? 0 : a.sorted()[min(a.count - 1, Int(Double(a.count) * p))] }
+
+    func testFanoutBench() throws {
+        guard ProcessInfo.processInfo.environment["LIVERELAY_BENCH_FANOUT"] == "1" else { return }
+        let h = try EndToEndHarness.make()
+        defer { h.tearDown() }
+        let fanout = env("BENCH_FANOUT_MEMBERS", 100_000), broadcast = env("BENCH_BROADCAST_MEMBERS", 1_000), writes = env("BENCH_WRITES", 30)
+        let appId = "com.example.delivery"
+        let t = try h.tenantWithSandboxCredentials(appId: appId)
+        let tenant = t.id
+        _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 100000000 WHERE tenant_id = $1", [tenant]) }
+        func channel(_ label: String) throws -> (id: String, apns: String) {
+            let r = h.call("POST", "/v1/remote-updates/channels", ["app_id": .string(appId), "environment": "sandbox", "activity_type": "delivery",
+                                                                  "attributes_type": "DeliveryAttributes", "label": .string(label),
+                                                                  "idempotency_key": .string(label)], as: t.master)
+            guard r.status == 201, let id = r["id"]?.stringValue, let apns = r["apns_channel_id"]?.stringValue else {
+                throw FixtureFailure("channel creation failed: \(r)")
+            }
+            return (id, apns)
+        }
+        let small = try channel("small"), large = try channel("large")
+        // One iOS 17 installation holding every fan-out member and one iOS 18 installation for the broadcast members.
+        let seedStart = Date()
+        try h.db.tenant(tenant) { c in
+            let pk = try c.query("SELECT id FROM publishable_keys WHERE tenant_id = $1 LIMIT 1", [tenant])[0].string("id")
+            try c.execute("""
+                INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id)
+                VALUES ($1, 'ins_bench17', $2, $3, 'ios', 'sandbox', 'bench17'), ($1, 'ins_bench18', $2, $3, 'ios', 'sandbox', 'bench18')
+                """, [tenant, pk, appId])
+            for (ch, prefix, n, inst, delivery) in [(small.id, "s", 10, "ins_bench17", "fanout"), (large.id, "f", fanout, "ins_bench17", "fanout"),
+                                                    (large.id, "b", broadcast, "ins_bench18", "broadcast")] {
+                try c.execute("""
+                    INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, status, revision, state, push_token, token_status,
+                                         channel_id, delivery)
+                    SELECT $1, 'tgt_' || $2 || lpad(g::text, 9, '0'), $3, 'remote', 'delivery', 'ready', 1, '{"message": "seed"}',
+                           CASE WHEN $6 = 'fanout' THEN lpad(to_hex(g), 63, '0') || $2 END,
+                           CASE WHEN $6 = 'fanout' THEN 'registered' ELSE 'pending' END, $4, $6
+                      FROM generate_series(1, $5) g
+                    """, [tenant, prefix == "f" ? "a" : prefix == "s" ? "c" : "b", inst, ch, n, delivery])
+            }
+        }
+        print("bench: seeded \(fanout) fan-out + \(broadcast) broadcast members in \(String(format: "%.1f", Date().timeIntervalSince(seedStart))) s")
+        let key = h.call("POST", "/v1/remote-updates/sender-keys", ["targets": [.string(small.id), .string(large.id)], "created_from": [],
+                                                                   "permissions": ["activities:update", "activities:end", "activities:read-state"],
+                                                                   "idempotency_key": "bench-key"], as: t.master)
+        let sender = try XCTUnwrap(key["credential"]?.stringValue)
+        let got = h.call("GET", "/v1/remote-updates/channels/\(large.id)", as: sender)
+        XCTAssertEqual(got["members"]?["fanout"]?.intValue, Int64(fanout))
+
+        // 1. 202 latency, interleaved.
+        var lat: [String: [Double]] = ["small": [], "large": []]
+        var rev: [String: Int64] = ["small": 0, "large": 0]
+        for i in 0..<writes {
+            for (name, ch) in [("small", small.id), ("large", large.id)] {
+                let began = Date()
+                let r = h.call("POST", "/v1/remote-updates/channels/\(ch)/update", ["state": ["message": .string("w\(i)")],
+                                                                                   "expected_revision": .int(rev[name]!),
+                                                                                   "idempotency_key": .string("\(name)-\(i)")], as: sender)
+                lat[name]!.append(Date().timeIntervalSince(began))
+                XCTAssertEqual(r.status, 202, "\(r)")
+                rev[name]! += 1
+            }
+        }
+        let s50 = pct(lat["small"]!, 0.5), s99 = pct(lat["small"]!, 0.99), l50 = pct(lat["large"]!, 0.5), l99 = pct(lat["large"]!, 0.99)
+        var out = [
+            String(format: "write_202_ms_p50_members_10=%.2f", s50 * 1000), String(format: "write_202_ms_p99_members_10=%.2f", s99 * 1000),
+            String(format: "write_202_ms_p50_members_%d=%.2f", fanout, l50 * 1000), String(format: "write_202_ms_p99_members_%d=%.2f", fanout, l99 * 1000),
+            String(format: "write_202_ratio_p50=%.2f", s50 > 0 ? l50 / s50 : 0), String(format: "write_202_ratio_p99=%.2f", s99 > 0 ? l99 / s99 : 0),
+        ]
+        out.forEach { print($0) }
+        var lines = out
+
+        // 2. Let everything drain, then one measured write.
+        func idle() throws -> Bool {
+            try h.db.system { c in
+                try c.query("""
+                    SELECT (SELECT count(*) FROM operations WHERE status IN ('queued', 'sending')) +
+                           (SELECT count(*) FROM channel_operations WHERE fanout_state = 'pending' OR broadcast_status IN ('queued', 'sending')) AS n
+                    """)[0].int("n") == 0
+            }
+        }
+        let drainStart = Date()
+        while try !idle() && Date().timeIntervalSince(drainStart) < 600 { Thread.sleep(forTimeInterval: 0.5) }
+        let broadcastsBefore = h.sandbox.broadcasts(channelId: large.apns).count
+        let r = h.call("POST", "/v1/remote-updates/channels/\(large.id)/update", ["state": ["message": "measured"], "expected_revision": .int(rev["large"]!),
+                                                                                 "idempotency_key": "measured"], as: sender)
+        XCTAssertEqual(r.status, 202, "\(r)")
+        let cop = try XCTUnwrap(r["channel_operation"]?["id"]?.stringValue)
+        let started = Date()
+        while try !idle() && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.2) }
+        let row = try h.db.system { c in
+            try c.query("""
+                SELECT count(*) AS n, EXTRACT(EPOCH FROM max(o.sent_at) - min(k.created_at))::float8 AS to_last,
+                       EXTRACT(EPOCH FROM max(o.sent_at) - min(o.sent_at))::float8 AS spread,
+                       count(*) FILTER (WHERE o.status = 'accepted') AS accepted
+                  FROM operations o JOIN channel_operations k ON k.tenant_id = o.tenant_id AND k.id = o.channel_operation_id
+                 WHERE o.channel_operation_id = $1
+                """, [cop])[0]
+        }
+        let n = try row.int("n"), toLast = try row.optionalDouble("to_last") ?? 0, spread = try row.optionalDouble("spread") ?? 0
+        out = [
+            "fanout_members=\(fanout)", "fanout_operations=\(n)", "fanout_accepted=\(try row.int("accepted"))",
+            String(format: "fanout_commit_to_last_request_seconds=%.2f", toLast),
+            String(format: "fanout_pushes_per_second=%.0f", spread > 0 ? Double(n) / spread : 0),
+            "broadcast_requests_per_write=\(h.sandbox.broadcasts(channelId: large.apns).count - broadcastsBefore)",
+            String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart)),
+        ]
+        out.forEach { print($0) }
+        lines += out
+        let report = ([String](lat.keys.sorted().map { "bench: \($0) writes=\(lat[$0]!.count)" }) + lines).joined(separator: "\n") + "\n"
+        try? report.write(toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "fanout-bench.txt"),
+                          atomically: true, encoding: .utf8)
+    }
+}
