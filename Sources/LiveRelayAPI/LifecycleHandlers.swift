@@ -288,23 +288,13 @@ enum LifecycleHandlers {
             var opts = u.options
             opts.staleAt = u.options.staleAt ?? t.staleAt
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
-            // Round trip 2: the target's new state, the operation, what it supersedes, the quota re-check.
-            var writes = [
-                WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
-                                     staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
-                WritePath.insertOperation(tenantId: tenant, OperationStore.New(
+            return try commitQueued(c, tenant: tenant, target: t,
+                targetWrite: WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
+                                                  staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
+                operation: OperationStore.New(
                     id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
-                    consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey)),
-            ]
-            if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, ids: victims, by: opId)) }
-            let quotaIndex = writes.count
-            if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
-            // Further statements of this write (e.g. event rows) join `writes` here.
-            let r2 = try c.pipeline(writes).get()
-            let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
-            if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
-            try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: nil, operationId: opId)
-            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
+                    consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
+                victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false, idem: idem)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
@@ -394,25 +384,40 @@ enum LifecycleHandlers {
     static func queueEnd(_ c: PostgresConnection, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
                          scope: SenderScope?, queued: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
                          idem: Idempotency) throws -> HTTPResponse {
-        let victims = WriteRules.superseded(by: .end, hasState: state != nil, queued: queued)
         let revision = state == nil ? t.revision : t.revision + 1
-        var writes = [
-            state.map { WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
-                                             staleAt: nil, relevanceScore: nil, status: .ending) }
+        return try commitQueued(c, tenant: tenant, target: t,
+            targetWrite: state.map { WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
+                                                          staleAt: nil, relevanceScore: nil, status: .ending) }
                 ?? WritePath.bumpSeq(tenantId: tenant, id: t.id, status: .ending),
-            WritePath.insertOperation(tenantId: tenant, OperationStore.New(
+            operation: OperationStore.New(
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
                 options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
-                consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey)),
-        ]
-        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, ids: victims, by: opId)) }
+                consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey),
+            victims: WriteRules.superseded(by: .end, hasState: state != nil, queued: queued),
+            recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true, idem: idem)
+    }
+
+    /// Round trips 2 and 3 of an update or an end that queues an operation on the locked target
+    /// `t` (docs/write-path.md "Round trips"): `targetWrite` (the target's new state, revision
+    /// and sequence, or only its sequence and status), the operation, the queued operations it
+    /// supersedes (`victims`, from `WriteRules.superseded`), and the fast path's quota re-check
+    /// when `recheckDay` is set; then the stored `202` response and `COMMIT`. The wake-ups name
+    /// the operation, its victims and, when `targetChanged` (its status), the target.
+    /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
+    ///   exact quota path (`recheckQuota`, sets `exactNext`).
+    static func commitQueued(_ c: PostgresConnection, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
+                             operation: OperationStore.New, victims: [String], recheckDay: String?, exactNext: inout Bool,
+                             targetChanged: Bool, idem: Idempotency) throws -> HTTPResponse {
+        var writes = [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
+        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }
         let quotaIndex = writes.count
-        if recheck, let day { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
+        if let recheckDay { writes.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
         // Further statements of this write (e.g. event rows) join `writes` here.
         let r2 = try c.pipeline(writes).get()
         let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
-        if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
-        try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: t.id, operationId: opId)
+        if recheckDay != nil { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
+        try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: targetChanged ? t.id : nil,
+                             operationId: operation.id)
         return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
     }
 

@@ -184,12 +184,13 @@ public enum QuotaStore {
 
     /// One statement reading the tenant's `daily_push_quota` (`limit`) and the day's committed
     /// `reserved`/`used` sums, columns `quota_limit`, `reserved`, `used` (bigint). Parameters:
-    /// tenant id, day.
+    /// tenant id, day. Both sums come from one pass over the day's shard rows (the rows are
+    /// rewritten by every reservation, so each pass walks their dead versions too).
     public static let readSQL = """
-        SELECT t.daily_push_quota AS quota_limit,
-               COALESCE((SELECT sum(reserved) FROM push_quota WHERE tenant_id = $1 AND day = $2::date), 0)::bigint AS reserved,
-               COALESCE((SELECT sum(used) FROM push_quota WHERE tenant_id = $1 AND day = $2::date), 0)::bigint AS used
-          FROM tenants t WHERE t.tenant_id = $1
+        SELECT t.daily_push_quota AS quota_limit, COALESCE(q.reserved, 0)::bigint AS reserved, COALESCE(q.used, 0)::bigint AS used
+          FROM tenants t,
+               LATERAL (SELECT sum(reserved) AS reserved, sum(used) AS used FROM push_quota WHERE tenant_id = $1 AND day = $2::date) q
+         WHERE t.tenant_id = $1
         """
 
     /// (limit, reserved, used) from a row of `readSQL` or `lockAllSQL`.

@@ -1,22 +1,29 @@
 import LiveRelayCore
 import Postgres
 
-/// Counts behind the per-tenant caps (docs/security.md "Per-tenant caps"). A count stops at
-/// the cap (`LIMIT`), so a check costs at most `limit` index entries. Concurrent creations may
-/// each see one below the cap, so the cap can be exceeded by the number of writes in flight at
-/// that moment; it bounds rows, it is not a quota to the unit.
+/// Counts behind the per-tenant caps (docs/security.md "Per-tenant caps").
+///
+/// Live targets are read from `live_target_counts` (migration 0017): at most 64 counter rows
+/// per tenant, kept exact by triggers on `targets`, so the check costs the same whatever the
+/// tenant's number of live targets. Active installations are counted with a `LIMIT` at the
+/// cap (at most `limit` index entries; registrations are rare next to starts). Concurrent
+/// creations may each see one below the cap, so the cap can be exceeded by the number of
+/// writes in flight at that moment; it bounds rows, it is not a quota to the unit.
 public enum TenantCapStore {
-    /// Throws `409 INSTALLATION_LIMIT` / `409 TARGET_LIMIT` when the tenant already has `limit`
-    /// active installations / live targets.
     /// The statement `check` runs, for joining a pipelined round trip; its one row has the
-    /// bounded count `n`. Evaluate the result with `evaluate`.
+    /// count `n` (bounded by `limit` for installations). Evaluate the result with `evaluate`.
+    /// Parameters: the tenant id and `limit`.
     public static func statement(tenantId: String, _ resource: TenantLimits.Resource, limit: Int) -> PostgresStatement {
         PostgresStatement(sql(resource), [tenantId, limit])
     }
 
-    /// Throws `TenantLimits.exceeded` when the count `statement` returned reached `limit`.
+    /// Throws `TenantLimits.exceeded` (`409 INSTALLATION_LIMIT` / `409 TARGET_LIMIT`) when the
+    /// count `statement` returned reached `limit`.
     public static func evaluate(_ r: PostgresResult, _ resource: TenantLimits.Resource, limit: Int) throws {
-        let n = try r.rows.first?.int("n") ?? 0
+        try evaluate(count: try r.rows.first?.int("n") ?? 0, resource, limit: limit)
+    }
+
+    static func evaluate(count n: Int, _ resource: TenantLimits.Resource, limit: Int) throws {
         if n >= limit { throw TenantLimits.exceeded(resource, limit: limit, actual: n) }
     }
 
@@ -25,19 +32,20 @@ public enum TenantCapStore {
         case .installations:
             return "SELECT count(*) AS n FROM (SELECT 1 FROM installations WHERE tenant_id = $1 AND status = 'active' LIMIT $2) x"
         case .liveTargets:
-            return "SELECT count(*) AS n FROM (SELECT 1 FROM targets WHERE tenant_id = $1 AND status NOT IN ('ended', 'creation_failed') LIMIT $2) x"
+            // $2 (the cap) is unused here but kept so both resources bind the same parameters.
+            return "SELECT COALESCE(sum(live), 0)::bigint AS n FROM live_target_counts WHERE tenant_id = $1 AND $2::int IS NOT NULL"
         }
     }
 
+    /// Throws `409 INSTALLATION_LIMIT` / `409 TARGET_LIMIT` when the tenant already has `limit`
+    /// active installations / live targets (one statement, see `statement`).
     public static func check(_ c: PostgresConnection, tenantId: String, _ resource: TenantLimits.Resource, limit: Int) throws {
-        let sql: String
-        switch resource {
-        case .installations:
-            sql = "SELECT count(*) AS n FROM (SELECT 1 FROM installations WHERE tenant_id = $1 AND status = 'active' LIMIT $2) x"
-        case .liveTargets:
-            sql = "SELECT count(*) AS n FROM (SELECT 1 FROM targets WHERE tenant_id = $1 AND status NOT IN ('ended', 'creation_failed') LIMIT $2) x"
-        }
-        let n = try c.query(sql, [tenantId, limit])[0].int("n")
-        if n >= limit { throw TenantLimits.exceeded(resource, limit: limit, actual: n) }
+        try evaluate(count: try c.query(statement(tenantId: tenantId, resource, limit: limit)).first?.int("n") ?? 0, resource, limit: limit)
+    }
+
+    /// The tenant's live targets as counted by `live_target_counts` (tests compare it with the
+    /// rows).
+    public static func liveTargets(_ c: PostgresConnection, tenantId: String) throws -> Int {
+        try c.query(sql(.liveTargets), [tenantId, 0])[0].int("n")
     }
 }

@@ -152,13 +152,16 @@ public enum WritePath {
         return try OperationRecord(row: row)
     }
 
-    /// Marks `ids` (queued operations of the target, locked in round trip 1) superseded by `by`;
-    /// the quota trigger releases their reservations.
-    public static func supersede(tenantId: String, ids: [String], by: String) -> PostgresStatement {
+    /// Marks `ids` (queued operations of target `targetId`, locked in round trip 1) superseded
+    /// by `by`; the quota trigger releases their reservations. The target condition keeps the
+    /// cached generic plan bounded to that target's queue whatever index the planner picks: a
+    /// session prepared while `operations` had no statistics otherwise scanned every queued
+    /// operation of the tenant (docs/write-path.md "Profile").
+    public static func supersede(tenantId: String, targetId: String, ids: [String], by: String) -> PostgresStatement {
         PostgresStatement("""
-            UPDATE operations SET status = 'superseded', superseded_by = $3, updated_at = now()
-             WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'queued'
-            """, [tenantId, PostgresTextArray(ids), by])
+            UPDATE operations SET status = 'superseded', superseded_by = $4, updated_at = now()
+             WHERE tenant_id = $1 AND target_id = $2 AND id = ANY($3::text[]) AND status = 'queued'
+            """, [tenantId, targetId, PostgresTextArray(ids), by])
     }
 
     /// Records the wake-ups of a write (sent after commit by `Database`): the dispatchers for

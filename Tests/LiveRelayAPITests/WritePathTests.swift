@@ -131,6 +131,57 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try counters(tenant), try truth(tenant), "a local end cancels and releases")
     }
 
+    /// The live-target counter behind `409 TARGET_LIMIT` (migration 0017) equals the rows at
+    /// every step: concurrent remote starts, a local reservation, ends, failed creations, a
+    /// status moved back to live, deletions of live and ended targets, and bulk statements.
+    func testLiveTargetCounterStaysExact() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let tenant = w.tenant.id
+        func counted() throws -> Int { try env.db.tenant(tenant) { c in try TenantCapStore.liveTargets(c, tenantId: tenant) } }
+        func rows() throws -> Int {
+            try env.db.system { c in
+                try c.query("SELECT count(*) AS n FROM targets WHERE tenant_id = $1 AND status NOT IN ('ended', 'creation_failed')",
+                            [tenant])[0].int("n")
+            }
+        }
+        let started = Mutex<[String]>([])
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in
+            let t = w.start()
+            started.withLock { $0.append(t) }
+        }
+        let ids = started.withLock { $0 }
+        XCTAssertEqual(try counted(), 8)
+        XCTAssertEqual(try counted(), try rows(), "after concurrent starts")
+        let local = env.call("POST", "/v1/installations/\(w.installationId)/targets", [
+            "activity_type": "delivery", "business_key": "local:1", "business_generation": "1",
+            "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]], as: w.installationCredential)
+        XCTAssertEqual(local.status, 201, local.text)
+        XCTAssertEqual(try counted(), 9)
+        XCTAssertEqual(try counted(), try rows(), "after a local reservation")
+        let end = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(ids[0]), "idempotency_key": "end-1"],
+                           as: w.sender.credential)
+        XCTAssertEqual(end.status, 202, end.text)
+        XCTAssertEqual(try counted(), try rows(), "ending is still live")
+        try env.db.system { c in
+            try c.execute("UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = ANY($2::text[])",
+                          [tenant, PostgresTextArray(Array(ids[0..<3]))])
+            try c.execute("UPDATE targets SET status = 'creation_failed', ended_at = now() WHERE tenant_id = $1 AND id = $2", [tenant, ids[3]])
+            // A terminal status changed to the other terminal status, and one made live again: only leaving or entering counts.
+            try c.execute("UPDATE targets SET status = 'ended' WHERE tenant_id = $1 AND id = $2", [tenant, ids[3]])
+            try c.execute("UPDATE targets SET status = 'ready' WHERE tenant_id = $1 AND id = $2", [tenant, ids[2]])
+        }
+        XCTAssertEqual(try counted(), 9 - 3)
+        XCTAssertEqual(try counted(), try rows(), "after bulk ends, a failed creation and a revived target")
+        try env.db.system { c in
+            try c.execute("DELETE FROM operations WHERE tenant_id = $1 AND target_id = ANY($2::text[])", [tenant, PostgresTextArray([ids[0], ids[4]])])
+            try c.execute("DELETE FROM targets WHERE tenant_id = $1 AND id = ANY($2::text[])", [tenant, PostgresTextArray([ids[0], ids[4]])])
+        }
+        XCTAssertEqual(try counted(), 9 - 4)
+        XCTAssertEqual(try counted(), try rows(), "deleting an ended target changes nothing, a live one counts down")
+        let other = try env.tenant(name: "Other")
+        XCTAssertEqual(try env.db.tenant(other.id) { c in try TenantCapStore.liveTargets(c, tenantId: other.id) }, 0, "per tenant")
+    }
+
     /// Post-commit hints are queued for the notifier thread (many callers at once, duplicates
     /// among them); every distinct hint arrives.
     func testQueuedNotificationsAllArrive() throws {
