@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import LiveRelayApp
 import LiveRelayCore
+import LiveRelayTestSupport
 
 /// The version is kept in one place (`LiveRelayVersion.current`, CONTRIBUTING.md "Releasing"):
 /// the executable, the changelog's newest released section and `openapi.yaml` agree with it.

@@ -8,6 +8,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// `deploy/bench/dispatch` (docs/delivery.md "Measuring"): drains queued updates through the
 /// dispatcher into a local HTTP/2 sink (TLS, answers 200 at once) via a minimal APNs-shaped
@@ -143,7 +144,7 @@ final class DispatchBenchTests: XCTestCase {
         }
         group.wait()
         let liveSeconds = Date().timeIntervalSince(liveStart)
-        try h.eventually(within: 60, "live phase done") {
+        try eventually("live phase done", within: 60) {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status IN ('queued', 'sending')", [t]).int("n") == 0
         }
         let liveLags = lags.m.withLock { $0 }.sorted()

@@ -10,6 +10,7 @@ import Logging
 import Metrics
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// A clock the test moves by hand.
 final class ManualClock: Sendable {
@@ -91,7 +92,7 @@ final class WebhookDeliveryTests: XCTestCase {
         while n < 100 {
             n += 1
             let want = n
-            h.eventually("attempt \(n)", within: 10) { ((try? attempts(failing.id)) ?? 0) >= want }
+            eventually("attempt \(n)", within: 10) { ((try? attempts(failing.id)) ?? 0) >= want }
             let row = try h.db.system { c in
                 try c.query("SELECT status, attempts, next_attempt_at FROM webhook_deliveries WHERE endpoint_id = $1", [failing.id])[0]
             }
@@ -127,7 +128,7 @@ final class WebhookDeliveryTests: XCTestCase {
         try receiver.setSecrets([ok.secret])
         let before = try attempts(failing.id)
         let ev = try record(t.id)
-        h.eventually("the enabled endpoint receives the event") { receiver.requests().contains { $0["event_id"]?.stringValue == ev } }
+        eventually("the enabled endpoint receives the event") { receiver.requests().contains { $0["event_id"]?.stringValue == ev } }
         XCTAssertEqual(try attempts(failing.id), before)
         XCTAssertEqual(try h.db.system { c in
             try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2", [failing.id, ev])[0].int("n")
@@ -142,13 +143,13 @@ final class WebhookDeliveryTests: XCTestCase {
         let e = try endpoint(t.master, path: "/status/503")
         _ = try record(t.id)
         clock.set(Date())
-        h.eventually("first attempt") { ((try? attempts(e.id)) ?? 0) >= 1 }
+        eventually("first attempt") { ((try? attempts(e.id)) ?? 0) >= 1 }
         XCTAssertNotNil(h.call("GET", "/v1/webhook-endpoints/\(e.id)", as: t.master)["id"])
         try h.db.system { c in _ = try c.execute("UPDATE webhook_endpoints SET url = $2 WHERE id = $1", [e.id, receiver.url("/ok")]) }
         try receiver.setSecrets([e.secret])
         clock.advance(1)
-        h.eventually("delivered on the retry") { receiver.requests().contains { $0["path"]?.stringValue == "/ok" } }
-        h.eventually("recorded") {
+        eventually("delivered on the retry") { receiver.requests().contains { $0["path"]?.stringValue == "/ok" } }
+        eventually("recorded") {
             (try? h.db.system { c in try c.query("SELECT status FROM webhook_deliveries WHERE endpoint_id = $1", [e.id])[0].string("status") }) == "delivered"
         }
         XCTAssertNil(try h.db.system { c in try c.query("SELECT failing_since FROM webhook_endpoints WHERE id = $1", [e.id])[0].optionalDate("failing_since") })
@@ -166,7 +167,7 @@ final class WebhookDeliveryTests: XCTestCase {
             if clock.now < Date() { clock.set(Date()) }  // due from its commit on
             let id = r["id"]?.stringValue
             var got: JSONValue?
-            h.eventually("test event delivered") { got = receiver.requests().first { $0["event_id"]?.stringValue == id }; return got != nil }
+            eventually("test event delivered") { got = receiver.requests().first { $0["event_id"]?.stringValue == id }; return got != nil }
             return got ?? .null
         }
         func v1s(_ r: JSONValue) -> Int { (r["signature"]?.stringValue ?? "").components(separatedBy: "v1=").count - 1 }
@@ -217,7 +218,7 @@ final class WebhookDeliveryTests: XCTestCase {
                                                          "idempotency_key": "ssrf"], as: t.master)
         let id = try XCTUnwrap(r["id"]?.stringValue)
         _ = try record(t.id)
-        h.eventually("attempted") { ((try? attempts(id)) ?? 0) >= 1 }
+        eventually("attempted") { ((try? attempts(id)) ?? 0) >= 1 }
         let log = h.call("GET", "/v1/webhook-endpoints/\(id)/deliveries", as: t.master)
         let err = log["data"]?.arrayValue?.first?["error"]?.stringValue ?? ""
         XCTAssertTrue(err.hasPrefix("address refused: ") && err.hasSuffix("is not a public address"), err)

@@ -11,6 +11,7 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
+import LiveRelayTestSupport
 
 /// Events and webhooks end to end (docs/webhooks.md): the README tour's changes on a simulated
 /// iOS device, through the real dispatcher and the APNs sandbox, each produce exactly the event
@@ -56,7 +57,7 @@ final class WebhookEventTests: XCTestCase {
     }
 
     func waitForNewTypes(_ master: String, after seen: inout Int, count: Int, file: StaticString = #filePath, line: UInt = #line) -> [String] {
-        h.eventually("\(count) new events", file: file, line: line) { events(master).count >= seen + count }
+        eventually("\(count) new events", file: file, line: line) { events(master).count >= seen + count }
         Thread.sleep(forTimeInterval: 0.3)  // anything extra the change made would be in the same commit; let late ones show
         return newTypes(master, after: &seen)
     }
@@ -157,7 +158,7 @@ final class WebhookEventTests: XCTestCase {
         // Every event reached the receiver, signed with the endpoint's secret, with the headers.
         let ids = Set(events(tenant.master).compactMap { $0["id"]?.stringValue })
         XCTAssertEqual(ids.count, 9)
-        h.eventually("every event delivered") { Set(receiver.requests().compactMap { $0["event_id"]?.stringValue }).isSuperset(of: ids) }
+        eventually("every event delivered") { Set(receiver.requests().compactMap { $0["event_id"]?.stringValue }).isSuperset(of: ids) }
         for r in receiver.requests() {
             XCTAssertEqual(r["verified"], true, "the README receiver verifies \(r)")
             XCTAssertEqual(r["content_type"]?.stringValue, "application/json")

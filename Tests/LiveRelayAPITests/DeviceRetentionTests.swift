@@ -6,6 +6,7 @@ import LiveRelayStore
 import Logging
 import Postgres
 @testable import LiveRelayApp
+import LiveRelayTestSupport
 
 /// docs/templates.md retention through the API and the GC with an injected clock: pins, the 7-day rule,
 /// 64 versions / 256 MiB per binding, `409 TEMPLATE_RETENTION_LIMIT`.
@@ -160,7 +161,7 @@ final class DeviceRetentionTests: XCTestCase {
         // (with an injected clock) and logs it.
         XCTAssertEqual(env.call("POST", "/v1/remote-updates/sender-keys/\(key.id)/revoke", [:], as: t.master).status, 200)
         XCTAssertEqual(ids(try collect(after: 6 * day + 23 * 3600)), [])
-        let lines = LogCapture()
+        let lines = LineCapture()
         let svc = MaintenanceService(db: env.db, log: Logger(minimum: .info, sink: { lines.append($0) }), interval: 3600,
                                      now: { Date().addingTimeInterval(7 * 86_400 + 60) })
         XCTAssertEqual(ids(svc.runOnce()), [v3.tv])

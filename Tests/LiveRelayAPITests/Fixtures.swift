@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// Objects the tenancy tests need, made through the API where it exists and straight in the
 /// database where a later endpoint will make them (start targets).
@@ -61,19 +62,6 @@ enum Fixtures {
             throw FixtureFailure("installation registration failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
         }
         return Installation(id: id, credential: cred)
-    }
-
-    /// Polls `condition` every 20 ms for up to `seconds`; fails the test if it never holds.
-    /// Returns the time it took, in seconds.
-    @discardableResult
-    static func eventually(within seconds: Double = 3, file: StaticString = #filePath, line: UInt = #line, _ condition: () -> Bool) throws -> Double {
-        let start = Date()
-        while Date().timeIntervalSince(start) < seconds {
-            if condition() { return Date().timeIntervalSince(start) }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        XCTFail("condition not met within \(seconds) s", file: file, line: line)
-        return seconds
     }
 }
 
