@@ -210,7 +210,7 @@ final class DispatchBenchTests: XCTestCase {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
             try loadQueue(h, tenant: ts, installation: insts, prefix: "small", count: 1000)
             claimSmall = claimP50(60)
-            try h.db.tenant(ts) { c in try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts]) }
+            _ = try h.db.tenant(ts) { c in try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts]) }
             let tl = try h.tenant(quota: 100_000_000), il = try h.installation(tl)
             let t0 = Date()
             try loadQueue(h, tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)

@@ -96,7 +96,7 @@ final class DispatchFairnessTests: XCTestCase {
         ph.source.set(a, creds); ph.source.set(b, creds)
         h.dispatcher(ph.sender)
         // The dispatcher is busy with tenant A before B writes.
-        try eventually("tenant A is being delivered", within: 30) { ph.sandbox.deliveries(provider: "apns").count >= 50 }
+        eventually("tenant A is being delivered", within: 30) { ph.sandbox.deliveries(provider: "apns").count >= 50 }
 
         try h.update(b, target: tgtB, state: ["eta": 3])
         let committed = Date()

@@ -23,7 +23,7 @@ final class ProviderCredentialSourceTests: XCTestCase {
         self.database = database
         pool = PostgresPool(conninfo: database.conninfo, maxConnections: 4, acquireTimeoutSeconds: 5)
         db = Database(pool: pool)
-        try db.system { c in try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ('ten_db', 'T', 100)") }
+        _ = try db.system { c in try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ('ten_db', 'T', 100)") }
     }
 
     override func tearDown() {
@@ -80,7 +80,7 @@ final class ProviderCredentialSourceTests: XCTestCase {
         XCTAssertNil(fcm2.lastFailureAt)
 
         // Cached for the TTL: a deleted row is still used until the cache expires or is invalidated.
-        try db.tenant("ten_db") { c in try c.execute("DELETE FROM fcm_credentials WHERE tenant_id = 'ten_db'") }
+        _ = try db.tenant("ten_db") { c in try c.execute("DELETE FROM fcm_credentials WHERE tenant_id = 'ten_db'") }
         assertAccepted(sender.send(h.androidPush(tenant: "ten_db")))
         h.clock.advance(61)
         if case .noCredentials = sender.send(h.androidPush(tenant: "ten_db")) {} else { XCTFail("cache outlived its TTL") }

@@ -52,7 +52,7 @@ final class SimulateDeviceCLITests: XCTestCase {
 
         // `run` in the background, printing to a file.
         let logURL = h.workDir.appendingPathComponent("run.log")
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         let run = Process()
         run.executableURL = URL(fileURLWithPath: try Self.executable())
         run.arguments = ["simulate-device", "run", "--interval", "0.1", "--timeout", "120", "--state-file", stateFile]

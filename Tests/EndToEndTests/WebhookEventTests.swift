@@ -66,7 +66,7 @@ final class WebhookEventTests: XCTestCase {
         try h.requireDispatcher()
         try startWorker()
         let tenant = try h.tenantWithSandboxCredentials(appId: Self.appId)
-        try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 2 WHERE tenant_id = $1", [tenant.id]) }
+        _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 2 WHERE tenant_id = $1", [tenant.id]) }
         let created = h.call("POST", "/v1/webhook-endpoints", ["url": .string(receiver.url()), "events": ["*"],
                                                                "idempotency_key": "hook-1"], as: tenant.master)
         XCTAssertEqual(created.status, 201, "\(created)")
@@ -115,7 +115,7 @@ final class WebhookEventTests: XCTestCase {
         XCTAssertEqual(newTypes(tenant.master, after: &seen), [], "a refused write is no event (and quota.exhausted comes once a day)")
 
         // APNs refuses the next update (413) → operation.failed.
-        try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 1000 WHERE tenant_id = $1", [tenant.id]) }
+        _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 1000 WHERE tenant_id = $1", [tenant.id]) }
         _ = try sandboxFault(["provider": "apns", "status": 413, "reason": "PayloadTooLarge", "times": 1])
         let up3 = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", [
             "target_id": .string(tgt), "state": ["message": "Almost there"], "expected_revision": 2, "idempotency_key": "up-3"], as: sender)

@@ -24,7 +24,7 @@ final class AuthorizationMatrixTests: XCTestCase {
         let revokedSender = try Fixtures.senderKey(env, master: t.master, targets: [st])
         XCTAssertEqual(env.call("POST", "/v1/remote-updates/sender-keys/\(revokedSender.id)/revoke", [:], as: t.master).status, 200)
         let expiredSender = try Fixtures.senderKey(env, master: t.master, targets: [st])
-        try env.db.system { c in try c.execute("UPDATE sender_keys SET expires_at = now() - interval '1 second' WHERE id = $1", [expiredSender.id]) }
+        _ = try env.db.system { c in try c.execute("UPDATE sender_keys SET expires_at = now() - interval '1 second' WHERE id = $1", [expiredSender.id]) }
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         var badChecksum = Array(t.master)
         badChecksum[badChecksum.count - 1] = badChecksum.last == "A" ? "B" : "A"

@@ -136,7 +136,7 @@ final class DeviceTokenTests: XCTestCase {
         XCTAssertEqual(try stored()?["revision"], .int(3))
 
         // The target moves on: the stored report is about an older revision → stale.
-        try env.db.tenant(t.id) { c in try c.execute("UPDATE targets SET revision = 5 WHERE tenant_id = $1 AND id = $2", [t.id, tgt]) }
+        _ = try env.db.tenant(t.id) { c in try c.execute("UPDATE targets SET revision = 5 WHERE tenant_id = $1 AND id = $2", [t.id, tgt]) }
         let old = report(4, .int(2))
         XCTAssertEqual(old["stored"], .bool(true))
         XCTAssertEqual(old["last_render_report"]?["stale"], .bool(true))

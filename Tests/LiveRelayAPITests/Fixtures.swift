@@ -110,7 +110,7 @@ extension Fixtures {
     static func liveTarget(_ env: TestEnvironment, tenant: String, installation: String, templateVersion: String,
                            startTarget: String? = nil, revision: Int64 = 1, status: String = "ready") throws -> String {
         let id = Identifier.make(.target)
-        try env.db.tenant(tenant) { c in
+        _ = try env.db.tenant(tenant) { c in
             try c.execute("""
                 INSERT INTO targets (tenant_id, id, installation_id, start_target_id, origin, activity_type, template_version, status,
                                      revision, state)

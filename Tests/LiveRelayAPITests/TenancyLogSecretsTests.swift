@@ -56,7 +56,10 @@ final class TenancyLogSecretsTests: TenancyTestCase {
 
         let received = self.received.withLock { $0 }
         XCTAssertGreaterThanOrEqual(received.count, 9, "the flow handed out the credentials it should have")
-        Thread.sleep(forTimeInterval: 0.2)
+        // Access-log lines are written after the response: wait for them, not for a guessed time.
+        eventually("the access log lines arrive", within: 10) {
+            env.logText.contains("\"msg\":\"request\"") && env.logText.components(separatedBy: "\n").count > 15
+        }
         let logs = env.logText
         XCTAssertTrue(logs.contains("\"msg\":\"request\""), "the access log was captured")
         XCTAssertGreaterThan(logs.components(separatedBy: "\n").count, 15)
