@@ -45,15 +45,18 @@ let package = Package(
         .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
-        .testTarget(name: "JSONTests", dependencies: ["JSON"]),
-        .testTarget(name: "PostgresTests", dependencies: ["Postgres", "Crypto"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["HTTPServer", "JSON", "Metrics"]),
-        .testTarget(name: "CryptoTests", dependencies: ["Crypto", "JSON"]),
-        .testTarget(name: "HTTP2Tests", dependencies: ["HTTP2", "Crypto", "JSON"]),
-        .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayCore", "JSON"]),
-        .testTarget(name: "DeliveryTests", dependencies: ["Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
-        .testTarget(name: "CLITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
-        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
+        // The fixtures every suite shares (FixtureFailure, eventually, TestDatabase, child
+        // processes, a blocking HTTP client) live in one target (CONTRIBUTING.md "Test").
+        .target(name: "LiveRelayTestSupport", dependencies: ["Postgres"], path: "Tests/LiveRelayTestSupport"),
+        .testTarget(name: "JSONTests", dependencies: ["LiveRelayTestSupport", "JSON"]),
+        .testTarget(name: "PostgresTests", dependencies: ["LiveRelayTestSupport", "Postgres", "Crypto"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["LiveRelayTestSupport", "HTTPServer", "JSON", "Metrics"]),
+        .testTarget(name: "CryptoTests", dependencies: ["LiveRelayTestSupport", "Crypto", "JSON"]),
+        .testTarget(name: "HTTP2Tests", dependencies: ["LiveRelayTestSupport", "HTTP2", "Crypto", "JSON"]),
+        .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayTestSupport", "LiveRelayCore", "JSON"]),
+        .testTarget(name: "DeliveryTests", dependencies: ["LiveRelayTestSupport", "Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
+        .testTarget(name: "CLITests", dependencies: ["LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
+        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"]),
+        .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
     ]
 )

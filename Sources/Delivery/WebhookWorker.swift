@@ -16,6 +16,10 @@ public struct WebhookWorkerConfiguration: Sendable {
     /// Most attempts in flight to one endpoint, so a slow receiver cannot take every thread
     /// (default: half the threads, at least 1).
     public var perEndpointInFlight: Int
+    /// Most attempts in flight for one tenant, whatever its number of endpoints, so one
+    /// tenant's slow receivers cannot hold another tenant's deliveries (default: half the
+    /// threads, at least 1).
+    public var perTenantInFlight: Int
     /// How often the claimer looks for due deliveries when idle, seconds.
     public var pollIntervalSeconds: Double = 0.05
     /// How long a claimed delivery is leased, seconds (≥ the HTTP total timeout): a worker that
@@ -27,12 +31,14 @@ public struct WebhookWorkerConfiguration: Sendable {
         self.workerId = workerId
         self.concurrency = concurrency
         perEndpointInFlight = max(1, concurrency / 2)
+        perTenantInFlight = max(1, concurrency / 2)
     }
 }
 
 /// Delivers queued webhook deliveries (docs/webhooks.md "Delivery"), at least once: a claimer
-/// thread leases due deliveries fairly (round-robin over endpoints, at most
-/// `perEndpointInFlight` per endpoint) and hands them to `concurrency` sender threads, each of
+/// thread leases due deliveries fairly (round-robin over tenants, then over a tenant's
+/// endpoints; at most `perTenantInFlight` per tenant and `perEndpointInFlight` per endpoint,
+/// `WebhookStore.claim`) and hands them to `concurrency` sender threads, each of
 /// which signs the event afresh (`WebhookSignature`, every active secret), POSTs it through
 /// `WebhookHTTPClient` and records the attempt and its consequence (delivered, retry after
 /// `WebhookRules.retryDelay`, given up, endpoint disabled) in one transaction. The clock and the
@@ -55,7 +61,8 @@ public final class WebhookWorker: @unchecked Sendable {
     let lag: Histogram
     private let condition = NSCondition()
     private var queue: [WebhookJob] = []
-    private var inFlight: [String: Int] = [:]
+    private var inFlight: [String: Int] = [:]  // by endpoint id: claimed, queued or being attempted
+    private var tenantInFlight: [String: Int] = [:]  // the same by tenant id
     private var total = 0
     private var stopping = false
     private var threads = 0
@@ -117,21 +124,25 @@ public final class WebhookWorker: @unchecked Sendable {
             condition.lock()
             if stopping { condition.unlock(); return }
             let free = configuration.concurrency - total - queue.count
-            let busy = inFlight.filter { $0.value >= configuration.perEndpointInFlight }.map(\.key)
+            let shares = WebhookClaimShares(perEndpoint: configuration.perEndpointInFlight, perTenant: configuration.perTenantInFlight,
+                                            inFlightByEndpoint: inFlight, inFlightByTenant: tenantInFlight)
             condition.unlock()
             var claimed: [WebhookJob] = []
             if free > 0 {
                 do {
                     claimed = try db.system { c in
                         try WebhookStore.claim(c, owner: configuration.workerId, now: now(), limit: free,
-                                               leaseSeconds: configuration.leaseSeconds, busy: busy)
+                                               leaseSeconds: configuration.leaseSeconds, shares: shares)
                     }
                 } catch {
                     log.warning("webhook claim failed", ["error": .string(String(describing: error))])
                 }
             }
             condition.lock()
-            for j in claimed { inFlight[j.endpointId, default: 0] += 1 }
+            for j in claimed {
+                inFlight[j.endpointId, default: 0] += 1
+                tenantInFlight[j.tenantId, default: 0] += 1
+            }
             queue.append(contentsOf: claimed)
             condition.broadcast()
             if claimed.isEmpty || configuration.concurrency - total - queue.count <= 0 {
@@ -156,6 +167,8 @@ public final class WebhookWorker: @unchecked Sendable {
             total -= 1
             inFlight[job.endpointId, default: 1] -= 1
             if inFlight[job.endpointId] == 0 { inFlight[job.endpointId] = nil }
+            tenantInFlight[job.tenantId, default: 1] -= 1
+            if tenantInFlight[job.tenantId] == 0 { tenantInFlight[job.tenantId] = nil }
             condition.broadcast()
             condition.unlock()
         }

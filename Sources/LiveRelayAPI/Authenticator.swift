@@ -40,6 +40,11 @@ public final class Authenticator: Sendable {
     let stopping = Atomic<Bool>(false)
     let listenerDone = DispatchSemaphore(value: 0)
     let listenerStarted = Atomic<Bool>(false)
+    private let listenerConnected = Atomic<Bool>(false)
+
+    /// True while the invalidation listener holds a connection that LISTENs (from then on a
+    /// revocation NOTIFY reaches this cache); false before it connects and while it reconnects.
+    public var isListening: Bool { listenerConnected.load(ordering: .acquiring) }
     /// Bounds on verifications that miss the cache.
     let limits: AuthLimits
     /// Remembered failures and per-address failure buckets.
@@ -212,9 +217,11 @@ public final class Authenticator: Sendable {
                         try c.listen(CredentialLookup.invalidationChannel)
                         conn = c
                         invalidate("*")  // anything may have been missed while not listening
+                        listenerConnected.store(true, ordering: .releasing)
                     }
                     for n in try conn!.waitForNotifications(timeoutSeconds: 0.25) { invalidate(n.payload) }
                 } catch {
+                    listenerConnected.store(false, ordering: .releasing)
                     conn?.close()
                     conn = nil
                     invalidate("*")

@@ -3,6 +3,7 @@ import HTTPServer
 import JSON
 import LiveRelayCore
 import LiveRelayStore
+import Logging
 import Postgres
 
 /// docs/endpoints.md "Service" endpoints (no credential, no tenant data) and capabilities.
@@ -23,26 +24,37 @@ enum ServiceHandlers {
         }
     }
 
-    /// 200 when the database answers and every migration file is applied; 503 otherwise,
-    /// with a reason that names no tenant and no internals beyond "database"/"migrations".
+    /// `/readyz` on the API port: `Readiness.response` over this API's pool and migrator.
     static func readyz(_ ctx: APIContext, _ req: HTTPRequest) -> HTTPResponse {
+        Readiness.response(pool: ctx.db.pool, migrator: ctx.migrator, log: ctx.log)
+    }
+}
+
+/// `GET /readyz`, the same on the API port and on a worker's metrics listener
+/// (docs/operations.md "Processes", docs/security.md "Input bounds").
+public enum Readiness {
+    /// `200 {"status": "ready"}` when the database answers and every migration file is applied
+    /// (`migrator` nil: the migration check is skipped); otherwise `503 {"status": "not_ready",
+    /// "reason": …}` with a reason in operator words that names no tenant, file, SQL or server
+    /// message — those go to `log` as a warning.
+    public static func response(pool: PostgresPool, migrator: Migrator?, log: Logger) -> HTTPResponse {
         do {
-            _ = try ctx.db.pool.withConnection { c in try c.query("SELECT 1 AS one") }
+            _ = try pool.withConnection { c in try c.query("SELECT 1 AS one") }
         } catch {
-            ctx.log.warning("readyz: database unreachable", ["error": .string("\(error)")])
+            log.warning("readyz: database unreachable", ["error": .string("\(error)")])
             return .json(503, ["status": "not_ready", "reason": "database unreachable"])
         }
-        if let m = ctx.migrator {
+        if let m = migrator {
             do {
-                let pending = try m.pending(pool: ctx.db.pool)
+                let pending = try m.pending(pool: pool)
                 if !pending.isEmpty {
                     return .json(503, ["status": "not_ready", "reason": "migrations pending", "pending": .array(pending.map(JSONValue.string))])
                 }
             } catch {
                 // The error text may name files and SQL: it goes to the log, not to this
                 // unauthenticated response.
-                ctx.log.warning("readyz: cannot compare migrations", ["error": .string("\(error)")])
-                return .json(503, ["status": "not_ready", "reason": .string(readyzReason(error))])
+                log.warning("readyz: cannot compare migrations", ["error": .string("\(error)")])
+                return .json(503, ["status": "not_ready", "reason": .string(ServiceHandlers.readyzReason(error))])
             }
         }
         return .json(200, ["status": "ready"])

@@ -28,6 +28,7 @@ import LiveRelayCore
 /// | `LIVERELAY_RETENTION_DAYS` | `retentionDays` (terminal targets and their operations) | 30 |
 /// | `LIVERELAY_WEBHOOK_ALLOW_PRIVATE` | `webhookAllowPrivate` (`1`: webhooks may use `http://` and private addresses, docs/webhooks.md) | unset |
 /// | `LIVERELAY_WEBHOOK_THREADS` | `webhookThreads` (webhook attempts in flight per process; `0`: this process delivers no webhooks) | 8 |
+/// | dispatcher, maintenance, metrics listener, migrations directory | `process` | `ProcessSettings` |
 public struct Configuration: Sendable {
     public var databaseURL: String?
     public var listenHost: String
@@ -63,6 +64,8 @@ public struct Configuration: Sendable {
     public var webhookAllowPrivate: Bool = false
     /// Webhook sender threads per process (0: no webhook worker).
     public var webhookThreads: Int = 8
+    /// Dispatcher, maintenance, metrics-listener and migrations settings (`ProcessSettings`).
+    public var process = ProcessSettings()
 
     /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
     public static func load(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
@@ -142,6 +145,9 @@ public struct Configuration: Sendable {
         let maxLiveTargets = int("LIVERELAY_MAX_LIVE_TARGETS_PER_TENANT", TenantLimits.defaultMaxLiveTargets, 1...1_000_000_000)
         let retentionDays = int("LIVERELAY_RETENTION_DAYS", TenantLimits.defaultRetentionDays, 1...3650)
         let allowPrivileged = env["LIVERELAY_ALLOW_PRIVILEGED_ROLE"] == "1"
+        var reader = EnvironmentReader(env)
+        let process = ProcessSettings.read(&reader)
+        problems += reader.problems
 
         if !problems.isEmpty { throw ConfigurationError(problems: problems) }
         var config = Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
@@ -154,6 +160,7 @@ public struct Configuration: Sendable {
         config.retentionDays = retentionDays
         config.webhookAllowPrivate = allowPrivate
         config.webhookThreads = webhookThreads
+        config.process = process
         return config
     }
 }

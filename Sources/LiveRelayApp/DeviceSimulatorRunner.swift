@@ -114,7 +114,7 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         try FileManager.default.createDirectory(at: stateFile.deletingLastPathComponent(), withIntermediateDirectories: true)
         let text = prettyJSON(state.json) + "\n"
         let tmp = stateFile.appendingPathExtension("tmp")
-        FileManager.default.createFile(atPath: tmp.path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(atPath: tmp.path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
         _ = try? FileManager.default.removeItem(at: stateFile)
         try FileManager.default.moveItem(at: tmp, to: stateFile)
     }

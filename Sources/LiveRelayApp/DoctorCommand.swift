@@ -101,9 +101,7 @@ enum DoctorCommand {
         // 1. configuration
         let config: Configuration
         do {
-            config = try Configuration.load(env)
-            _ = try WorkerCommand.dispatcherConfiguration(config, env: env)
-            _ = try OpsEndpoints.listenAddress(env)
+            config = try Configuration.load(env)  // every variable, the worker's too (ProcessSettings)
         } catch let e as ConfigurationError {
             for p in e.problems { report.add(.fail, "configuration", p) }
             return

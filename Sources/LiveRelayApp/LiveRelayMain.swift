@@ -1,13 +1,14 @@
 import Foundation
 import JSON
+import LiveRelayCore
 import LiveRelayAPI
 import LiveRelayStore
 import Logging
 
 /// Entry point of the `liverelay` executable (docs/configuration.md): one binary, subcommands.
 public enum LiveRelayMain {
-    /// The product version printed by `liverelay version`.
-    public static let version = "0.1.0"
+    /// The product version printed by `liverelay version` (`LiveRelayVersion.current`, the one place).
+    public static let version = LiveRelayVersion.current
 
     static let usage = """
     usage: liverelay <command> [options]

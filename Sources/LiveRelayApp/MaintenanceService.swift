@@ -39,13 +39,7 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     /// Default interval between GC passes, seconds.
     static let defaultIntervalSeconds: TimeInterval = 600
 
-    /// The interval from `LIVERELAY_GC_INTERVAL_SECONDS`, else the default.
-    static func intervalFromEnvironment(_ env: [String: String] = ProcessInfo.processInfo.environment) -> TimeInterval {
-        if let s = env["LIVERELAY_GC_INTERVAL_SECONDS"], let v = Double(s), v >= 1 { return v }
-        return defaultIntervalSeconds
-    }
-
-    init(db: Database, log: Logger, metrics: MetricsRegistry? = nil, interval: TimeInterval = MaintenanceService.intervalFromEnvironment(),
+    init(db: Database, log: Logger, metrics: MetricsRegistry? = nil, interval: TimeInterval = MaintenanceService.defaultIntervalSeconds,
          retentionDays: Int = TenantLimits.defaultRetentionDays, now: @escaping @Sendable () -> Date = Date.init) {
         self.retentionDays = retentionDays
         self.db = db

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import JSON
+import LiveRelayAPI
 import Logging
 import Metrics
 import Postgres
@@ -17,58 +18,24 @@ import Postgres
 ///
 /// Metric names and meanings: docs/operations.md ("Metrics").
 enum OpsEndpoints {
-    /// The variable naming the listener address.
-    static let variable = "LIVERELAY_METRICS_LISTEN"
-
-    /// `(host, port)` from `LIVERELAY_METRICS_LISTEN`, nil when unset or empty.
-    /// - Throws: `ConfigurationError` (one line naming the variable) for anything but `host:port`
-    ///   with a port in 0…65535.
-    static func listenAddress(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> (host: String, port: Int)? {
-        guard let v = env[variable], !v.isEmpty else { return nil }
-        guard let colon = v.lastIndex(of: ":"), let port = Int(v[v.index(after: colon)...]), (0...65535).contains(port) else {
-            throw ConfigurationError(problems: ["\(variable) must be host:port (e.g. 127.0.0.1:9464), got \(v.debugDescription)"])
-        }
-        var host = String(v[..<colon])
-        if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        return (host.isEmpty ? "0.0.0.0" : host, port)
-    }
-
     /// A router with the three endpoints over `metrics`, `pool` and `migrator`.
     static func router(metrics: MetricsRegistry, pool: PostgresPool, migrator: Migrator, log: Logger) -> Router {
         let r = Router()
         r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
-        r.add("GET", "/readyz") { _ in readiness(pool: pool, migrator: migrator, log: log) }
+        r.add("GET", "/readyz") { _ in Readiness.response(pool: pool, migrator: migrator, log: log) }
         r.add("GET", "/metrics") { _ in
             .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
         return r
     }
 
-    /// 200 when the database answers and every migration file is applied; 503 otherwise.
-    static func readiness(pool: PostgresPool, migrator: Migrator, log: Logger) -> HTTPResponse {
-        do {
-            _ = try pool.withConnection { c in try c.query("SELECT 1 AS one") }
-        } catch {
-            log.warning("readyz: database unreachable", ["error": .string("\(error)")])
-            return .json(503, ["status": "not_ready", "reason": "database unreachable"])
-        }
-        do {
-            let pending = try migrator.pending(pool: pool)
-            if !pending.isEmpty {
-                return .json(503, ["status": "not_ready", "reason": "migrations pending", "pending": .array(pending.map(JSONValue.string))])
-            }
-        } catch {
-            return .json(503, ["status": "not_ready", "reason": "migrations unreadable"])
-        }
-        return .json(200, ["status": "ready"])
-    }
-
-    /// Starts the listener when `LIVERELAY_METRICS_LISTEN` is set (2 threads; requests are
-    /// counted in `metrics` like the API's); returns it (to shut down), or nil when unset.
-    /// - Throws: `ConfigurationError` for a bad address, the server's error when it cannot bind.
+    /// Starts the listener on `listen` (`LIVERELAY_METRICS_LISTEN`, `ProcessSettings.metricsListen`;
+    /// 2 threads; requests are counted in `metrics` like the API's); returns it (to shut down),
+    /// or nil when `listen` is nil.
+    /// - Throws: the server's error when it cannot bind.
     static func start(metrics: MetricsRegistry, pool: PostgresPool, migrator: Migrator, log: Logger,
-                      env: [String: String] = ProcessInfo.processInfo.environment) throws -> HTTPServer? {
-        guard let (host, port) = try listenAddress(env) else { return nil }
+                      listen: (host: String, port: Int)?) throws -> HTTPServer? {
+        guard let (host, port) = listen else { return nil }
         let server = HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: 2),
                                 router: router(metrics: metrics, pool: pool, migrator: migrator, log: log), metrics: metrics,
                                 log: { _ in })

@@ -18,7 +18,7 @@ final class Runtime {
     init(config: Configuration, log: Logger) throws {
         self.config = config
         self.log = log
-        migrator = try Migrator(directory: try Self.migrationsDirectory())
+        migrator = try Migrator(directory: try Self.migrationsDirectory(config.process.migrationsDirectory))
         if let url = config.databaseURL {
             conninfo = url
             embedded = nil
@@ -65,17 +65,17 @@ final class Runtime {
         }
         let key = SecureRandom.bytes(32)
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: path, contents: Data((Data(key).base64EncodedString() + "\n").utf8),
+        _ = FileManager.default.createFile(atPath: path, contents: Data((Data(key).base64EncodedString() + "\n").utf8),
                                        attributes: [.posixPermissions: 0o600])
         log.info("generated a key-encryption key for embedded mode", ["path": .string(path)])
         return key
     }
 
-    /// The `Migrations/` directory: `LIVERELAY_MIGRATIONS_DIR`, `./Migrations`, or the
+    /// The `Migrations/` directory: `configured` (`LIVERELAY_MIGRATIONS_DIR`), `./Migrations`, or the
     /// repository the executable was built in (`<repo>/.build/<triple>/<config>/liverelay`).
-    static func migrationsDirectory() throws -> URL {
+    static func migrationsDirectory(_ configured: String?) throws -> URL {
         var candidates: [String] = []
-        if let d = ProcessInfo.processInfo.environment["LIVERELAY_MIGRATIONS_DIR"], !d.isEmpty { candidates.append(d) }
+        if let configured { candidates.append(configured) }
         candidates.append(FileManager.default.currentDirectoryPath + "/Migrations")
         if let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") {
             var u = URL(fileURLWithPath: exe).deletingLastPathComponent()

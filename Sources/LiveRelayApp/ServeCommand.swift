@@ -16,30 +16,25 @@ import Postgres
 enum ServeCommand {
     static func run(config: Configuration, log: Logger, withDispatcher: Bool = false) throws {
         ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
-        _ = try OpsEndpoints.listenAddress()  // a bad address is reported before anything starts
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: config.databasePoolSize)
         let db = Database(pool: pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
-        let auth = Authenticator(db: db, log: log.with(["component": "auth"]))
-        auth.startInvalidationListener(conninfo: rt.conninfo)
-        let events = EventWaiter(log: log.with(["component": "events"]))
-        events.start(conninfo: rt.conninfo)
         let channels = try WorkerCommand.makeChannelManager(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
-        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
-                             events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
-                             webhookAllowPrivate: config.webhookAllowPrivate,
-                             limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
-                             channels: channels.manager)
-        let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
-        let server = HTTPServer(configuration: httpConfig, router: router, metrics: metrics, log: { line in log.raw(line) })
-        try server.start()
+        let api = try APIStack(db: db, conninfo: rt.conninfo, log: log, http: httpConfig, metrics: metrics, serverLog: { line in log.raw(line) }) { auth, events in
+            APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
+                       events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
+                       webhookAllowPrivate: config.webhookAllowPrivate,
+                       limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
+                       channels: channels.manager)
+        }
         let maintenance = log.context["component"] == "api" ? nil
-            : MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics, retentionDays: config.retentionDays)
+            : MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
+                                 interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
         maintenance?.start()
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?
@@ -48,7 +43,7 @@ enum ServeCommand {
         if withDispatcher {
             let push = try WorkerCommand.makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
             let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
-                               configuration: try WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
+                               configuration: WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
             d.start()
             dispatcher = d
             channelWorker = WorkerCommand.makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
@@ -61,21 +56,22 @@ enum ServeCommand {
         }
         // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second
         // listener, started once every component registered its metrics.
-        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
-        log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(server.port)"),
+        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+                                         listen: config.process.metricsListen)
+        log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(api.server.port)"),
                                          "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
         let signal = waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance?.stop()
-        server.shutdown(drainTimeoutSeconds: 30)
+        api.server.shutdown(drainTimeoutSeconds: 30)
         ops?.shutdown(drainTimeoutSeconds: 2)
         channelWorker?.stop(timeoutSeconds: 10)
         dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
         channels.stop()
         webhooks?.stop(timeoutSeconds: 15)
         stopSender?()
-        auth.stop()
-        events.stop()
+        api.auth.stop()
+        api.events.stop()
         db.flushNotifications()
         pool.close()
         log.info("stopped")

@@ -15,26 +15,21 @@ import Postgres
 /// needs no `serve`. With `LIVERELAY_METRICS_LISTEN` set it serves `/metrics`, `/healthz` and
 /// `/readyz` there (`OpsEndpoints`; docs/operations.md "Metrics").
 ///
-/// Extra settings (environment):
-/// | variable | meaning | default |
-/// | --- | --- | --- |
-/// | `LIVERELAY_DISPATCH_THREADS` | sender threads (blocking provider calls) | 16 |
-/// | `LIVERELAY_DISPATCH_BATCH` | operations per claim / apply transaction | 64 |
-/// | `LIVERELAY_DISPATCH_LEASE_SECONDS` | lease length (heartbeat every third) | 30 |
-/// | `LIVERELAY_WORKER_ID` | lease owner name | `<host>-<pid>-<random>` |
-/// | `LIVERELAY_METRICS_LISTEN` | `host:port` of `/metrics`, `/healthz`, `/readyz` | unset: none |
+/// Its settings (`LIVERELAY_DISPATCH_*`, `LIVERELAY_WORKER_ID`, `LIVERELAY_GC_INTERVAL_SECONDS`,
+/// `LIVERELAY_METRICS_LISTEN`) are read and validated with the rest by `Configuration.load`
+/// (`ProcessSettings`).
 enum WorkerCommand {
     static func run(config: Configuration, log: Logger) throws {
         ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
-        let dispatchConfig = try dispatcherConfiguration(config)
-        _ = try OpsEndpoints.listenAddress()  // a bad address is reported before anything starts
+        let dispatchConfig = dispatcherConfiguration(config)
         let pool = try rt.openDatabase(poolSize: min(config.databasePoolSize, 8))
         let db = Database(pool: pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
-        let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics, retentionDays: config.retentionDays)
+        let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
+                                             interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
         maintenance.start()
         let push = try makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
         let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
@@ -45,7 +40,8 @@ enum WorkerCommand {
         let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
         webhooks?.start()
         // After every component registered its metrics, so the first scrape sees them all.
-        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]))
+        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+                                         listen: config.process.metricsListen)
         log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
@@ -63,46 +59,22 @@ enum WorkerCommand {
     /// The webhook delivery worker of `serve` and `worker` (docs/webhooks.md "Delivery"): libcurl
     /// client trusting the system CAs plus `LIVERELAY_EXTRA_CA_FILE`, lease owner
     /// `LIVERELAY_WORKER_ID` (or a generated one), `LIVERELAY_WEBHOOK_THREADS` senders.
-    static func makeWebhookWorker(config: Configuration, db: Database, kek: [UInt8], metrics: MetricsRegistry, log: Logger,
-                                  env: [String: String] = ProcessInfo.processInfo.environment) throws -> WebhookWorker {
+    static func makeWebhookWorker(config: Configuration, db: Database, kek: [UInt8], metrics: MetricsRegistry, log: Logger) throws -> WebhookWorker {
         let client = try WebhookHTTPClient(configuration: WebhookHTTPConfiguration(allowPrivate: config.webhookAllowPrivate,
                                                                                      extraCAFile: config.extraCAFile))
-        let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
+        let id = config.process.workerId ?? DispatcherConfiguration.defaultWorkerId()
         let wc = WebhookWorkerConfiguration(workerId: id, concurrency: config.webhookThreads)
         return WebhookWorker(db: db, kek: try AESGCM(key: kek), client: client, configuration: wc, metrics: metrics, log: log)
     }
 
-    /// The dispatcher settings from `config` and the `LIVERELAY_DISPATCH_*` variables.
-    static func dispatcherConfiguration(_ config: Configuration,
-                                        env: [String: String] = ProcessInfo.processInfo.environment) throws -> DispatcherConfiguration {
-        var problems: [String] = []
-        func int(_ k: String, _ def: Int, _ range: ClosedRange<Int>) -> Int {
-            guard let s = env[k], !s.isEmpty else { return def }
-            guard let v = Int(s), range.contains(v) else {
-                problems.append("\(k) must be an integer in \(range.lowerBound)...\(range.upperBound), got \(s.debugDescription)")
-                return def
-            }
-            return v
-        }
-        let threads = int("LIVERELAY_DISPATCH_THREADS", 4, 1...512)
-        let batch = int("LIVERELAY_DISPATCH_BATCH", 64, 1...1000)
-        let lease = int("LIVERELAY_DISPATCH_LEASE_SECONDS", 30, 3...3600)
-        let inFlight = int("LIVERELAY_DISPATCH_MAX_IN_FLIGHT", 4096, 1...100_000)
-        if !problems.isEmpty { throw ConfigurationError(problems: problems) }
-        let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
-        return DispatcherConfiguration(workerId: id, senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
-                                       leaseSeconds: Double(lease), defaultExpirationSeconds: config.defaultExpirationSeconds,
-                                       eventDrivenMaxOutstanding: inFlight)
-    }
-
-    /// `LIVERELAY_DISPATCH_CONNECTIONS`: HTTP/2 connections per (team, key, environment) pool
-    /// (1…64, default 4; docs/delivery.md "Sending").
-    static func dispatchConnections(env: [String: String] = ProcessInfo.processInfo.environment) throws -> Int {
-        guard let s = env["LIVERELAY_DISPATCH_CONNECTIONS"], !s.isEmpty else { return 4 }
-        guard let v = Int(s), (1...64).contains(v) else {
-            throw ConfigurationError(problems: ["LIVERELAY_DISPATCH_CONNECTIONS must be an integer in 1...64, got \(s.debugDescription)"])
-        }
-        return v
+    /// The dispatcher settings from `config` (`ProcessSettings`: the `LIVERELAY_DISPATCH_*`
+    /// variables and `LIVERELAY_WORKER_ID`, validated by `Configuration.load`).
+    static func dispatcherConfiguration(_ config: Configuration) -> DispatcherConfiguration {
+        let p = config.process
+        return DispatcherConfiguration(workerId: p.workerId ?? DispatcherConfiguration.defaultWorkerId(), senderThreads: p.dispatchThreads,
+                                       claimBatchSize: p.dispatchBatch, applyBatchSize: p.dispatchBatch,
+                                       leaseSeconds: Double(p.dispatchLeaseSeconds), defaultExpirationSeconds: config.defaultExpirationSeconds,
+                                       eventDrivenMaxOutstanding: p.dispatchMaxInFlight)
     }
 
     /// The APNs/FCM client for this process. Until the provider clients are wired in here,
@@ -114,7 +86,7 @@ enum WorkerCommand {
     /// DELETE on any node reaches this process within a second).
     static func makePushSender(config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
                                log: Logger) throws -> (sender: any PushSender, stop: () -> Void) {
-        let endpoints = config.providerEndpoints(maxConnectionsPerPool: try dispatchConnections())
+        let endpoints = config.providerEndpoints(maxConnectionsPerPool: config.process.dispatchConnections)
         let (sender, credentials) = ProviderSender.make(db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
                                                         log: log.with(["component": "provider"]))
         credentials.startChangeListener(conninfo: conninfo)

@@ -190,23 +190,38 @@ public enum WebhookStore {
 
     /// Claims up to `limit` due deliveries (system scope) for `owner`, leasing each for
     /// `leaseSeconds` by moving its due time: a worker that dies mid-attempt leaves the delivery
-    /// due again when the lease ends (at least once). Fair: deliveries are taken round-robin
-    /// across endpoints (the first due delivery of every endpoint before the second of any),
-    /// endpoints in `busy` are skipped, and only enabled endpoints are served (webhook.test
-    /// also reaches a disabled one).
+    /// due again when the lease ends (at least once). Only enabled endpoints are served
+    /// (webhook.test also reaches a disabled one).
+    ///
+    /// Fair per tenant, then per endpoint (docs/webhooks.md "Delivery"): a claim adds at most
+    /// `shares.perEndpoint` minus what is in flight to an endpoint, and at most `shares.perTenant`
+    /// minus what is in flight for its tenant, and takes deliveries round-robin — every tenant's
+    /// first before any tenant's second, and within a tenant every endpoint's first before any
+    /// endpoint's second. So one tenant's slow endpoints never hold more than its share of the
+    /// worker's threads. Candidates are the 2,000 earliest due deliveries.
     public static func claim(_ c: PostgresConnection, owner: String, now: Date, limit: Int, leaseSeconds: Double,
-                             busy: [String]) throws -> [WebhookJob] {
-        try c.query("""
-            WITH due AS (
-              SELECT d.tenant_id, d.endpoint_id, d.event_id,
-                     row_number() OVER (PARTITION BY d.tenant_id, d.endpoint_id ORDER BY d.next_attempt_at, d.event_id) AS rn, d.next_attempt_at
+                             shares: WebhookClaimShares) throws -> [WebhookJob] {
+        let endpoints = shares.inFlightByEndpoint.sorted { $0.key < $1.key }
+        let tenants = shares.inFlightByTenant.sorted { $0.key < $1.key }
+        return try c.query("""
+            WITH cand AS (
+              SELECT d.tenant_id, d.endpoint_id, d.event_id, d.next_attempt_at,
+                     row_number() OVER (PARTITION BY d.tenant_id, d.endpoint_id ORDER BY d.next_attempt_at, d.event_id) AS rn_e
                 FROM (SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
                        ORDER BY next_attempt_at LIMIT 2000) d
                 JOIN webhook_endpoints e ON e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-               WHERE (e.status = 'enabled' OR d.event_type = 'webhook.test') AND NOT (d.endpoint_id = ANY($5::text[]))
+               WHERE (e.status = 'enabled' OR d.event_type = 'webhook.test')
+            ), endpoint_ok AS (
+              SELECT cand.*, row_number() OVER (PARTITION BY cand.tenant_id ORDER BY cand.rn_e, cand.next_attempt_at, cand.event_id) AS rn_t
+                FROM cand LEFT JOIN unnest($5::text[], $6::text[]::int[]) AS f(endpoint_id, n) ON f.endpoint_id = cand.endpoint_id
+               WHERE cand.rn_e <= $9 - COALESCE(f.n, 0)
+            ), due AS (
+              SELECT endpoint_ok.* FROM endpoint_ok
+                LEFT JOIN unnest($7::text[], $8::text[]::int[]) AS f(tenant_id, n) ON f.tenant_id = endpoint_ok.tenant_id
+               WHERE endpoint_ok.rn_t <= $10 - COALESCE(f.n, 0)
             ), picked AS (
               SELECT d.tenant_id, d.endpoint_id, d.event_id FROM webhook_deliveries d
-                JOIN (SELECT * FROM due ORDER BY rn, next_attempt_at LIMIT $2) p
+                JOIN (SELECT * FROM due ORDER BY rn_t, next_attempt_at, tenant_id, endpoint_id, event_id LIMIT $2) p
                   ON p.tenant_id = d.tenant_id AND p.endpoint_id = d.endpoint_id AND p.event_id = d.event_id
                WHERE d.status = 'pending' AND d.next_attempt_at <= $1
                  FOR UPDATE OF d SKIP LOCKED
@@ -221,7 +236,9 @@ public enum WebhookStore {
               FROM leased l
               JOIN webhook_endpoints e ON e.tenant_id = l.tenant_id AND e.id = l.endpoint_id
               JOIN events ev ON ev.tenant_id = l.tenant_id AND ev.id = l.event_id
-            """, [now, limit, leaseSeconds, owner, PostgresTextArray(busy)]).map(WebhookJob.init(row:))
+            """, [now, limit, leaseSeconds, owner, PostgresTextArray(endpoints.map(\.key)), PostgresTextArray(endpoints.map { String($0.value) }),
+                  PostgresTextArray(tenants.map(\.key)), PostgresTextArray(tenants.map { String($0.value) }),
+                  shares.perEndpoint, shares.perTenant]).map(WebhookJob.init(row:))
     }
 
     /// Records one attempt of `job` (system scope, one transaction): the log row, then the
@@ -281,5 +298,21 @@ public enum WebhookStore {
     /// Pending deliveries (system scope): the backlog, for metrics and benchmarks.
     public static func pendingCount(_ c: PostgresConnection) throws -> Int64 {
         try c.query("SELECT count(*)::bigint AS n FROM webhook_deliveries WHERE status = 'pending'")[0].int64("n")
+    }
+}
+
+/// What a webhook claim may add (`WebhookStore.claim`): the per-endpoint and per-tenant caps of
+/// attempts in flight and what the claiming worker already has in flight, by endpoint id and
+/// by tenant id.
+public struct WebhookClaimShares: Sendable {
+    public var perEndpoint: Int
+    public var perTenant: Int
+    public var inFlightByEndpoint: [String: Int]
+    public var inFlightByTenant: [String: Int]
+    public init(perEndpoint: Int, perTenant: Int, inFlightByEndpoint: [String: Int] = [:], inFlightByTenant: [String: Int] = [:]) {
+        self.perEndpoint = perEndpoint
+        self.perTenant = perTenant
+        self.inFlightByEndpoint = inFlightByEndpoint
+        self.inFlightByTenant = inFlightByTenant
     }
 }

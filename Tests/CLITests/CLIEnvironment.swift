@@ -1,8 +1,6 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import XCTest
+import LiveRelayTestSupport
 import Crypto
 import HTTPServer
 import JSON
@@ -11,117 +9,53 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
 
-/// A live LiveRelay API (in process, ephemeral port) over a fresh migrated database, and the
-/// real `liverelay` binary to run against it. Needs `LIVERELAY_TEST_DATABASE_URL` (set by
-/// deploy/local/test) and a built `.build/debug/liverelay`; tests skip without them.
+/// A live LiveRelay API (in process, ephemeral port, built by `APIStack` as `serve` builds it)
+/// over a fresh migrated database, and the real `liverelay` binary to run against it. Needs
+/// `LIVERELAY_TEST_DATABASE_URL` (set by deploy/local/test) and a built `.build/debug/liverelay`;
+/// throws `FixtureFailure` without them.
 final class CLIEnvironment: @unchecked Sendable {
-    let dbName: String
-    let conninfo: String
-    let adminConninfo: String
+    let database: TestDatabase
     let pool: PostgresPool
     let db: Database
-    let server: HTTPServer
-    let auth: Authenticator
-    let events: EventWaiter
-    let baseURL: String
+    let api: APIStack
     let binary: String
     let kek: [UInt8]
+    var conninfo: String { database.conninfo }
+    var baseURL: String { api.baseURL }
 
-    static var repoRoot: String {
-        ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-    }
+    static var repoRoot: String { TestDatabase.repoRoot }
 
-    /// The built executable: next to this test bundle (same build directory), else `.build/debug`.
-    static func locateBinary() -> String? {
-        var candidates: [String] = []
-        for b in Bundle.allBundles where b.bundlePath.hasSuffix(".xctest") {
-            candidates.append(URL(fileURLWithPath: b.bundlePath).deletingLastPathComponent().appendingPathComponent("liverelay").path)
-        }
-        candidates.append(repoRoot + "/.build/debug/liverelay")
-        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) }
-    }
+    static func make() throws -> CLIEnvironment { try CLIEnvironment(binary: try ChildProcess.liverelayExecutable()) }
 
-    static func make() throws -> CLIEnvironment {
-        guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
-        }
-        guard let bin = locateBinary() else { throw FixtureFailure("no built liverelay binary; run swift build first") }
-        return try CLIEnvironment(base: base, binary: bin)
-    }
-
-    private init(base: String, binary: String) throws {
+    private init(binary: String) throws {
         self.binary = binary
-        dbName = "lr_cli_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
-        adminConninfo = base
-        let migrator = try Migrator(directory: URL(fileURLWithPath: Self.repoRoot + "/Migrations"))
-        let admin = try PostgresConnection(base)
-        try admin.execute("CREATE DATABASE \(dbName)")
-        admin.close()
-        conninfo = base + (base.contains("?") ? "&" : "?") + "dbname=\(dbName)"
-        pool = PostgresPool(conninfo: conninfo, maxConnections: 8, acquireTimeoutSeconds: 5)
-        try migrator.migrate(pool: pool)
+        database = try TestDatabase(prefix: "lr_cli")
+        pool = PostgresPool(conninfo: database.conninfo, maxConnections: 8, acquireTimeoutSeconds: 5)
         db = Database(pool: pool)
         let log = Logger(minimum: .error, sink: { _ in })
-        auth = Authenticator(db: db, log: log)
-        auth.startInvalidationListener(conninfo: conninfo)
-        events = EventWaiter(log: log)
-        events.start(conninfo: conninfo)
-        kek = SecureRandom.bytes(32)
-        let metrics = MetricsRegistry()
-        let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: kek), log: log, metrics: metrics, migrator: migrator, events: events)
-        server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 4),
-                            router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
-        try server.start()
-        baseURL = "http://127.0.0.1:\(server.port)"
+        let kek = SecureRandom.bytes(32)
+        self.kek = kek
+        let (db, metrics, migrator) = (db, MetricsRegistry(), try TestDatabase.migrator())
+        api = try APIStack(db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 4),
+                           metrics: metrics, serverLog: { _ in }) { auth, events in
+            APIContext(db: db, auth: auth, kek: try AESGCM(key: kek), log: log, metrics: metrics, migrator: migrator, events: events)
+        }
     }
 
     func tearDown() {
-        server.shutdown(drainTimeoutSeconds: 5)
-        auth.stop()
-        events.stop()
+        api.stop(drainTimeoutSeconds: 5)
         pool.close()
-        Thread.sleep(forTimeInterval: 0.3)
-        if let admin = try? PostgresConnection(adminConninfo) {
-            _ = try? admin.execute("DROP DATABASE IF EXISTS \(dbName) WITH (FORCE)")
-            admin.close()
-        }
+        database.drop()
     }
 
-    struct Run {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-        var json: JSONValue { (try? JSONValue.parse(stdout)) ?? .null }
-    }
+    typealias Run = ChildProcessResult
 
-    /// Runs `liverelay args…` with `env` on top of a minimal environment; waits at most 60 s.
+    /// Runs `liverelay args…` with `env` on top of a minimal environment, in the repository root.
     func run(_ args: [String], env: [String: String] = [:], stdin: String? = nil) throws -> Run {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: binary)
-        p.arguments = args
         var e: [String: String] = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "LIVERELAY_LOG_LEVEL": "error"]
         for (k, v) in env { e[k] = v }
-        p.environment = e
-        p.currentDirectoryURL = URL(fileURLWithPath: Self.repoRoot)
-        let out = Pipe(), err = Pipe(), inp = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = inp
-        try p.run()
-        if let stdin { inp.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try? inp.fileHandleForWriting.close()
-        // Read both pipes concurrently so a full pipe never blocks the child.
-        let errData = Mutex<Data>(Data())
-        let reader = Thread { let d = err.fileHandleForReading.readDataToEndOfFile(); errData.withLock { $0 = d } }
-        reader.start()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        while !reader.isFinished { Thread.sleep(forTimeInterval: 0.01) }
-        return Run(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                   stderr: errData.withLock { String(decoding: $0, as: UTF8.self) })
+        return try ChildProcess.run(binary, args, environment: e, directory: URL(fileURLWithPath: Self.repoRoot), stdin: stdin)
     }
 
     /// `liverelay remote …` as `key` against this server.
@@ -138,19 +72,8 @@ final class CLIEnvironment: @unchecked Sendable {
 
     /// One API request (for setting up what the CLI then reads or writes).
     func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String) -> Reply {
-        var req = URLRequest(url: URL(string: baseURL + path)!)
-        req.httpMethod = method
-        req.setValue("Bearer \(credential)", forHTTPHeaderField: "Authorization")
-        if let body { req.httpBody = Data(body.serialized()); req.setValue("application/json", forHTTPHeaderField: "Content-Type") }
-        let done = DispatchSemaphore(value: 0)
-        let result = Mutex<(Int, [UInt8])>((-1, []))
-        URLSession.shared.dataTask(with: req) { data, resp, _ in
-            result.withLock { $0 = ((resp as? HTTPURLResponse)?.statusCode ?? -1, Array(data ?? Data())) }
-            done.signal()
-        }.resume()
-        done.wait()
-        let (s, b) = result.withLock { $0 }
-        return Reply(status: s, json: (try? JSONValue.parse(b)) ?? .null)
+        let r = TestHTTP.send(method, baseURL + path, body: body.map { $0.serialized() }, credential: credential)
+        return Reply(status: r.status, json: (try? JSONValue.parse(r.body)) ?? .null)
     }
 
     /// A tenant (through `liverelay admin tenants create`), an iOS installation with a ready
@@ -184,4 +107,9 @@ final class CLIEnvironment: @unchecked Sendable {
         guard let sender = sk.json["credential"]?.stringValue else { throw FixtureFailure("sender key failed: \(sk.status)") }
         return World(tenantId: tenant, master: master, sender: sender, startTarget: st, templateVersion: tv)
     }
+}
+
+extension ChildProcessResult {
+    /// Standard output parsed as one JSON document (`.null` when it is not one).
+    var json: JSONValue { (try? JSONValue.parse(stdout)) ?? .null }
 }

@@ -6,6 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 @testable import LiveRelayApp
+import LiveRelayTestSupport
 
 /// Issue 14 through the real binary and a real embedded cluster (docs/security.md): the role
 /// check at start, `liverelay gc` retention, and the embedded PostgreSQL refusing other local
@@ -18,7 +19,7 @@ final class HardeningCLITests: XCTestCase {
         let env = try CLIEnvironment.make()
         self.env = env
         let admin = try XCTUnwrap(ProcessInfo.processInfo.environment["LIVERELAY_TEST_ADMIN_DATABASE_URL"])
-        let superURL = admin + (admin.contains("?") ? "&" : "?") + "dbname=\(env.dbName)"
+        let superURL = admin + (admin.contains("?") ? "&" : "?") + "dbname=\(env.database.name)"
         let kek = Data(env.kek).base64EncodedString()
         let refused = try env.run(["admin", "tenants", "list"], env: ["DATABASE_URL": superURL, "LIVERELAY_KEK": kek])
         XCTAssertNotEqual(refused.status, 0, refused.stdout)
@@ -79,7 +80,7 @@ final class HardeningCLITests: XCTestCase {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("lr-embedded-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: base) }
-        let lines = LogCapture()
+        let lines = LineCapture()
         let pg = EmbeddedPostgres(home: base.appendingPathComponent("home"), log: Logger(minimum: .info, sink: { lines.append($0) }))
         try pg.start()
         defer { pg.stop() }
@@ -123,7 +124,7 @@ final class HardeningCLITests: XCTestCase {
         try FileManager.default.createDirectory(at: base, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         defer { try? FileManager.default.removeItem(at: base) }
         let home = base.appendingPathComponent("clone/.liverelay")
-        let lines = LogCapture()
+        let lines = LineCapture()
         let pg = EmbeddedPostgres(home: home, log: Logger(minimum: .info, sink: { lines.append($0) }))
         try pg.start()
         defer {
@@ -142,12 +143,4 @@ final class HardeningCLITests: XCTestCase {
         XCTAssertEqual(again.root.path, pg.root.path)
         XCTAssertFalse(again.startedHere, "already running")
     }
-}
-
-/// Captured log lines.
-final class LogCapture: @unchecked Sendable {  // lines only under lock
-    private let lock = NSLock()
-    private var lines: [String] = []
-    func append(_ line: String) { lock.lock(); lines.append(line); lock.unlock() }
-    var text: String { lock.lock(); defer { lock.unlock() }; return lines.joined(separator: "\n") }
 }

@@ -6,6 +6,7 @@ import XCTest
 import Crypto
 import JSON
 import Synchronization
+import LiveRelayTestSupport
 
 /// Operations commands through the real executable (docs/operations.md): a worker's metrics
 /// listener (`LIVERELAY_METRICS_LISTEN`), `liverelay doctor` on a healthy deployment and on the
@@ -17,60 +18,18 @@ final class OpsCLITests: XCTestCase {
 
     var kekBase64: String { Data(env.kek).base64EncodedString() }
 
-    /// A child process whose stderr is collected as it arrives, so a test can wait for a line.
-    final class Background: @unchecked Sendable {  // `text` only under `cond`
-        let process = Process()
-        private let cond = NSCondition()
-        private var text = ""
-
-        init(_ binary: String, _ args: [String], env: [String: String]) throws {
-            process.executableURL = URL(fileURLWithPath: binary)
-            process.arguments = args
-            process.environment = env
-            process.currentDirectoryURL = URL(fileURLWithPath: CLIEnvironment.repoRoot)
-            let err = Pipe()
-            process.standardError = err
-            process.standardOutput = FileHandle.nullDevice
-            err.fileHandleForReading.readabilityHandler = { [weak self] h in
-                let d = h.availableData
-                guard let self, !d.isEmpty else { return }
-                self.cond.lock(); self.text += String(decoding: d, as: UTF8.self); self.cond.broadcast(); self.cond.unlock()
-            }
-            try process.run()
-        }
-
-        /// Waits (on arriving output, up to `seconds`) for a stderr line containing `needle`; returns it.
-        func waitForLine(containing needle: String, seconds: Double = 60) -> String? {
-            let deadline = Date().addingTimeInterval(seconds)
-            cond.lock()
-            defer { cond.unlock() }
-            while true {
-                if let line = text.split(separator: "\n").first(where: { $0.contains(needle) }) { return String(line) }
-                if !process.isRunning || !cond.wait(until: deadline) { return nil }
-            }
-        }
-
-        var output: String { cond.lock(); defer { cond.unlock() }; return text }
-
-        func stop() {
-            if process.isRunning { process.terminate() }
-            process.waitUntilExit()
-        }
+    /// `liverelay args…` left running in the repository root (stderr collected as it arrives).
+    func background(_ args: [String], env: [String: String]) throws -> BackgroundProcess {
+        try BackgroundProcess(self.env.binary, args, environment: env, directory: URL(fileURLWithPath: CLIEnvironment.repoRoot))
     }
 
     func get(_ url: String) -> (status: Int, body: String) {
-        let done = DispatchSemaphore(value: 0)
-        let result = Mutex<(Int, String)>((-1, ""))
-        URLSession.shared.dataTask(with: URL(string: url)!) { data, resp, _ in
-            result.withLock { $0 = ((resp as? HTTPURLResponse)?.statusCode ?? -1, String(decoding: data ?? Data(), as: UTF8.self)) }
-            done.signal()
-        }.resume()
-        done.wait()
-        return result.withLock { $0 }
+        let r = TestHTTP.send("GET", url)
+        return (r.status, r.text)
     }
 
     func testWorkerServesDispatchMetricsHealthAndReadinessOnItsMetricsAddress() throws {
-        let worker = try Background(env.binary, ["worker"], env: [
+        let worker = try background(["worker"], env: [
             "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
             "LIVERELAY_KEK": kekBase64, "LIVERELAY_METRICS_LISTEN": "127.0.0.1:0", "LIVERELAY_LOG_LEVEL": "info"])
         defer { worker.stop() }
@@ -97,7 +56,7 @@ final class OpsCLITests: XCTestCase {
         XCTAssertEqual(bad.status, 2, bad.stderr)
         XCTAssertTrue(bad.stderr.contains("LIVERELAY_METRICS_LISTEN must be host:port"), bad.stderr)
 
-        let worker = try Background(env.binary, ["worker"], env: [
+        let worker = try background(["worker"], env: [
             "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
             "LIVERELAY_KEK": kekBase64, "LIVERELAY_LOG_LEVEL": "info"])
         defer { worker.stop() }
@@ -150,7 +109,7 @@ final class OpsCLITests: XCTestCase {
         guard let admin = ProcessInfo.processInfo.environment["LIVERELAY_TEST_ADMIN_DATABASE_URL"] else {
             return XCTFail("LIVERELAY_TEST_ADMIN_DATABASE_URL is not set (deploy/local/test sets it): the superuser case cannot be checked")
         }
-        let superuser = admin + (admin.contains("?") ? "&" : "?") + "dbname=\(env.dbName)"
+        let superuser = admin + (admin.contains("?") ? "&" : "?") + "dbname=\(env.database.name)"
         let r = try env.run(["doctor"], env: ["DATABASE_URL": superuser, "LIVERELAY_KEK": kekBase64])
         XCTAssertEqual(r.status, 1, r.stdout)
         let line = try XCTUnwrap(lines(r.stdout).first { $0.hasPrefix("FAIL database role: ") }, r.stdout)

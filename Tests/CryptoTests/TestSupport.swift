@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LiveRelayTestSupport
 
 /// Helpers for checking this module's output with the independent `openssl` command-line tool.
 enum OpenSSLCLI {

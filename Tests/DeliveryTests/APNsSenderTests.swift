@@ -6,6 +6,7 @@ import JSON
 import LiveRelayCore
 import LiveRelaySandbox
 import XCTest
+import LiveRelayTestSupport
 
 /// `ProviderSender` → APNs against the sandbox over real TLS and HTTP/2 (docs/providers.md).
 final class APNsSenderTests: XCTestCase {

@@ -8,6 +8,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// `deploy/bench/dispatch` (docs/delivery.md "Measuring"): drains queued updates through the
 /// dispatcher into a local HTTP/2 sink (TLS, answers 200 at once) via a minimal APNs-shaped
@@ -143,7 +144,7 @@ final class DispatchBenchTests: XCTestCase {
         }
         group.wait()
         let liveSeconds = Date().timeIntervalSince(liveStart)
-        try h.eventually(within: 60, "live phase done") {
+        try eventually("live phase done", within: 60) {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status IN ('queued', 'sending')", [t]).int("n") == 0
         }
         let liveLags = lags.m.withLock { $0 }.sorted()
@@ -209,7 +210,7 @@ final class DispatchBenchTests: XCTestCase {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
             try loadQueue(h, tenant: ts, installation: insts, prefix: "small", count: 1000)
             claimSmall = claimP50(60)
-            try h.db.tenant(ts) { c in try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts]) }
+            _ = try h.db.tenant(ts) { c in try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts]) }
             let tl = try h.tenant(quota: 100_000_000), il = try h.installation(tl)
             let t0 = Date()
             try loadQueue(h, tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)

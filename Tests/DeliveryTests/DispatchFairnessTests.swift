@@ -5,6 +5,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// Fair claims (docs/delivery.md "Claims"): one candidate per target, claims shared across
 /// tenants, a never-sendable target parks once and stays out of the way, duplicate cleanups
@@ -95,7 +96,7 @@ final class DispatchFairnessTests: XCTestCase {
         ph.source.set(a, creds); ph.source.set(b, creds)
         h.dispatcher(ph.sender)
         // The dispatcher is busy with tenant A before B writes.
-        try h.eventually(within: 30, "tenant A is being delivered") { ph.sandbox.deliveries(provider: "apns").count >= 50 }
+        eventually("tenant A is being delivered", within: 30) { ph.sandbox.deliveries(provider: "apns").count >= 50 }
 
         try h.update(b, target: tgtB, state: ["eta": 3])
         let committed = Date()

@@ -9,15 +9,15 @@ import Logging
 import Metrics
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// A fresh PostgreSQL database per test case (migrated), plus helpers that make tenants,
 /// installations, start targets, targets and operations through the Store functions exactly as
 /// the write path does (LifecycleHandlers), and a scripted fake `PushSender`.
-/// Needs `LIVERELAY_TEST_DATABASE_URL` (deploy/local/test); tests skip without it.
+/// Needs `LIVERELAY_TEST_DATABASE_URL` (deploy/local/test); throws `FixtureFailure` without it.
 final class DispatchHarness: @unchecked Sendable {
-    let dbName: String
-    let conninfo: String
-    let adminConninfo: String
+    let database: TestDatabase
+    var conninfo: String { database.conninfo }
     let pool: PostgresPool
     let db: Database
     let logs = Shared<[String]>([])
@@ -26,34 +26,18 @@ final class DispatchHarness: @unchecked Sendable {
     let targetOfOperation = Shared<[String: String]>([:])
     var dispatchers: [Dispatcher] = []
 
-    static func make() throws -> DispatchHarness {
-        guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
-        }
-        return try DispatchHarness(base: base)
-    }
+    static func make() throws -> DispatchHarness { try DispatchHarness() }
 
-    private init(base: String) throws {
-        dbName = "lr_dispatch_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
-        adminConninfo = base
-        let admin = try PostgresConnection(base)
-        try admin.execute("CREATE DATABASE \(dbName)")
-        admin.close()
-        conninfo = base + (base.contains("?") ? "&" : "?") + "dbname=\(dbName)"
-        pool = PostgresPool(conninfo: conninfo, maxConnections: 16, acquireTimeoutSeconds: 10)
-        let repo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-        try Migrator(directory: URL(fileURLWithPath: repo + "/Migrations")).migrate(pool: pool)
+    private init() throws {
+        database = try TestDatabase(prefix: "lr_dispatch")
+        pool = PostgresPool(conninfo: database.conninfo, maxConnections: 16, acquireTimeoutSeconds: 10)
         db = Database(pool: pool)
     }
 
     func tearDown() {
         for d in dispatchers { d.stop(timeoutSeconds: 5) }
         pool.close()
-        if let admin = try? PostgresConnection(adminConninfo) {
-            _ = try? admin.execute("DROP DATABASE IF EXISTS \(dbName) WITH (FORCE)")
-            admin.close()
-        }
+        database.drop()
     }
 
     var logger: Logger {
@@ -236,16 +220,6 @@ final class DispatchHarness: @unchecked Sendable {
         }
         XCTFail("operation \(op) is \(last?.status.rawValue ?? "?"), expected \(status.rawValue)", file: file, line: line)
         return last!
-    }
-
-    func eventually(within seconds: Double = 10, file: StaticString = #filePath, line: UInt = #line, _ what: String,
-                    _ condition: () throws -> Bool) rethrows {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if try condition() { return }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        XCTFail("not within \(seconds) s: \(what)", file: file, line: line)
     }
 }
 

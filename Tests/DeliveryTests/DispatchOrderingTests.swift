@@ -6,6 +6,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// docs/write-semantics.md ordering and coalescing, §9 workers: commit order per target, at most one in
 /// flight per target, strictly increasing APNs timestamps, coalescing, lease rescue, several
@@ -46,7 +47,7 @@ final class DispatchOrderingTests: XCTestCase {
         }
         let fake = h.fakeSender(delay: 0.004)
         h.dispatcher(fake, threads: 8)
-        try h.eventually(within: 30, "all accepted") {
+        try eventually("all accepted", within: 30) {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == 100
         }
         XCTAssertEqual(fake.calls.count, 100)
@@ -92,7 +93,7 @@ final class DispatchOrderingTests: XCTestCase {
         let fake = h.fakeSender()
         fake.hold(first)
         h.dispatcher(fake)
-        h.eventually("first in flight") { fake.isHolding(first) }
+        eventually("first in flight") { fake.isHolding(first) }
         let rest = try (1...9).map { i in try h.update(t, target: tgt, state: ["eta": .int(Int64(i))]) }
         fake.release(first)
         try h.waitFor(t, rest.last!, .accepted)
@@ -145,7 +146,7 @@ final class DispatchOrderingTests: XCTestCase {
         let slow = h.fakeSender()
         slow.hold(op)
         h.dispatcher(slow, worker: "worker-a", lease: 1.5)  // heartbeat every 0.5 s
-        h.eventually("in flight") { slow.isHolding(op) }
+        eventually("in flight") { slow.isHolding(op) }
         let other = h.fakeSender()
         h.dispatcher(other, worker: "worker-b", lease: 1.5)
         Thread.sleep(forTimeInterval: 3.5)
@@ -166,7 +167,7 @@ final class DispatchOrderingTests: XCTestCase {
         let who = TagLog()
         h.dispatcher(TaggingSender(tag: "A", inner: fake, log: who), worker: "worker-a", threads: 4)
         h.dispatcher(TaggingSender(tag: "B", inner: fake, log: who), worker: "worker-b", threads: 4)
-        try h.eventually(within: 30, "all accepted") {
+        try eventually("all accepted", within: 30) {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == 150
         }
         Thread.sleep(forTimeInterval: 0.3)
@@ -186,7 +187,7 @@ final class DispatchOrderingTests: XCTestCase {
         let op = try h.update(t, target: tgt, state: ["v": 1])
         h.dispatcher(h.fakeSender())
         try h.waitFor(t, op, .accepted)
-        h.eventually("depth sampled") { h.metrics.render().contains("liverelay_queue_depth 0") }
+        eventually("depth sampled") { h.metrics.render().contains("liverelay_queue_depth 0") }
         let text = h.metrics.render()
         XCTAssertTrue(text.contains("liverelay_operations_total{kind=\"update\",status=\"accepted\"} 1"), text)
         XCTAssertTrue(text.contains("liverelay_dispatch_lag_seconds_count 1"), text)

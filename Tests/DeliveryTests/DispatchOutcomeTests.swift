@@ -5,6 +5,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// Every result class of a send and its effect on operation, target, start target,
 /// installation and quota (docs/write-semantics.md, docs/providers.md), through a real dispatcher, real PostgreSQL and a
@@ -64,7 +65,7 @@ final class DispatchOutcomeTests: XCTestCase {
 
         // An update before the token: parked as token_pending, not sent.
         let up = try h.update(t, target: tgt, state: ["eta": 2])
-        try h.eventually("parked") { try h.operation(t, up).pendingReason == "token_pending" }
+        try eventually("parked") { try h.operation(t, up).pendingReason == "token_pending" }
         XCTAssertEqual(try h.operation(t, up).status, .queued)
         XCTAssertTrue(fake.calls(for: up).isEmpty)
         // The device registers its update token: the trigger un-parks and wakes the dispatcher.
@@ -165,7 +166,7 @@ final class DispatchOutcomeTests: XCTestCase {
         XCTAssertEqual(r.status, .tokenPending); XCTAssertEqual(r.tokenStatus, "pending")
         // Work queued meanwhile waits for a new FCM token, then goes out.
         let next = try h.update(t, target: tgt, state: ["eta": 1])
-        try h.eventually("parked") { try h.operation(t, next).pendingReason == "token_pending" }
+        try eventually("parked") { try h.operation(t, next).pendingReason == "token_pending" }
         try h.db.tenant(t) { c in try InstallationStore.setFCMToken(c, tenantId: t, id: inst, token: "fcm-new") }
         try h.waitFor(t, next, .accepted, within: 3)
         XCTAssertEqual(fake.calls(for: next).first?.push.deviceToken, "fcm-new")
@@ -207,7 +208,7 @@ final class DispatchOutcomeTests: XCTestCase {
         fake.script(opA, [.outcome(.retry(after: 1))])
         fake.script(opB, [.notProcessed("GOAWAY last_stream_id 1 < 3"), .notProcessed("refused stream")])
         h.dispatcher(fake)
-        try h.eventually("requeued with Retry-After") { try h.operation(t, opA).pendingReason == "provider_retry" || fake.calls(for: opA).count >= 2 }
+        try eventually("requeued with Retry-After") { try h.operation(t, opA).pendingReason == "provider_retry" || fake.calls(for: opA).count >= 2 }
         try h.waitFor(t, opA, .accepted, within: 5)
         try h.waitFor(t, opB, .accepted, within: 5)
         let ca = fake.calls(for: opA), cb = fake.calls(for: opB)
@@ -300,7 +301,7 @@ final class DispatchOutcomeTests: XCTestCase {
             try c.execute("UPDATE targets SET started_at = now() - interval '9 hours' WHERE tenant_id = $1 AND id = $2", [t, young])
         }
         h.dispatcher(h.fakeSender())
-        try h.eventually("swept") { try h.targetRecord(t, young).status == .ended }
+        try eventually("swept") { try h.targetRecord(t, young).status == .ended }
         XCTAssertEqual(try h.targetRecord(t, young).endReason, "system_expired")
     }
 }

@@ -6,6 +6,7 @@ import LiveRelayCore
 import LiveRelaySandbox
 import LiveRelayStore
 import Synchronization
+import LiveRelayTestSupport
 
 /// Event-driven sending (docs/delivery.md "Sending", "Wake-ups"): streams in flight are bounded
 /// by the provider connection, not by threads; a write in the same process reaches the
@@ -28,8 +29,8 @@ final class DispatchStreamingTests: XCTestCase {
         ph.source.set(t, try ph.source.credentials(tenantId: ProviderHarness.tenant))
         _ = ph.sandbox.addFault(SandboxFault(provider: "apns", delaySeconds: 2))  // every APNs answer takes 2 s
         let d = h.dispatcher(ph.sender, threads: 1)
-        try h.eventually(within: 30, "all 60 delivered") { ph.sandbox.deliveries(provider: "apns").count == 60 }
-        try h.eventually(within: 30, "all 60 accepted") {
+        eventually("all 60 delivered", within: 30) { ph.sandbox.deliveries(provider: "apns").count == 60 }
+        try eventually("all 60 accepted", within: 30) {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == 60
         }
         XCTAssertEqual(d.streamsInFlight.max, 60, "one thread kept all 60 requests in flight at once")
@@ -61,7 +62,7 @@ final class DispatchStreamingTests: XCTestCase {
         h.dispatchers.append(d)
         d.start()
         // The start-up claim has run and found nothing; the claim loop now waits for a wake-up.
-        try h.eventually("first claim done") { h.metrics.render().contains("liverelay_dispatch_claim_seconds_count 1\n") }
+        eventually("first claim done") { h.metrics.render().contains("liverelay_dispatch_claim_seconds_count 1\n") }
         let op = try h.update(t, target: tgt, state: ["eta": 6])
         try h.waitFor(t, op, .accepted, within: 5)
         XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))

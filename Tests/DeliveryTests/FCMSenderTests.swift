@@ -5,6 +5,7 @@ import JSON
 import LiveRelayCore
 import LiveRelaySandbox
 import XCTest
+import LiveRelayTestSupport
 
 /// `ProviderSender` → FCM HTTP v1 + OAuth2 against the sandbox over real TLS and HTTP/2 (docs/providers.md).
 final class FCMSenderTests: XCTestCase {

@@ -8,6 +8,7 @@ import LiveRelaySandbox
 import Glibc
 #endif
 import XCTest
+import LiveRelayTestSupport
 
 /// FCM OAuth hardening (docs/security.md "Provider credentials"), against the sandbox over real
 /// TLS and HTTP/2: single-flight token fetches with failures remembered briefly, and a stored

@@ -9,38 +9,26 @@ import Logging
 import Metrics
 import Postgres
 import XCTest
+import LiveRelayTestSupport
 
 /// Credentials stored sealed in PostgreSQL (migration 0004), loaded and decrypted by
 /// `DatabaseProviderCredentialSource`, used against the sandbox, health written back.
 final class ProviderCredentialSourceTests: XCTestCase {
-    var dbName = ""
-    var admin = ""
+    var database: TestDatabase?
     var pool: PostgresPool!
     var db: Database!
 
     override func setUpWithError() throws {
-        guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
-        }
-        admin = base
-        dbName = "lr_test_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
-        let c = try PostgresConnection(base)
-        try c.execute("CREATE DATABASE \(dbName)")
-        c.close()
-        pool = PostgresPool(conninfo: base + (base.contains("?") ? "&" : "?") + "dbname=\(dbName)", maxConnections: 4, acquireTimeoutSeconds: 5)
-        let repo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-        try Migrator(directory: URL(fileURLWithPath: repo + "/Migrations")).migrate(pool: pool)
+        let database = try TestDatabase()
+        self.database = database
+        pool = PostgresPool(conninfo: database.conninfo, maxConnections: 4, acquireTimeoutSeconds: 5)
         db = Database(pool: pool)
-        try db.system { c in try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ('ten_db', 'T', 100)") }
+        _ = try db.system { c in try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ('ten_db', 'T', 100)") }
     }
 
     override func tearDown() {
         pool?.close()
-        if let c = try? PostgresConnection(admin) {
-            _ = try? c.execute("DROP DATABASE IF EXISTS \(dbName) WITH (FORCE)")
-            c.close()
-        }
+        database?.drop()
     }
 
     func testStoredCredentialsDecryptSendAndRecordHealth() throws {
@@ -92,7 +80,7 @@ final class ProviderCredentialSourceTests: XCTestCase {
         XCTAssertNil(fcm2.lastFailureAt)
 
         // Cached for the TTL: a deleted row is still used until the cache expires or is invalidated.
-        try db.tenant("ten_db") { c in try c.execute("DELETE FROM fcm_credentials WHERE tenant_id = 'ten_db'") }
+        _ = try db.tenant("ten_db") { c in try c.execute("DELETE FROM fcm_credentials WHERE tenant_id = 'ten_db'") }
         assertAccepted(sender.send(h.androidPush(tenant: "ten_db")))
         h.clock.advance(61)
         if case .noCredentials = sender.send(h.androidPush(tenant: "ten_db")) {} else { XCTFail("cache outlived its TTL") }

@@ -12,14 +12,7 @@ import Logging
 import Metrics
 import Synchronization
 import XCTest
-
-/// A lock-protected value shared between threads (a class, so closures can capture it).
-final class Locked<T>: @unchecked Sendable {
-    private var value: T
-    private let lock = NSLock()
-    init(_ v: T) { value = v }
-    func withLock<R>(_ body: (inout T) -> R) -> R { lock.lock(); defer { lock.unlock() }; return body(&value) }
-}
+import LiveRelayTestSupport
 
 /// A settable clock shared by the sender and (optionally offset) the sandbox.
 final class SimClock: Sendable {
@@ -110,28 +103,6 @@ final class ProviderHarness: @unchecked Sendable {
         let (s, b) = out.withLock { $0 }
         return (s, (try? JSONValue.parse(b)) ?? .null)
     }
-}
-
-/// Runs `count` calls of `body` on `threads` threads; results by index.
-func concurrently<T: Sendable>(_ count: Int, threads: Int, _ body: @Sendable @escaping (Int) -> T) -> [T] {
-    let results = Mutex<[Int: T]>([:])
-    let next = Atomic<Int>(0)
-    let group = DispatchGroup()
-    for _ in 0..<threads {
-        group.enter()
-        let t = Thread {
-            while true {
-                let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
-                if i >= count { break }
-                let r = body(i)
-                results.withLock { $0[i] = r }
-            }
-            group.leave()
-        }
-        t.start()
-    }
-    group.wait()
-    return results.withLock { r in (0..<count).map { r[$0]! } }
 }
 
 /// The sandbox by itself: files, the control endpoint, and its checks against raw requests.

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LiveRelayTestSupport
 import JSON
 import LiveRelayApp
 import LiveRelayCore
@@ -77,7 +78,7 @@ final class ChannelEndToEndTests: XCTestCase {
             XCTAssertEqual(r.status, 202, "\(r)")
             revision += 1
             let cop = try XCTUnwrap(r["channel_operation"]?["id"]?.stringValue)
-            h.eventually("channel write \(i) is delivered", within: 30) {
+            eventually("channel write \(i) is delivered", within: 30) {
                 let o = h.call("GET", "/v1/remote-updates/channel-operations/\(cop)", as: sender)
                 return o["status"]?.stringValue == "accepted" && o["fanout"]?["accepted"]?.intValue == 2
             }
@@ -101,10 +102,10 @@ final class ChannelEndToEndTests: XCTestCase {
         let end = h.call("POST", "/v1/remote-updates/channels/\(ch)/end", [
             "state": ["message": "Full time 2-1"], "expected_revision": .int(revision), "idempotency_key": "match-42-end"], as: sender)
         XCTAssertEqual(end.status, 202, "\(end)")
-        h.eventually("the channel is ended", within: 30) {
+        eventually("the channel is ended", within: 30) {
             h.call("GET", "/v1/remote-updates/channels/\(ch)", as: sender)["status"]?.stringValue == "ended"
         }
-        h.eventually("every member is ended", within: 30) {
+        eventually("every member is ended", within: 30) {
             targets.allSatisfy { h.call("GET", "/v1/remote-updates/live-activities/targets/\($0)", as: sender)["status"]?.stringValue == "ended" }
         }
         XCTAssertTrue(h.sandbox.channels(bundleId: Self.appId).isEmpty, "the APNs channel is deleted")

@@ -1,8 +1,6 @@
 import Foundation
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 import XCTest
+import LiveRelayTestSupport
 import Crypto
 import Delivery
 import HTTPServer
@@ -14,7 +12,6 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
 
 /// Everything the README tour runs, in one process over real sockets: a fresh PostgreSQL
 /// database (migrated), the LiveRelay HTTP API on an ephemeral port, the local APNs/FCM sandbox
@@ -22,15 +19,12 @@ import Synchronization
 /// directory), the provider sender trusting the sandbox CA, and the dispatcher sending queued
 /// operations through it. Needs `LIVERELAY_TEST_DATABASE_URL` (deploy/local/test).
 final class EndToEndHarness: @unchecked Sendable {
-    let dbName: String
-    let conninfo: String
-    let adminConninfo: String
+    let database: TestDatabase
     let pool: PostgresPool
     let db: Database
-    let server: HTTPServer
-    let auth: Authenticator
-    let events: EventWaiter
-    let baseURL: String
+    let api: APIStack
+    var conninfo: String { database.conninfo }
+    var baseURL: String { api.baseURL }
     let sandbox: Sandbox
     let sandboxDir: URL
     let workDir: URL
@@ -45,29 +39,15 @@ final class EndToEndHarness: @unchecked Sendable {
     /// Everything the simulated devices printed (events and lock screens).
     let deviceOutput = LineCapture()
 
-    static var repoRoot: String {
-        ProcessInfo.processInfo.environment["LIVERELAY_TEST_REPO_ROOT"]
-            ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-    }
+    static var repoRoot: String { TestDatabase.repoRoot }
 
-    static func make() throws -> EndToEndHarness {
-        guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
-            throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
-        }
-        return try EndToEndHarness(base: base)
-    }
+    static func make() throws -> EndToEndHarness { try EndToEndHarness() }
 
-    private init(base: String) throws {
-        dbName = "lr_e2e_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
-        adminConninfo = base
-        let migrator = try Migrator(directory: URL(fileURLWithPath: Self.repoRoot + "/Migrations"))
-        let admin = try PostgresConnection(base)
-        try admin.execute("CREATE DATABASE \(dbName)")
-        admin.close()
-        conninfo = base + (base.contains("?") ? "&" : "?") + "dbname=\(dbName)"
-        pool = PostgresPool(conninfo: conninfo, maxConnections: 16, acquireTimeoutSeconds: 10)
-        try migrator.migrate(pool: pool)
+    private init() throws {
+        database = try TestDatabase(prefix: "lr_e2e")
+        pool = PostgresPool(conninfo: database.conninfo, maxConnections: 16, acquireTimeoutSeconds: 10)
         db = Database(pool: pool)
+        let migrator = try TestDatabase.migrator()
 
         workDir = FileManager.default.temporaryDirectory.appendingPathComponent("lr-e2e-\(UUID().uuidString.prefix(8))")
         sandboxDir = workDir.appendingPathComponent("sandbox")
@@ -78,26 +58,22 @@ final class EndToEndHarness: @unchecked Sendable {
         let captured = logs
         let log = Logger(minimum: .info, sink: { line in captured.append(line) })
         kek = try AESGCM(key: SecureRandom.bytes(32))
-        auth = Authenticator(db: db, log: log)
-        auth.startInvalidationListener(conninfo: conninfo)
-        events = EventWaiter(log: log)
-        events.start(conninfo: conninfo)
-        // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file).
+        // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file);
+        // built before the API, whose channel routes create APNs channels through it.
         let base = URL(string: sandbox.baseURL)!
         var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
                                           connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
         endpoints.setChannelURLs(base)
         (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
-        let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
-                             webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
-                             fcmURL: sandbox.baseURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
-                             channels: APNsChannelProvider(client: sender.channels))
-        server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
-                           router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
-        try server.start()
-        baseURL = "http://127.0.0.1:\(server.port)"
-
-        stopDispatcher = EndToEndDispatch.start(db: db, conninfo: conninfo, sender: sender, metrics: metrics, log: log)
+        let (db, metrics, kek, sandboxURL, channels) = (db, metrics, kek, sandbox.baseURL, APNsChannelProvider(client: sender.channels))
+        api = try APIStack(db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
+                           metrics: metrics, serverLog: { _ in }) { auth, events in
+            APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
+                       webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
+                       fcmURL: sandboxURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
+                       channels: channels)
+        }
+        stopDispatcher = EndToEndDispatch.start(db: db, conninfo: database.conninfo, sender: sender, metrics: metrics, log: log)
     }
 
     /// Skips the test when this build has no dispatcher (before the dispatcher branch is merged).
@@ -108,18 +84,14 @@ final class EndToEndHarness: @unchecked Sendable {
     func tearDown() {
         for d in devices { d.stop() }
         stopDispatcher?()
-        server.shutdown(drainTimeoutSeconds: 5)
+        api.server.shutdown(drainTimeoutSeconds: 5)
         sender.close()
         credentials.stop()
-        auth.stop()
-        events.stop()
+        api.auth.stop()
+        api.events.stop()
         sandbox.stop()
         pool.close()
-        Thread.sleep(forTimeInterval: 0.2)  // let listener connections close before the drop
-        if let admin = try? PostgresConnection(adminConninfo) {
-            _ = try? admin.execute("DROP DATABASE IF EXISTS \(dbName) WITH (FORCE)")
-            admin.close()
-        }
+        database.drop()
         try? FileManager.default.removeItem(at: workDir)
     }
 
@@ -135,25 +107,8 @@ final class EndToEndHarness: @unchecked Sendable {
     }
 
     func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil) -> Reply {
-        var req = URLRequest(url: URL(string: baseURL + path)!, timeoutInterval: 90)
-        req.httpMethod = method
-        if let credential { req.setValue("Bearer \(credential)", forHTTPHeaderField: "Authorization") }
-        if let body {
-            req.httpBody = Data(body.serialized())
-            req.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        let done = DispatchSemaphore(value: 0)
-        let result = Mutex<(Int, [String: String], [UInt8])>((0, [:], []))
-        URLSession.shared.dataTask(with: req) { data, resp, _ in
-            let http = resp as? HTTPURLResponse
-            var h: [String: String] = [:]
-            for (k, v) in http?.allHeaderFields ?? [:] { h[String(describing: k).lowercased()] = String(describing: v) }
-            result.withLock { $0 = (http?.statusCode ?? -1, h, Array(data ?? Data())) }
-            done.signal()
-        }.resume()
-        done.wait()
-        let (status, h, bytes) = result.withLock { $0 }
-        return Reply(status: status, headers: h, json: (try? JSONValue.parse(bytes)) ?? .null)
+        let r = TestHTTP.send(method, baseURL + path, body: body.map { $0.serialized() }, credential: credential, timeoutSeconds: 90)
+        return Reply(status: r.status, headers: r.headers, json: (try? JSONValue.parse(r.body)) ?? .null)
     }
 
     // MARK: the tour's set-up steps
@@ -205,25 +160,4 @@ final class EndToEndHarness: @unchecked Sendable {
     static func demoTemplate() throws -> JSONValue {
         try JSONValue.parse(try String(contentsOfFile: repoRoot + "/deploy/demo/delivery-template.json", encoding: .utf8))
     }
-
-    /// Polls `condition` (every 20 ms, at most `seconds`) where no signal exists; fails the test
-    /// when it never holds.
-    @discardableResult
-    func eventually(_ what: String, within seconds: Double = 20, file: StaticString = #filePath, line: UInt = #line,
-                    _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        XCTFail("\(what): not within \(seconds) s", file: file, line: line)
-        return false
-    }
-}
-
-/// Lines shared between threads.
-final class LineCapture: Sendable {
-    private let lines = Mutex<[String]>([])
-    func append(_ line: String) { lines.withLock { $0.append(line) } }
-    var text: String { lines.withLock { $0.joined(separator: "\n") } }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LiveRelayTestSupport
 import JSON
 import LiveRelayCore
 import LiveRelayStore

@@ -6,6 +6,7 @@ import XCTest
 import JSON
 import LiveRelayApp
 import LiveRelayCore
+import LiveRelayTestSupport
 
 /// Operations paths a newcomer and an operator meet (docs/operations.md): provider credentials
 /// removed and changed on every node through NOTIFY, the simulated phone across a sandbox
@@ -104,30 +105,12 @@ final class OpsEndToEndTests: XCTestCase {
         XCTAssertEqual(kept.state.cursors, [token: 99])
     }
 
-    func httpGet(_ url: String) throws -> String {
-        let done = DispatchSemaphore(value: 0)
-        let box = LineCapture()
-        URLSession.shared.dataTask(with: URL(string: url)!) { data, _, _ in
-            box.append(String(decoding: data ?? Data(), as: UTF8.self))
-            done.signal()
-        }.resume()
-        done.wait()
-        return box.text
-    }
+    func httpGet(_ url: String) throws -> String { TestHTTP.send("GET", url).text }
 
-    func liverelay(_ args: [String], stdout: FileHandle? = nil) throws -> (status: Int32, out: String, err: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: try SimulateDeviceCLITests.executable())
-        p.arguments = args
-        p.currentDirectoryURL = h.workDir
-        p.environment = ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"]
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return (p.terminationStatus, String(decoding: o, as: UTF8.self), String(decoding: e, as: UTF8.self))
+    /// `liverelay args…` in the harness's work directory with only `PATH` set.
+    func liverelay(_ args: [String]) throws -> ChildProcessResult {
+        try ChildProcess.run(try SimulateDeviceCLITests.executable(), args,
+                             environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"], directory: h.workDir)
     }
 
     func testEverySimulateDeviceTaskFollowsOneNameRuleAndTheTourReRuns() throws {

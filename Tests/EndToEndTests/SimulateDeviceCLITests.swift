@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LiveRelayTestSupport
 import JSON
 
 /// `liverelay simulate-device` as a user runs it from the README: the built executable in
@@ -11,35 +12,13 @@ final class SimulateDeviceCLITests: XCTestCase {
     override func tearDown() { h?.tearDown() }
 
     /// The `liverelay` executable next to the test bundle (both are built by `swift build --build-tests`).
-    static func executable() throws -> String {
-        var candidates: [String] = []
-        let argv0 = URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL
-        for up in 0..<4 {
-            var u = argv0
-            for _ in 0...up { u = u.deletingLastPathComponent() }
-            candidates.append(u.appendingPathComponent("liverelay").path)
-        }
-        candidates.append(EndToEndHarness.repoRoot + "/.build/debug/liverelay")
-        guard let found = candidates.first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
-            throw FixtureFailure("the liverelay executable is not built (looked in \(candidates))")
-        }
-        return found
-    }
+    static func executable() throws -> String { try ChildProcess.liverelayExecutable() }
 
-    struct Run { let status: Int32; let out: String; let err: String }
+    typealias Run = ChildProcessResult
 
+    /// `liverelay args…` in the harness's work directory, with this process's environment.
     func liverelay(_ args: [String]) throws -> Run {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: try Self.executable())
-        p.arguments = args
-        p.currentDirectoryURL = h.workDir
-        let out = Pipe(), err = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        try p.run()
-        let o = out.fileHandleForReading.readDataToEndOfFile(), e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return Run(status: p.terminationStatus, out: String(decoding: o, as: UTF8.self), err: String(decoding: e, as: UTF8.self))
+        try ChildProcess.run(try Self.executable(), args, directory: h.workDir)
     }
 
     func testReadmeFlowThroughTheCommandLine() throws {
@@ -73,7 +52,7 @@ final class SimulateDeviceCLITests: XCTestCase {
 
         // `run` in the background, printing to a file.
         let logURL = h.workDir.appendingPathComponent("run.log")
-        FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         let run = Process()
         run.executableURL = URL(fileURLWithPath: try Self.executable())
         run.arguments = ["simulate-device", "run", "--interval", "0.1", "--timeout", "120", "--state-file", stateFile]
@@ -99,7 +78,7 @@ final class SimulateDeviceCLITests: XCTestCase {
             "target_id": .string(tgt), "state": ["message": "Updated from server"], "expected_revision": 1, "idempotency_key": "cli-update"],
                          as: sender)
         XCTAssertEqual(upd["operation"]?["status"]?.stringValue, "accepted", "\(upd)")
-        h.eventually("the running device prints the update") { runLog().contains("| message: Updated from server") }
+        eventually("the running device prints the update") { runLog().contains("| message: Updated from server") }
 
         run.terminate()  // SIGTERM: the loop stops and the process exits cleanly
         run.waitUntilExit()

@@ -3,6 +3,7 @@ import XCTest
 import JSON
 import LiveRelayApp
 import LiveRelayCore
+import LiveRelayTestSupport
 
 /// The seed's "starting shown ≠ update token registered": writes made before the iOS device
 /// registered its update token wait for it, coalesce, and reach the device in order.
@@ -30,7 +31,7 @@ final class TokenPendingTests: XCTestCase {
         XCTAssertEqual(started.status, 202, "\(started)")
         XCTAssertEqual(started["operation"]?["status"]?.stringValue, "accepted", "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
-        h.eventually("the delivered start leaves the target waiting for its token") {
+        eventually("the delivered start leaves the target waiting for its token") {
             h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)", as: sender)["status"]?.stringValue == "token_pending"
         }
         let pending = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)?wait_until_ready_ms=300", as: sender)
@@ -58,7 +59,7 @@ final class TokenPendingTests: XCTestCase {
         XCTAssertEqual(ready["status"]?.stringValue, "ready", "\(ready)")
         XCTAssertEqual(ready["revision"]?.intValue, 3)
         XCTAssertTrue(device.waitFor(timeout: 20) { $0.activity(tgt)?.state == ["message": "Updated from server"] }, device.lockScreen)
-        h.eventually("the newest update is accepted") {
+        eventually("the newest update is accepted") {
             h.call("GET", "/v1/remote-updates/operations/\(op2)", as: sender)["status"]?.stringValue == "accepted"
         }
         let tokens = Set([device.state.activity(tgt)?.updateToken ?? ""])

@@ -4,6 +4,7 @@ import JSON
 import LiveRelayApp
 import LiveRelayCore
 import LiveRelaySandbox
+import LiveRelayTestSupport
 
 /// The README tour (the seed's remote-update flow) as automated tests, for iOS (APNs
 /// push-to-start + update tokens) and Android (FCM data messages): operator → tenant → sandbox
@@ -92,7 +93,7 @@ final class TourTests: XCTestCase {
         XCTAssertTrue(startedBox.contains("message: Preparing"), startedBox)
         XCTAssertTrue(startedBox.contains("! Preparing: Your order is being prepared"), startedBox)
         XCTAssertTrue(startedBox.contains(tgt), startedBox)
-        h.eventually("the start operation is accepted") {
+        eventually("the start operation is accepted") {
             h.call("GET", "/v1/remote-updates/operations/\(startOp)", as: sender)["status"]?.stringValue == "accepted"
         }
 
@@ -137,7 +138,7 @@ final class TourTests: XCTestCase {
         XCTAssertEqual(ended["operation"]?["kind"]?.stringValue, "end")
         XCTAssertEqual(ended["operation"]?["status"]?.stringValue, "accepted", "\(ended)")
         XCTAssertEqual(ended["operation"]?["consumes_quota"]?.boolValue, false, "a stateless end is cleanup")
-        h.eventually("the target is ended") {
+        eventually("the target is ended") {
             let t = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)", as: sender)
             return t["status"]?.stringValue == "ended" && t["end_reason"]?.stringValue == "sender"
         }

@@ -10,6 +10,7 @@ import Logging
 import Metrics
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// A clock the test moves by hand.
 final class ManualClock: Sendable {
@@ -45,8 +46,8 @@ final class WebhookDeliveryTests: XCTestCase {
         return try WebhookHTTPClient(configuration: c)
     }
 
-    func startWorker(clock: ManualClock? = nil, random: Double? = nil, allowPrivate: Bool = true) throws {
-        var wc = WebhookWorkerConfiguration(workerId: "test-\(UUID().uuidString.prefix(6))")
+    func startWorker(clock: ManualClock? = nil, random: Double? = nil, allowPrivate: Bool = true, concurrency: Int = 8) throws {
+        var wc = WebhookWorkerConfiguration(workerId: "test-\(UUID().uuidString.prefix(6))", concurrency: concurrency)
         wc.pollIntervalSeconds = 0.02
         let now: @Sendable () -> Date
         if let clock { now = { clock.now } } else { now = { Date() } }
@@ -78,6 +79,58 @@ final class WebhookDeliveryTests: XCTestCase {
         try h.db.system { c in try c.query("SELECT count(*)::int AS n FROM webhook_attempts WHERE endpoint_id = $1", [endpoint])[0].int("n") }
     }
 
+    /// docs/webhooks.md "Delivery": a claim takes every tenant's first due delivery before any
+    /// tenant's second, gives one tenant at most `perTenant` minus its in-flight attempts
+    /// however many endpoints it has, and one endpoint at most `perEndpoint` minus its own.
+    func testClaimsShareAttemptsPerTenantThenPerEndpoint() throws {
+        let a = try tenant(), b = try tenant()
+        let aEndpoints = try (0..<3).map { _ in try endpoint(a.master, path: "/a").id }
+        _ = try endpoint(b.master, path: "/b")
+        for _ in 0..<4 { _ = try record(a.id) }  // 12 deliveries for a (4 per endpoint)
+        _ = try record(b.id)  // 1 for b
+        func claim(limit: Int, _ shares: WebhookClaimShares) throws -> [WebhookJob] {
+            try h.db.system { c in
+                try WebhookStore.claim(c, owner: "w", now: Date().addingTimeInterval(1), limit: limit, leaseSeconds: 60, shares: shares)
+            }
+        }
+        let first = try claim(limit: 8, WebhookClaimShares(perEndpoint: 4, perTenant: 4))
+        XCTAssertEqual(first.filter { $0.tenantId == a.id }.count, 4, "a's share, not the 7 free places")
+        XCTAssertEqual(first.filter { $0.tenantId == b.id }.count, 1, "b is not behind a's backlog")
+        XCTAssertEqual(Set(first.filter { $0.tenantId == a.id }.map(\.endpointId)), Set(aEndpoints), "round-robin over a's endpoints")
+
+        // a at its share: a new delivery of b is taken, none of a's.
+        _ = try record(b.id)
+        let second = try claim(limit: 8, WebhookClaimShares(perEndpoint: 4, perTenant: 4, inFlightByTenant: [a.id: 4, b.id: 1]))
+        XCTAssertEqual(second.map(\.tenantId), [b.id])
+        // One place left for a, and an endpoint at its own cap is skipped.
+        let third = try claim(limit: 8, WebhookClaimShares(perEndpoint: 2, perTenant: 5, inFlightByEndpoint: [aEndpoints[0]: 2],
+                                                           inFlightByTenant: [a.id: 4]))
+        XCTAssertEqual(third.count, 1, "\(third.map(\.endpointId))")
+        XCTAssertNotEqual(third.first?.endpointId, aEndpoints[0])
+    }
+
+    /// docs/webhooks.md "Delivery": one tenant's hanging receivers (four endpoints) hold at most
+    /// half of the worker's threads; another tenant's delivery goes out before any of them ends.
+    func testOneTenantsSlowEndpointsDoNotDelayAnotherTenantsDelivery() throws {
+        let slow = try tenant(), fast = try tenant()
+        let slowEndpoints = try (0..<4).map { _ in try endpoint(slow.master, path: "/slow/8") }
+        let quick = try endpoint(fast.master, path: "/fast")
+        try receiver.setSecrets(slowEndpoints.map(\.secret) + [quick.secret])
+        for _ in 0..<2 { _ = try record(slow.id) }  // 8 deliveries, 2 per slow endpoint
+        try startWorker(concurrency: 4)
+        func slowLeased() throws -> Int {
+            try h.db.system { c in
+                try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE tenant_id = $1 AND lease_owner IS NOT NULL", [slow.id])[0].int("n")
+            }
+        }
+        eventually("the slow tenant's attempts are in flight") { ((try? slowLeased()) ?? 0) >= 2 }
+        _ = try record(fast.id)
+        eventually("the other tenant's delivery goes out") { receiver.requests().contains { $0["path"]?.stringValue == "/fast" } }
+        let finished = try slowEndpoints.map { try attempts($0.id) }.reduce(0, +)
+        XCTAssertEqual(finished, 0, "delivered while every slow attempt still hangs")
+        XCTAssertEqual(try slowLeased(), 2, "the slow tenant holds its half (2 of 4 threads), no more")
+    }
+
     func testRetriesFollowTheScheduleThenGiveUpAndDisableTheEndpointAfter72Hours() throws {
         let clock = ManualClock(Date())
         try startWorker(clock: clock, random: 0.5)
@@ -91,7 +144,7 @@ final class WebhookDeliveryTests: XCTestCase {
         while n < 100 {
             n += 1
             let want = n
-            h.eventually("attempt \(n)", within: 10) { ((try? attempts(failing.id)) ?? 0) >= want }
+            eventually("attempt \(n)", within: 10) { ((try? attempts(failing.id)) ?? 0) >= want }
             let row = try h.db.system { c in
                 try c.query("SELECT status, attempts, next_attempt_at FROM webhook_deliveries WHERE endpoint_id = $1", [failing.id])[0]
             }
@@ -127,7 +180,7 @@ final class WebhookDeliveryTests: XCTestCase {
         try receiver.setSecrets([ok.secret])
         let before = try attempts(failing.id)
         let ev = try record(t.id)
-        h.eventually("the enabled endpoint receives the event") { receiver.requests().contains { $0["event_id"]?.stringValue == ev } }
+        eventually("the enabled endpoint receives the event") { receiver.requests().contains { $0["event_id"]?.stringValue == ev } }
         XCTAssertEqual(try attempts(failing.id), before)
         XCTAssertEqual(try h.db.system { c in
             try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2", [failing.id, ev])[0].int("n")
@@ -142,13 +195,13 @@ final class WebhookDeliveryTests: XCTestCase {
         let e = try endpoint(t.master, path: "/status/503")
         _ = try record(t.id)
         clock.set(Date())
-        h.eventually("first attempt") { ((try? attempts(e.id)) ?? 0) >= 1 }
+        eventually("first attempt") { ((try? attempts(e.id)) ?? 0) >= 1 }
         XCTAssertNotNil(h.call("GET", "/v1/webhook-endpoints/\(e.id)", as: t.master)["id"])
         try h.db.system { c in _ = try c.execute("UPDATE webhook_endpoints SET url = $2 WHERE id = $1", [e.id, receiver.url("/ok")]) }
         try receiver.setSecrets([e.secret])
         clock.advance(1)
-        h.eventually("delivered on the retry") { receiver.requests().contains { $0["path"]?.stringValue == "/ok" } }
-        h.eventually("recorded") {
+        eventually("delivered on the retry") { receiver.requests().contains { $0["path"]?.stringValue == "/ok" } }
+        eventually("recorded") {
             (try? h.db.system { c in try c.query("SELECT status FROM webhook_deliveries WHERE endpoint_id = $1", [e.id])[0].string("status") }) == "delivered"
         }
         XCTAssertNil(try h.db.system { c in try c.query("SELECT failing_since FROM webhook_endpoints WHERE id = $1", [e.id])[0].optionalDate("failing_since") })
@@ -166,7 +219,7 @@ final class WebhookDeliveryTests: XCTestCase {
             if clock.now < Date() { clock.set(Date()) }  // due from its commit on
             let id = r["id"]?.stringValue
             var got: JSONValue?
-            h.eventually("test event delivered") { got = receiver.requests().first { $0["event_id"]?.stringValue == id }; return got != nil }
+            eventually("test event delivered") { got = receiver.requests().first { $0["event_id"]?.stringValue == id }; return got != nil }
             return got ?? .null
         }
         func v1s(_ r: JSONValue) -> Int { (r["signature"]?.stringValue ?? "").components(separatedBy: "v1=").count - 1 }
@@ -217,7 +270,7 @@ final class WebhookDeliveryTests: XCTestCase {
                                                          "idempotency_key": "ssrf"], as: t.master)
         let id = try XCTUnwrap(r["id"]?.stringValue)
         _ = try record(t.id)
-        h.eventually("attempted") { ((try? attempts(id)) ?? 0) >= 1 }
+        eventually("attempted") { ((try? attempts(id)) ?? 0) >= 1 }
         let log = h.call("GET", "/v1/webhook-endpoints/\(id)/deliveries", as: t.master)
         let err = log["data"]?.arrayValue?.first?["error"]?.stringValue ?? ""
         XCTAssertTrue(err.hasPrefix("address refused: ") && err.hasSuffix("is not a public address"), err)

@@ -11,6 +11,7 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
+import LiveRelayTestSupport
 
 /// Events and webhooks end to end (docs/webhooks.md): the README tour's changes on a simulated
 /// iOS device, through the real dispatcher and the APNs sandbox, each produce exactly the event
@@ -56,7 +57,7 @@ final class WebhookEventTests: XCTestCase {
     }
 
     func waitForNewTypes(_ master: String, after seen: inout Int, count: Int, file: StaticString = #filePath, line: UInt = #line) -> [String] {
-        h.eventually("\(count) new events", file: file, line: line) { events(master).count >= seen + count }
+        eventually("\(count) new events", file: file, line: line) { events(master).count >= seen + count }
         Thread.sleep(forTimeInterval: 0.3)  // anything extra the change made would be in the same commit; let late ones show
         return newTypes(master, after: &seen)
     }
@@ -65,7 +66,7 @@ final class WebhookEventTests: XCTestCase {
         try h.requireDispatcher()
         try startWorker()
         let tenant = try h.tenantWithSandboxCredentials(appId: Self.appId)
-        try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 2 WHERE tenant_id = $1", [tenant.id]) }
+        _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 2 WHERE tenant_id = $1", [tenant.id]) }
         let created = h.call("POST", "/v1/webhook-endpoints", ["url": .string(receiver.url()), "events": ["*"],
                                                                "idempotency_key": "hook-1"], as: tenant.master)
         XCTAssertEqual(created.status, 201, "\(created)")
@@ -114,7 +115,7 @@ final class WebhookEventTests: XCTestCase {
         XCTAssertEqual(newTypes(tenant.master, after: &seen), [], "a refused write is no event (and quota.exhausted comes once a day)")
 
         // APNs refuses the next update (413) → operation.failed.
-        try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 1000 WHERE tenant_id = $1", [tenant.id]) }
+        _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 1000 WHERE tenant_id = $1", [tenant.id]) }
         _ = try sandboxFault(["provider": "apns", "status": 413, "reason": "PayloadTooLarge", "times": 1])
         let up3 = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", [
             "target_id": .string(tgt), "state": ["message": "Almost there"], "expected_revision": 2, "idempotency_key": "up-3"], as: sender)
@@ -157,7 +158,7 @@ final class WebhookEventTests: XCTestCase {
         // Every event reached the receiver, signed with the endpoint's secret, with the headers.
         let ids = Set(events(tenant.master).compactMap { $0["id"]?.stringValue })
         XCTAssertEqual(ids.count, 9)
-        h.eventually("every event delivered") { Set(receiver.requests().compactMap { $0["event_id"]?.stringValue }).isSuperset(of: ids) }
+        eventually("every event delivered") { Set(receiver.requests().compactMap { $0["event_id"]?.stringValue }).isSuperset(of: ids) }
         for r in receiver.requests() {
             XCTAssertEqual(r["verified"], true, "the README receiver verifies \(r)")
             XCTAssertEqual(r["content_type"]?.stringValue, "application/json")

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import HTTP2
 import XCTest
+import LiveRelayTestSupport
 
 /// Client ↔ server over real TLS on loopback.
 final class ClientServerTests: XCTestCase {

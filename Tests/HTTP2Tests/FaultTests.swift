@@ -1,6 +1,7 @@
 import Foundation
 import HTTP2
 import XCTest
+import LiveRelayTestSupport
 
 /// Failure classification (docs/write-semantics.md "Outcome unknown") against the server's fault injection.
 final class FaultTests: XCTestCase {

@@ -3,6 +3,7 @@ import Foundation
 import HTTP2
 import Synchronization
 import XCTest
+import LiveRelayTestSupport
 
 /// Test PKI: a CA written to a temp file (the client's `extraCAFile`) and a server certificate
 /// for localhost/127.0.0.1 signed by it. Generated once per process.
@@ -74,28 +75,6 @@ func clientConfiguration(port: Int, host: String = "127.0.0.1", requestTimeout: 
                          caFile: String? = TestPKI.shared.caFile) -> HTTP2ClientConfiguration {
     HTTP2ClientConfiguration(baseURL: URL(string: "https://\(host):\(port)")!, extraCAFile: caFile,
                              connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout)
-}
-
-/// Runs `count` calls of `body` on `threads` threads at once and returns results by index.
-func concurrently<T: Sendable>(_ count: Int, threads: Int, _ body: @Sendable @escaping (Int) -> T) -> [T] {
-    let results = Mutex<[Int: T]>([:])
-    let next = Atomic<Int>(0)
-    // Real threads: Dispatch's pool on Linux is capped at the CPU count (2 here).
-    let group = DispatchGroup()
-    for _ in 0..<threads {
-        group.enter()
-        Thread {
-            while true {
-                let i = next.wrappingAdd(1, ordering: .relaxed).oldValue
-                if i >= count { break }
-                let value = body(i)
-                results.withLock { $0[i] = value }
-            }
-            group.leave()
-        }.start()
-    }
-    group.wait()
-    return results.withLock { dict in (0..<count).map { dict[$0]! } }
 }
 
 /// `send` as a `Result`, with the failure typed.

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPServer
 import XCTest
+import LiveRelayTestSupport
 
 /// Handlers block (database calls, long-polls of up to 60 s): one slow request must never hold
 /// up another connection's request. In libmicrohttpd's thread-pool mode it did (a connection is
@@ -16,7 +17,7 @@ final class BlockingHandlerTests: XCTestCase {
         for _ in 0..<6 {
             DispatchQueue.global().async(group: group) { _ = try? RawHTTPClient.request(port: port, method: "GET", path: "/slow") }
         }
-        Thread.sleep(forTimeInterval: 0.3)  // the slow requests are in their handlers
+        eventually("slow requests occupy both worker threads", within: 10) { s.server.inFlight >= 2 }
         let start = Date()
         let fast = try RawHTTPClient.request(port: port, method: "GET", path: "/fast")
         let elapsed = Date().timeIntervalSince(start)

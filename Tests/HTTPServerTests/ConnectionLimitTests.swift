@@ -4,6 +4,7 @@ import Synchronization
 import XCTest
 #if canImport(Glibc)
 import Glibc
+import LiveRelayTestSupport
 #endif
 
 /// docs/http-limits.md: idle connections cost no thread, a per-address cap, an absolute
@@ -59,16 +60,6 @@ final class ConnectionLimitTests: XCTestCase {
         return try RawHTTPClient.parse(readAll(fd))
     }
 
-    /// Polls `condition` every 10 ms for up to `seconds`.
-    func eventually(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-        let end = Date().addingTimeInterval(seconds)
-        while Date() < end {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.01)
-        }
-        return condition()
-    }
-
     func testTwoThousandIdleConnectionsDoNotStopALegitimateRequest() throws {
         let s = try startServer({ r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
                                 configuration: .init(port: 0, threads: 2, maxThreads: 4))
@@ -78,7 +69,7 @@ final class ConnectionLimitTests: XCTestCase {
         for i in 0..<2_000 {
             held.append(try Self.connect(port: s.port, source: "127.0.0.\(2 + i % 8)"))
         }
-        XCTAssertTrue(eventually(10) { s.server.openConnections >= 2_000 }, "the server holds every idle connection (\(s.server.openConnections))")
+        XCTAssertTrue(waitUntil(within: 10, every: 0.01) { s.server.openConnections >= 2_000 }, "the server holds every idle connection (\(s.server.openConnections))")
         for _ in 0..<20 {
             let r = try Self.get(port: s.port, path: "/ping")
             XCTAssertEqual(r.status, 200)
@@ -93,11 +84,11 @@ final class ConnectionLimitTests: XCTestCase {
         var held: [Int32] = []
         defer { held.forEach { close($0) } }
         for _ in 0..<3 { held.append(try Self.connect(port: s.port, source: "127.0.0.3")) }
-        XCTAssertTrue(eventually(5) { s.server.openConnections == 3 })
+        XCTAssertTrue(waitUntil(within: 5, every: 0.01) { s.server.openConnections == 3 })
         // The 4th connection from that address is at the cap: still served.
         XCTAssertEqual(try Self.get(port: s.port, path: "/ping", source: "127.0.0.3").status, 200)
         held.append(try Self.connect(port: s.port, source: "127.0.0.3"))
-        XCTAssertTrue(eventually(5) { s.server.openConnections == 4 })
+        XCTAssertTrue(waitUntil(within: 5, every: 0.01) { s.server.openConnections == 4 })
         // A 5th is closed without an answer.
         let fd = try Self.connect(port: s.port, source: "127.0.0.3")
         defer { close(fd) }
@@ -146,10 +137,10 @@ final class ConnectionLimitTests: XCTestCase {
         var held: [Int32] = []
         defer { held.forEach { close($0) } }
         for _ in 0..<2 { held.append(try Self.connect(port: s.port)) }
-        XCTAssertTrue(eventually(5) { s.server.openConnections == 2 })
+        XCTAssertTrue(waitUntil(within: 5, every: 0.01) { s.server.openConnections == 2 })
         XCTAssertEqual(try Self.get(port: s.port, path: "/ping").status, 200, "the 3rd connection is within the limit")
         held.append(try Self.connect(port: s.port))
-        XCTAssertTrue(eventually(5) { s.server.openConnections == 3 })
+        XCTAssertTrue(waitUntil(within: 5, every: 0.01) { s.server.openConnections == 3 })
         let r = try Self.get(port: s.port, path: "/ping")
         XCTAssertEqual(r.status, 503)
         XCTAssertEqual(r.json?["error"]?["code"]?.stringValue, "SERVICE_UNAVAILABLE")
@@ -199,7 +190,7 @@ final class ConnectionLimitTests: XCTestCase {
                 bodies.withLock { $0.append(text) }
             }
         }
-        XCTAssertTrue(eventually(5) { pending.withLock { $0.count } == 5 })
+        XCTAssertTrue(waitUntil(within: 5, every: 0.01) { pending.withLock { $0.count } == 5 })
         // Five waits are parked on a one-worker server, which still answers at once.
         XCTAssertEqual(try Self.get(port: port, path: "/ping").status, 200)
         for (i, c) in pending.withLock({ $0 }).enumerated() {

@@ -73,7 +73,7 @@ final class ObservabilityTests: XCTestCase {
         configuration.accessLog = false
         let s = try startServer({ router in router.add("GET", "/ping") { _ in .text(200, "ok") } }, configuration: configuration)
         for _ in 0..<2 { _ = try RawHTTPClient.request(port: s.port, method: "GET", path: "/ping") }
-        XCTAssertFalse(s.log.all.contains { $0.contains("\"msg\":\"request\"") }, "no access-log line: \(s.log.all)")
+        XCTAssertFalse(s.log.lines.contains { $0.contains("\"msg\":\"request\"") }, "no access-log line: \(s.log.lines)")
         XCTAssertTrue(s.metrics.render().contains("http_requests_total{route=\"/ping\",method=\"GET\",status=\"200\"} 2\n"))
     }
 
@@ -85,8 +85,8 @@ final class ObservabilityTests: XCTestCase {
         let r = try RawHTTPClient.request(port: s.port, method: "POST", path: "/v1/things/t1?token=QUERYSECRET",
                                           headers: [("Authorization", "Bearer lrs_abc_AUTHSECRET"), ("X-Request-Id", "log-test-1")], body: body)
         XCTAssertEqual(r.status, 201)
-        let lines = s.log.all.filter { $0.contains("log-test-1") }
-        XCTAssertEqual(lines.count, 1, "\(s.log.all)")
+        let lines = s.log.lines.filter { $0.contains("log-test-1") }
+        XCTAssertEqual(lines.count, 1, "\(s.log.lines)")
         let line = try XCTUnwrap(lines.first)
         for secret in ["AUTHSECRET", "BODYSECRET", "QUERYSECRET", "Bearer"] { XCTAssertFalse(line.contains(secret), line) }
         let object = try XCTUnwrap(JSONValue.parse(line).objectValue)

@@ -79,7 +79,7 @@ final class RoutingTests: XCTestCase {
         XCTAssertEqual(envelope(r)?["request_id"]?.stringValue, r.header("X-Request-Id"))
         XCTAssertFalse(r.text.contains("hunter2"))
         XCTAssertFalse(r.text.contains("SecretFailure"))
-        XCTAssertTrue(s.log.all.contains { $0.contains("handler error") && $0.contains("hunter2") }, "the error is logged")
+        XCTAssertTrue(s.log.lines.contains { $0.contains("handler error") && $0.contains("hunter2") }, "the error is logged")
 
         let t = try RawHTTPClient.request(port: s.port, method: "GET", path: "/teapot")
         XCTAssertEqual(t.status, 418)

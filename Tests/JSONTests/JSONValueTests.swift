@@ -1,4 +1,5 @@
 import XCTest
+import LiveRelayTestSupport
 @testable import JSON
 
 /// RFC 8259 strictness and canonical serialization of the JSON module.
@@ -41,14 +42,14 @@ final class JSONValueTests: XCTestCase {
     }
 
     func testRandomDocumentsRoundTrip() throws {
-        var rng = SplitMix(seed: 42)
+        var rng = SplitMix64(seed: 42)
         for _ in 0..<2000 {
             let v = randomValue(&rng, depth: 0)
             XCTAssertEqual(try JSONValue.parse(v.serialized()), v)
         }
     }
 
-    private func randomValue(_ r: inout SplitMix, depth: Int) -> JSONValue {
+    private func randomValue(_ r: inout SplitMix64, depth: Int) -> JSONValue {
         switch r.next() % (depth > 4 ? 5 : 7) {
         case 0: return .null
         case 1: return .bool(r.next() % 2 == 0)
@@ -64,15 +65,3 @@ final class JSONValueTests: XCTestCase {
     }
 }
 
-/// Deterministic PRNG (SplitMix64) for seeded property tests.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}

@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// docs/credentials.md: every endpoint of the credentials issue × every kind of caller → the expected
 /// status, as one table. Objects of another tenant are indistinguishable from absent ones.
@@ -23,7 +24,7 @@ final class AuthorizationMatrixTests: XCTestCase {
         let revokedSender = try Fixtures.senderKey(env, master: t.master, targets: [st])
         XCTAssertEqual(env.call("POST", "/v1/remote-updates/sender-keys/\(revokedSender.id)/revoke", [:], as: t.master).status, 200)
         let expiredSender = try Fixtures.senderKey(env, master: t.master, targets: [st])
-        try env.db.system { c in try c.execute("UPDATE sender_keys SET expires_at = now() - interval '1 second' WHERE id = $1", [expiredSender.id]) }
+        _ = try env.db.system { c in try c.execute("UPDATE sender_keys SET expires_at = now() - interval '1 second' WHERE id = $1", [expiredSender.id]) }
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         var badChecksum = Array(t.master)
         badChecksum[badChecksum.count - 1] = badChecksum.last == "A" ? "B" : "A"
@@ -98,11 +99,11 @@ final class AuthorizationMatrixTests: XCTestCase {
         let t = try env.tenant()
         XCTAssertEqual(env.call("GET", "/v1/master-keys", as: t.master).status, 200)  // warm the cache
         XCTAssertEqual(env.call("PATCH", "/v1/operator/tenants/\(t.id)", ["status": "suspended"], as: op).status, 200)
-        try Fixtures.eventually { env.call("GET", "/v1/master-keys", as: t.master).errorCode == "TENANT_SUSPENDED" }
+        eventually("the suspension reaches the cache", within: 3) { env.call("GET", "/v1/master-keys", as: t.master).errorCode == "TENANT_SUSPENDED" }
         XCTAssertEqual(env.call("GET", "/v1/master-keys", as: t.master).status, 403)
         XCTAssertEqual(env.call("POST", "/v1/installations", ["platform": "ios", "app_id": "a", "environment": "sandbox",
                                                               "install_id": .string(UUID().uuidString)], as: t.publishable).errorCode, "TENANT_SUSPENDED")
         XCTAssertEqual(env.call("PATCH", "/v1/operator/tenants/\(t.id)", ["status": "active"], as: op).status, 200)
-        try Fixtures.eventually { env.call("GET", "/v1/master-keys", as: t.master).status == 200 }
+        eventually("the reactivation reaches the cache", within: 3) { env.call("GET", "/v1/master-keys", as: t.master).status == 200 }
     }
 }

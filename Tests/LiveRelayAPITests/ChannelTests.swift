@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LiveRelayTestSupport
 import Delivery
 import JSON
 import LiveRelayCore

@@ -6,6 +6,7 @@ import LiveRelayStore
 import Logging
 import Postgres
 @testable import LiveRelayApp
+import LiveRelayTestSupport
 
 /// docs/templates.md retention through the API and the GC with an injected clock: pins, the 7-day rule,
 /// 64 versions / 256 MiB per binding, `409 TEMPLATE_RETENTION_LIMIT`.
@@ -75,7 +76,7 @@ final class DeviceRetentionTests: XCTestCase {
         XCTAssertTrue(env.logText.contains("template version evicted"))
 
         // The target ends: a week later its version is the oldest collectable.
-        try env.db.tenant(t.id) { c in
+        _ = try env.db.tenant(t.id) { c in
             try c.execute("UPDATE targets SET status = 'ended', end_reason = 'device', ended_at = now() - interval '8 days' WHERE tenant_id = $1 AND id = $2",
                           [t.id, tgt])
         }
@@ -110,7 +111,7 @@ final class DeviceRetentionTests: XCTestCase {
         // A zero-byte version still fits (256 MiB is inclusive).
         XCTAssertEqual(Fixtures.prepare(env, inst, Fixtures.prepareBody(digest: "sha256:empty", bundleBytes: 0)).status, 200)
         // Release the two oldest: the one-byte version evicts only the oldest.
-        try env.db.tenant(t.id) { c in
+        _ = try env.db.tenant(t.id) { c in
             try c.execute("UPDATE targets SET status = 'ended', ended_at = now() - interval '8 days' WHERE tenant_id = $1 AND id = ANY($2::text[])",
                           [t.id, PostgresTextArray(Array(targets.prefix(2)))])
         }
@@ -150,7 +151,7 @@ final class DeviceRetentionTests: XCTestCase {
         XCTAssertEqual(try versionCount(env, t.id, inst.id), 2)
 
         // The target ends now: its version goes 7 days later, not at 6d23h.
-        try env.db.tenant(t.id) { c in
+        _ = try env.db.tenant(t.id) { c in
             try c.execute("UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = $2", [t.id, tgt])
         }
         XCTAssertEqual(ids(try collect(after: 6 * day + 23 * 3600)), [])
@@ -160,7 +161,7 @@ final class DeviceRetentionTests: XCTestCase {
         // (with an injected clock) and logs it.
         XCTAssertEqual(env.call("POST", "/v1/remote-updates/sender-keys/\(key.id)/revoke", [:], as: t.master).status, 200)
         XCTAssertEqual(ids(try collect(after: 6 * day + 23 * 3600)), [])
-        let lines = LogCapture()
+        let lines = LineCapture()
         let svc = MaintenanceService(db: env.db, log: Logger(minimum: .info, sink: { lines.append($0) }), interval: 3600,
                                      now: { Date().addingTimeInterval(7 * 86_400 + 60) })
         XCTAssertEqual(ids(svc.runOnce()), [v3.tv])

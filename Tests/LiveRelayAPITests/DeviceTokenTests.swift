@@ -7,12 +7,21 @@ import Postgres
 
 /// docs/endpoints.md push-to-start tokens, binding retire and render reports.
 final class DeviceTokenTests: XCTestCase {
-    func testPushToStartTokenMakesReadyAndIsNeverEchoedOrLogged() throws {
+    /// A fresh API with one tenant and two of its installations (the second proves isolation).
+    private func tenantWithTwoInstallations() throws -> (TestEnvironment, TestEnvironment.Tenant, Fixtures.Installation, Fixtures.Installation) {
         let env = try TestEnvironment.make()
+        do {
+            let t = try env.tenant()
+            return (env, t, try Fixtures.installation(env, publishable: t.publishable), try Fixtures.installation(env, publishable: t.publishable))
+        } catch {
+            env.tearDown()
+            throw error
+        }
+    }
+
+    func testPushToStartTokenMakesReadyAndIsNeverEchoedOrLogged() throws {
+        let (env, t, inst, other) = try tenantWithTwoInstallations()
         defer { env.tearDown() }
-        let t = try env.tenant()
-        let inst = try Fixtures.installation(env, publishable: t.publishable)
-        let other = try Fixtures.installation(env, publishable: t.publishable)
         let (st, tv) = try Fixtures.prepared(env, inst, Fixtures.prepareBody())
         let (otherSt, _) = try Fixtures.prepared(env, other, Fixtures.prepareBody())
         let token = "80f1c2d3e4" + (0..<27).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
@@ -64,11 +73,8 @@ final class DeviceTokenTests: XCTestCase {
     }
 
     func testBindingRetire() throws {
-        let env = try TestEnvironment.make()
+        let (env, t, inst, other) = try tenantWithTwoInstallations()
         defer { env.tearDown() }
-        let t = try env.tenant()
-        let inst = try Fixtures.installation(env, publishable: t.publishable)
-        let other = try Fixtures.installation(env, publishable: t.publishable)
         let (st1, tv1) = try Fixtures.prepared(env, inst, Fixtures.prepareBody())
         let (st2, _) = try Fixtures.prepared(env, inst, Fixtures.prepareBody(activityType: "pickup"))
         let (keep, _) = try Fixtures.prepared(env, inst, Fixtures.prepareBody(binding: "other-widget"))
@@ -109,11 +115,8 @@ final class DeviceTokenTests: XCTestCase {
     }
 
     func testRenderReportsAndStaleFlag() throws {
-        let env = try TestEnvironment.make()
+        let (env, t, inst, other) = try tenantWithTwoInstallations()
         defer { env.tearDown() }
-        let t = try env.tenant()
-        let inst = try Fixtures.installation(env, publishable: t.publishable)
-        let other = try Fixtures.installation(env, publishable: t.publishable)
         let (st, tv) = try Fixtures.prepared(env, inst, Fixtures.prepareBody())
         let tgt = try Fixtures.liveTarget(env, tenant: t.id, installation: inst.id, templateVersion: tv, startTarget: st, revision: 3)
         let path = "/v1/installations/\(inst.id)/targets/\(tgt)/render-reports"
@@ -136,7 +139,7 @@ final class DeviceTokenTests: XCTestCase {
         XCTAssertEqual(try stored()?["revision"], .int(3))
 
         // The target moves on: the stored report is about an older revision → stale.
-        try env.db.tenant(t.id) { c in try c.execute("UPDATE targets SET revision = 5 WHERE tenant_id = $1 AND id = $2", [t.id, tgt]) }
+        _ = try env.db.tenant(t.id) { c in try c.execute("UPDATE targets SET revision = 5 WHERE tenant_id = $1 AND id = $2", [t.id, tgt]) }
         let old = report(4, .int(2))
         XCTAssertEqual(old["stored"], .bool(true))
         XCTAssertEqual(old["last_render_report"]?["stale"], .bool(true))

@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// Objects the tenancy tests need, made through the API where it exists and straight in the
 /// database where a later endpoint will make them (start targets).
@@ -62,19 +63,6 @@ enum Fixtures {
         }
         return Installation(id: id, credential: cred)
     }
-
-    /// Polls `condition` every 20 ms for up to `seconds`; fails the test if it never holds.
-    /// Returns the time it took, in seconds.
-    @discardableResult
-    static func eventually(within seconds: Double = 3, file: StaticString = #filePath, line: UInt = #line, _ condition: () -> Bool) throws -> Double {
-        let start = Date()
-        while Date().timeIntervalSince(start) < seconds {
-            if condition() { return Date().timeIntervalSince(start) }
-            Thread.sleep(forTimeInterval: 0.02)
-        }
-        XCTFail("condition not met within \(seconds) s", file: file, line: line)
-        return seconds
-    }
 }
 
 // MARK: device registry (prepare, start targets)
@@ -122,7 +110,7 @@ extension Fixtures {
     static func liveTarget(_ env: TestEnvironment, tenant: String, installation: String, templateVersion: String,
                            startTarget: String? = nil, revision: Int64 = 1, status: String = "ready") throws -> String {
         let id = Identifier.make(.target)
-        try env.db.tenant(tenant) { c in
+        _ = try env.db.tenant(tenant) { c in
             try c.execute("""
                 INSERT INTO targets (tenant_id, id, installation_id, start_target_id, origin, activity_type, template_version, status,
                                      revision, state)

@@ -7,6 +7,7 @@ import LiveRelayStore
 import Logging
 import Postgres
 @testable import LiveRelayApp
+import LiveRelayTestSupport
 
 /// Issue 14 (docs/security.md): installation takeover, the business-key oracle, per-tenant caps,
 /// retention, and the small ones (time range, APNs token shape, statement timeout, readyz,
@@ -228,7 +229,7 @@ final class HardeningAPITests: XCTestCase {
         }
         XCTAssertEqual(try count("SELECT count(*) AS n FROM operations WHERE target_id = $1", old), 1)
 
-        let lines = LogCapture()
+        let lines = LineCapture()
         let svc = MaintenanceService(db: env.db, log: Logger(minimum: .info, sink: { lines.append($0) }), interval: 3600, retentionDays: 30)
         let purged = try XCTUnwrap(svc.purgeRetention())
         XCTAssertEqual(purged.targets, 1)
@@ -346,7 +347,7 @@ final class HardeningAPITests: XCTestCase {
             try c.query("SELECT extract(epoch FROM expires_at - now())::float8 AS s FROM master_keys WHERE id = $1", [id])[0].double("s")
         }
         XCTAssertLessThanOrEqual(left, 1, "expires now by the database's clock, not in an hour")
-        try Fixtures.eventually { env.call("GET", "/v1/master-keys", as: credential).status == 401 }
+        eventually("the revoked master key stops working", within: 3) { env.call("GET", "/v1/master-keys", as: credential).status == 401 }
     }
 
     func testAFailedPostCommitNotificationBatchIsRetriedOnAFreshSession() throws {
@@ -357,12 +358,12 @@ final class HardeningAPITests: XCTestCase {
         env.db.sendNotifications([("lr_hardening_probe", "first")])
         XCTAssertEqual(try listener.waitForNotifications(timeoutSeconds: 5).map(\.payload), ["first"])
         // The server drops the notifier's session (restart, idle timeout, admin).
-        let admin = try PostgresConnection(env.adminConninfo)
+        let admin = try PostgresConnection(env.database.adminConninfo)
         defer { admin.close() }
         let killed = try admin.query("""
             SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
              WHERE datname = $1 AND pid <> pg_backend_pid() AND query LIKE 'SELECT pg_notify(%'
-            """, [env.dbName])
+            """, [env.database.name])
         // The notifier's session idles out after 1 s without work, so it may already be gone.
         XCTAssertLessThanOrEqual(killed.count, 1, "at most the notifier session was terminated")
         Thread.sleep(forTimeInterval: 0.2)

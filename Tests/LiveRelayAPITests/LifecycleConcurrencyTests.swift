@@ -5,6 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Postgres
 import Synchronization
+import LiveRelayTestSupport
 
 /// docs/write-semantics.md ordering under concurrency, coalescing and coverage, through the real API.
 final class LifecycleConcurrencyTests: XCTestCase {

@@ -7,6 +7,7 @@ import Logging
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+import LiveRelayTestSupport
 #endif
 
 /// docs/http-limits.md, "Long-polls": waits hold no worker thread and are capped per credential.
@@ -22,7 +23,7 @@ final class LongPollLimitTests: XCTestCase {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(env.server.port).bigEndian)
+        addr.sin_port = in_port_t(UInt16(env.api.server.port).bigEndian)
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
@@ -54,12 +55,12 @@ final class LongPollLimitTests: XCTestCase {
         let t = w.start()
         let path = "/v1/remote-updates/live-activities/targets/\(t)?wait_until_ready_ms=60000"
         let keyId = w.sender.id
-        let cap = env.events.maxWaitsPerCredential
+        let cap = env.api.events.maxWaitsPerCredential
         var waiting: [Int32] = []
         for _ in 0..<cap { waiting.append(try send(path, as: w.sender.credential)) }
         let end = Date().addingTimeInterval(20)
-        while env.events.waitsInProgress(credential: keyId) < cap, Date() < end { Thread.sleep(forTimeInterval: 0.02) }
-        XCTAssertEqual(env.events.waitsInProgress(credential: keyId), cap, "\(cap) long-polls wait at once (no worker thread each)")
+        while env.api.events.waitsInProgress(credential: keyId) < cap, Date() < end { Thread.sleep(forTimeInterval: 0.02) }
+        XCTAssertEqual(env.api.events.waitsInProgress(credential: keyId), cap, "\(cap) long-polls wait at once (no worker thread each)")
         // One more from the same credential is refused at once; other requests are served.
         let over = answer(try send(path, as: w.sender.credential))
         XCTAssertEqual(over.0, 429)
@@ -71,6 +72,6 @@ final class LongPollLimitTests: XCTestCase {
         XCTAssertEqual(put.status / 100, 2, "token registered: \(put.status)")
         let statuses = waiting.map { answer($0).0 }
         XCTAssertEqual(statuses, Array(repeating: 200, count: cap))
-        XCTAssertEqual(env.events.waitsInProgress(credential: keyId), 0)
+        XCTAssertEqual(env.api.events.waitsInProgress(credential: keyId), 0)
     }
 }

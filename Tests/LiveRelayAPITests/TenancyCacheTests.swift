@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import LiveRelayTestSupport
 import HTTPServer
 import JSON
 import LiveRelayAPI
@@ -24,7 +25,7 @@ final class TenancyCacheTests: TenancyTestCase {
         let logs = env.logs
         let auth = Authenticator(db: Database(pool: pool), log: Logger(minimum: .debug, sink: { logs.append($0) }))
         auth.startInvalidationListener(conninfo: env.conninfo)
-        Thread.sleep(forTimeInterval: 0.5)  // let the listener connect (it clears the cache when it does)
+        eventually("the second node's listener connects (it clears the cache when it does)", within: 10) { auth.isListening }
         return Node(pool: pool, auth: auth)
     }
 

@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// docs/endpoints.md device endpoints: registration (publishable key, idempotent on install_id),
 /// credential renewal (old credential valid 5 more minutes), disconnect.
@@ -135,7 +136,7 @@ final class TenancyInstallationTests: TenancyTestCase {
         // A revoked publishable key stops registering.
         let id = try XCTUnwrap(made["id"]?.stringValue)
         XCTAssertEqual(call("POST", "/v1/publishable-keys/\(id)/revoke", [:], as: t.master).status, 200)
-        try Fixtures.eventually(within: 1) { self.env.call("POST", "/v1/installations", [
+        eventually("the revoked publishable key stops registering", within: 1) { self.env.call("POST", "/v1/installations", [
             "platform": "ios", "app_id": "com.example.x", "environment": "sandbox", "install_id": .string(UUID().uuidString)], as: pk).status == 401 }
     }
 }

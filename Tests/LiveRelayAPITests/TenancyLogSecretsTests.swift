@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// docs/credentials.md: a secret is shown exactly once, in the response that creates it — never in a log.
 /// (Every tenancy test checks its own credentials at tear-down; this one runs a whole flow,
@@ -49,13 +50,16 @@ final class TenancyLogSecretsTests: TenancyTestCase {
         remember(brokenText)
         XCTAssertEqual(call("GET", "/v1/remote-updates/capabilities?key=\(master)", as: "Basic \(master)").status, 401)
         XCTAssertEqual(call("POST", "/v1/remote-updates/sender-keys/\(sk["id"]?.stringValue ?? "")/revoke", [:], as: second).status, 200)
-        try Fixtures.eventually(within: 1) { self.env.call("GET", "/v1/remote-updates/capabilities", as: sender).status == 401 }
+        eventually("the revoked sender key stops working", within: 1) { self.env.call("GET", "/v1/remote-updates/capabilities", as: sender).status == 401 }
         XCTAssertEqual(call("POST", "/v1/master-keys/\(created["master_key"]?["id"]?.stringValue ?? "")/revoke", [:], as: second).status, 200)
         _ = call("GET", "/v1/master-keys", as: master)
 
         let received = self.received.withLock { $0 }
         XCTAssertGreaterThanOrEqual(received.count, 9, "the flow handed out the credentials it should have")
-        Thread.sleep(forTimeInterval: 0.2)
+        // Access-log lines are written after the response: wait for them, not for a guessed time.
+        eventually("the access log lines arrive", within: 10) {
+            env.logText.contains("\"msg\":\"request\"") && env.logText.components(separatedBy: "\n").count > 15
+        }
         let logs = env.logText
         XCTAssertTrue(logs.contains("\"msg\":\"request\""), "the access log was captured")
         XCTAssertGreaterThan(logs.components(separatedBy: "\n").count, 15)

@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// docs/endpoints.md tenant admin: master-key rotation (create another key, revoke the old one now or
 /// after a grace period, never the last one).
@@ -70,7 +71,7 @@ final class TenancyRotationTests: TenancyTestCase {
         let now = call("POST", "/v1/master-keys/\(t.masterId)/revoke", [:], as: second)
         XCTAssertEqual(now.status, 200, now.text)
         XCTAssertEqual(now["status"]?.stringValue, "revoked")
-        try Fixtures.eventually(within: 1) { self.env.call("GET", "/v1/master-keys", as: t.master).status == 401 }
+        eventually("the revoked master key stops working", within: 1) { self.env.call("GET", "/v1/master-keys", as: t.master).status == 401 }
         // A later, longer grace period never extends the earlier expiry.
         let longer = call("POST", "/v1/master-keys/\(t.masterId)/revoke", ["expires_in_seconds": 3600], as: second)
         XCTAssertEqual(longer["status"]?.stringValue, "revoked")

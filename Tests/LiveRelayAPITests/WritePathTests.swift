@@ -112,7 +112,7 @@ final class WritePathTests: XCTestCase {
         let tenant = w.tenant.id
         XCTAssertEqual(try counters(tenant), try truth(tenant), "after concurrent writes and supersedes")
         XCTAssertGreaterThan(try truth(tenant).reserved, 0)
-        try env.db.system { c in
+        _ = try env.db.system { c in
             try c.execute("UPDATE operations SET status = 'sending' WHERE tenant_id = $1 AND status = 'queued' AND kind = 'start'", [tenant])
         }
         XCTAssertEqual(try counters(tenant), try truth(tenant), "queued → sending moves nothing")

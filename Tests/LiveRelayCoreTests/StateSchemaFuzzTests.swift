@@ -1,19 +1,7 @@
 import JSON
 import LiveRelayCore
 import XCTest
-
-/// Deterministic PRNG for reproducible random documents.
-struct SchemaFuzzRNG: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+import LiveRelayTestSupport
 
 /// Seeded random JSON documents and schemas, checked against a naive reference validator.
 final class StateSchemaFuzzTests: XCTestCase {
@@ -21,7 +9,7 @@ final class StateSchemaFuzzTests: XCTestCase {
     static let strings = ["", "x", "\u{E9}", "e\u{301}", "😀", "abcd", "~/", "🇫🇷!", "long string value"]
     static let types = ["null", "boolean", "number", "integer", "string", "array", "object"]
 
-    func primitive(_ r: inout SchemaFuzzRNG) -> JSONValue {
+    func primitive(_ r: inout SplitMix64) -> JSONValue {
         switch Int.random(in: 0..<9, using: &r) {
         case 0: return .null
         case 1: return .bool(Bool.random(using: &r))
@@ -32,7 +20,7 @@ final class StateSchemaFuzzTests: XCTestCase {
         }
     }
 
-    func value(_ r: inout SchemaFuzzRNG, depth: Int) -> JSONValue {
+    func value(_ r: inout SplitMix64, depth: Int) -> JSONValue {
         let k = Int.random(in: 0..<(depth > 5 ? 6 : 10), using: &r)
         if k < 6 { return primitive(&r) }
         let n = Int.random(in: 0...4, using: &r)
@@ -43,7 +31,7 @@ final class StateSchemaFuzzTests: XCTestCase {
     }
 
     /// Mostly valid schemas; `broken` adds occasional invalid keywords or values.
-    func schema(_ r: inout SchemaFuzzRNG, depth: Int, broken: Bool) -> JSONValue {
+    func schema(_ r: inout SplitMix64, depth: Int, broken: Bool) -> JSONValue {
         var o: [String: JSONValue] = [:]
         func chance(_ p: Double) -> Bool { Double.random(in: 0..<1, using: &r) < p }
         if chance(0.5) { o["type"] = .string(Self.types.randomElement(using: &r)!) }
@@ -139,7 +127,7 @@ final class StateSchemaFuzzTests: XCTestCase {
     }
 
     func testRandomSchemasAndStatesAgreeWithReference() {
-        var r = SchemaFuzzRNG(seed: 0x5EED_0001)
+        var r = SplitMix64(seed: 0x5EED_0001)
         var compiled = 0, violations = 0
         for _ in 0..<3000 {
             let sj = schema(&r, depth: 1, broken: true)
@@ -167,7 +155,7 @@ final class StateSchemaFuzzTests: XCTestCase {
     }
 
     func testArbitraryDocumentsAsSchemasNeverCrash() {
-        var r = SchemaFuzzRNG(seed: 0x5EED_0002)
+        var r = SplitMix64(seed: 0x5EED_0002)
         for _ in 0..<3000 {
             let doc = value(&r, depth: 0)
             if let s = try? StateSchema.compile(doc) { _ = s.validate(value(&r, depth: 0)) }

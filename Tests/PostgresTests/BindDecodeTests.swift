@@ -1,13 +1,14 @@
 import Foundation
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 /// Every bindable type round-trips through a real server, NULL included; injection stays data.
 final class BindDecodeTests: XCTestCase {
     private var connection: PostgresConnection!
 
     override func setUpWithError() throws {
-        connection = try PostgresConnection(try TestEnvironment.databaseURL())
+        connection = try PostgresConnection(try TestDatabase.baseURL())
     }
 
     override func tearDown() {
@@ -141,7 +142,7 @@ final class BindDecodeTests: XCTestCase {
     }
 
     func testBadLoginFailsWithConnectionError() throws {
-        let base = try TestEnvironment.databaseURL()
-        assertPostgresError(.connection) { try PostgresConnection(TestEnvironment.conninfo(base, database: "no_such_db_here")) }
+        let base = try TestDatabase.baseURL()
+        assertPostgresError(.connection) { try PostgresConnection(TestDatabase.conninfo(base, database: "no_such_db_here")) }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Crypto
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 /// Migrator against fresh databases: apply, no-op re-run, refusals, and concurrent runs.
 final class MigratorTests: XCTestCase {
@@ -16,7 +17,7 @@ final class MigratorTests: XCTestCase {
     private let names = ["0001_counter", "0002_insert", "0010_more"]
 
     override func setUpWithError() throws {
-        database = try TestDatabase()
+        database = try TestDatabase(migrated: false)
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("lr-migrations-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         for (name, sql) in Self.files { try write(name, sql) }

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 /// LISTEN/NOTIFY delivery, timeout, and a lost server while waiting.
 final class NotificationTests: XCTestCase {
@@ -8,7 +9,7 @@ final class NotificationTests: XCTestCase {
     private var sender: PostgresConnection!
 
     override func setUpWithError() throws {
-        let url = try TestEnvironment.databaseURL()
+        let url = try TestDatabase.baseURL()
         listener = try PostgresConnection(url)
         sender = try PostgresConnection(url)
     }
@@ -55,7 +56,7 @@ final class NotificationTests: XCTestCase {
     }
 
     func testWaitThrowsConnectionErrorWhenServerGoesAway() throws {
-        _ = try TestEnvironment.adminURL()
+        _ = try TestDatabase.adminURL()
         try listener.listen("lr_doomed")
         try terminateBackend(listener.backendPID)
         let started = Date()

@@ -1,12 +1,13 @@
 import Foundation
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 /// libpq pipeline mode, the per-session prepared-statement cache, lazily begun transactions
 /// and the round-trip counter, against a real PostgreSQL.
 final class PipelineTests: XCTestCase {
     var db: TestDatabase!
-    override func setUpWithError() throws { db = try TestDatabase() }
+    override func setUpWithError() throws { db = try TestDatabase(migrated: false) }
     override func tearDown() { db?.drop() }
 
     func testPipelineRunsEveryStatementInOneRoundTrip() throws {

@@ -1,13 +1,14 @@
 import Foundation
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 /// Pool bounds, waiting, timeouts, and replacement of broken connections.
 final class PoolTests: XCTestCase {
     private var database: TestDatabase!
 
     override func setUpWithError() throws {
-        database = try TestDatabase()
+        database = try TestDatabase(migrated: false)
     }
 
     override func tearDown() {
@@ -54,7 +55,7 @@ final class PoolTests: XCTestCase {
     }
 
     func testTerminatedBackendsAreReplaced() throws {
-        _ = try TestEnvironment.adminURL()
+        _ = try TestDatabase.adminURL()
         let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 4)
         defer { pool.close() }
         let before = try borrowAll(pool, 4)
@@ -70,7 +71,7 @@ final class PoolTests: XCTestCase {
     }
 
     func testConnectionBrokenDuringBodyIsDiscardedNotReturned() throws {
-        _ = try TestEnvironment.adminURL()
+        _ = try TestDatabase.adminURL()
         let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 2)
         defer { pool.close() }
         let oldPID = try pool.withConnection { connection in

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 /// Pure text-format helpers: timestamps, bytea, array literals. No database.
 final class TextFormatTests: XCTestCase {
@@ -90,9 +91,9 @@ final class TextFormatTests: XCTestCase {
     }
 
     func testConninfoHelperSwapsDatabase() {
-        XCTAssertEqual(TestEnvironment.conninfo("postgresql:///liverelay?host=/tmp/x/run&user=liverelay", database: "db2"),
+        XCTAssertEqual(TestDatabase.conninfo("postgresql:///liverelay?host=/tmp/x/run&user=liverelay", database: "db2"),
                        "postgresql:///db2?host=/tmp/x/run&user=liverelay")
-        XCTAssertEqual(TestEnvironment.conninfo("postgres://u@h:5432/a", database: "b"), "postgres://u@h:5432/b")
-        XCTAssertEqual(TestEnvironment.conninfo("host=/tmp user=u", database: "b"), "host=/tmp user=u dbname=b")
+        XCTAssertEqual(TestDatabase.conninfo("postgres://u@h:5432/a", database: "b"), "postgres://u@h:5432/b")
+        XCTAssertEqual(TestDatabase.conninfo("host=/tmp user=u", database: "b"), "host=/tmp user=u dbname=b")
     }
 }

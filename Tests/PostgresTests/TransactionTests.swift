@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import Postgres
+import LiveRelayTestSupport
 
 private struct BodyError: Error, Equatable {}
 
@@ -10,7 +11,7 @@ final class TransactionTests: XCTestCase {
     private var pool: PostgresPool!
 
     override func setUpWithError() throws {
-        database = try TestDatabase()
+        database = try TestDatabase(migrated: false)
         pool = PostgresPool(conninfo: database.conninfo, maxConnections: 4)
         try pool.withConnection { try $0.simpleQuery("CREATE TABLE items (id int PRIMARY KEY, email text CONSTRAINT items_email_key UNIQUE)") }
     }
