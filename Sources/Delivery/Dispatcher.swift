@@ -251,7 +251,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     }
 
     /// Commit observer of `db`: the write path's NOTIFY on `liverelay_dispatch` carries
-    /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert); any such commit wakes the claim loop.
+    /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert): a named operation goes to the
+    /// named claim (its commit time recorded for the lag), a bare tenant wakes the fair claim loop.
     private func committed(_ notifications: [(channel: String, payload: String)], at: Date) {
         var pairs: [(tenantId: String, id: String)] = []
         var general = false
