@@ -47,14 +47,27 @@ END $$;
 CREATE OR REPLACE FUNCTION lr_dispatch_head_refresh(p_tenant text, p_target text) RETURNS void
 LANGUAGE sql AS $$ SELECT lr_dispatch_heads_refresh_set(ARRAY[p_tenant], ARRAY[p_target]) $$;
 
-CREATE OR REPLACE FUNCTION lr_dispatch_heads_after_insert() RETURNS trigger
+-- Inserts (new_rows) and deletes (old_rows): every live operation's target is refreshed.
+CREATE FUNCTION lr_dispatch_heads_after_insert_or_delete() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE tn text[]; tg text[];
 BEGIN
-  SELECT array_agg(n.tenant_id), array_agg(n.target_id) INTO tn, tg FROM new_rows n WHERE n.status IN ('queued', 'sending');
+  IF TG_OP = 'INSERT' THEN
+    SELECT array_agg(r.tenant_id), array_agg(r.target_id) INTO tn, tg FROM new_rows r WHERE r.status IN ('queued', 'sending');
+  ELSE
+    SELECT array_agg(r.tenant_id), array_agg(r.target_id) INTO tn, tg FROM old_rows r WHERE r.status IN ('queued', 'sending');
+  END IF;
   IF tn IS NOT NULL THEN PERFORM lr_dispatch_heads_refresh_set(tn, tg); END IF;
   RETURN NULL;
 END $$;
+DROP TRIGGER dispatch_heads_insert ON operations;
+DROP TRIGGER dispatch_heads_delete ON operations;
+DROP FUNCTION lr_dispatch_heads_after_insert();
+DROP FUNCTION lr_dispatch_heads_after_delete();
+CREATE TRIGGER dispatch_heads_insert AFTER INSERT ON operations REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION lr_dispatch_heads_after_insert_or_delete();
+CREATE TRIGGER dispatch_heads_delete AFTER DELETE ON operations REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION lr_dispatch_heads_after_insert_or_delete();
 
 CREATE OR REPLACE FUNCTION lr_dispatch_heads_after_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
@@ -70,15 +83,6 @@ BEGIN
             FROM new_rows n JOIN old_rows o ON o.tenant_id = n.tenant_id AND o.id = n.id
            WHERE n.status <> 'sending' AND (o.status IN ('queued', 'sending') OR n.status = 'queued')
              AND (o.status, o.next_attempt_at, o.pending_reason) IS DISTINCT FROM (n.status, n.next_attempt_at, n.pending_reason)) c;
-  IF tn IS NOT NULL THEN PERFORM lr_dispatch_heads_refresh_set(tn, tg); END IF;
-  RETURN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION lr_dispatch_heads_after_delete() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE tn text[]; tg text[];
-BEGIN
-  SELECT array_agg(o.tenant_id), array_agg(o.target_id) INTO tn, tg FROM old_rows o WHERE o.status IN ('queued', 'sending');
   IF tn IS NOT NULL THEN PERFORM lr_dispatch_heads_refresh_set(tn, tg); END IF;
   RETURN NULL;
 END $$;

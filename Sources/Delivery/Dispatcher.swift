@@ -327,16 +327,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             cond.unlock()
 
             var claimed: [DispatchOperation] = []
-            let began = Date()
             do {
-                claimed = try db.system { c in
+                claimed = try timedClaim(named: false) { c in
                     try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
                                             perTenant: configuration.claimPerTenant, rotation: rotation)
                 }
-                let seconds = Date().timeIntervalSince(began)
-                claimSeconds.observe([], seconds)
-                claimBatch.observe([], Double(claimed.count))
-                counters.claimed(claimed.count, seconds: seconds, named: false)
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
                 Thread.sleep(forTimeInterval: 0.2)
@@ -344,6 +339,17 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             lastClaimFull = claimed.count == limit && limit > 0
             if !hand(claimed) { return }
         }
+    }
+
+    /// Runs one claim transaction and records its duration and size (metrics, `stats`).
+    private func timedClaim(named: Bool, _ body: (PostgresConnection) throws -> [DispatchOperation]) throws -> [DispatchOperation] {
+        let began = Date()
+        let claimed = try db.system(body)
+        let seconds = Date().timeIntervalSince(began)
+        claimSeconds.observe([], seconds)
+        claimBatch.observe([], Double(claimed.count))
+        counters.claimed(claimed.count, seconds: seconds, named: named)
+        return claimed
     }
 
     /// Records `claimed` as outstanding and queues it for the submitters; when stopping,
@@ -386,16 +392,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             guard !batch.isEmpty else { continue }
 
             var claimed: [DispatchOperation] = []
-            let began = Date()
             do {
-                claimed = try db.system { c in
+                claimed = try timedClaim(named: true) { c in
                     try DispatchStore.claim(c, worker: configuration.workerId, ids: batch, limit: batch.count,
                                             leaseSeconds: configuration.leaseSeconds, now: Date())
                 }
-                let seconds = Date().timeIntervalSince(began)
-                claimSeconds.observe([], seconds)
-                claimBatch.observe([], Double(claimed.count))
-                counters.claimed(claimed.count, seconds: seconds, named: true)
             } catch {
                 if isRunningLocked() { log.warning("named claim failed", ["error": .string("\(error)")]) }
             }
