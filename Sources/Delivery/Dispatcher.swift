@@ -54,6 +54,10 @@ public struct DispatcherConfiguration: Sendable {
     /// Called once per operation when its first attempt's request was written, with the commit
     /// → request lag in seconds (benchmarks).
     public var lagObserver: (@Sendable (Double) -> Void)?
+    /// Claim the operations a commit in this process (or a NOTIFY from another) names at once,
+    /// by id, on their own thread (docs/delivery.md "Wake-ups"); false: every wake-up runs the
+    /// general fair claim.
+    public var claimNamedOperations = true
 
     public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
                 applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
@@ -115,6 +119,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private let lastTenantSample = LockedValue<Date>(.distantPast)
     private let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
     private let commitHints = CommitHints()
+    private let counters = DispatcherCounters()
 
     struct Job { let op: DispatchOperation }
     /// One finished attempt, as the applier gets it. `apnsId`: the attempt's `apns-id`;
@@ -129,6 +134,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     /// Claimed and not yet applied, by operation id.
     private var outstanding: [String: (tenantId: String, id: String)] = [:]
     private var claimRotation = 0
+    /// Operations named by commits / NOTIFYs, not yet tried by the named-claim thread.
+    private var named: [(tenantId: String, id: String)] = []
     private let exited = DispatchSemaphore(value: 0)
     private var threadCount = 0
     // `jobsCond`
@@ -185,6 +192,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         cond.unlock()
         db.addCommitObserver { [weak self] notifications, at in self?.committed(notifications, at: at) }
         spawn("dispatch-claim") { self.claimLoop() }
+        if configuration.claimNamedOperations { spawn("dispatch-claim-named") { self.namedClaimLoop() } }
         spawn("dispatch-listen") { self.listenLoop() }
         for i in 0..<configuration.senderThreads { spawn("dispatch-send-\(i)") { self.senderLoop() } }
         spawn("dispatch-apply") { self.applyLoop() }
@@ -243,15 +251,38 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     }
 
     /// Commit observer of `db`: the write path's NOTIFY on `liverelay_dispatch` carries
-    /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert); any such commit wakes the claim loop.
+    /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert): a named operation goes to the
+    /// named claim (its commit time recorded for the lag), a bare tenant wakes the fair claim loop.
     private func committed(_ notifications: [(channel: String, payload: String)], at: Date) {
-        var ids: [String] = []
-        var dispatch = false
+        var pairs: [(tenantId: String, id: String)] = []
+        var general = false
         for n in notifications where n.channel == OperationStore.dispatchChannel {
-            dispatch = true
-            if let colon = n.payload.firstIndex(of: ":") { ids.append(String(n.payload[n.payload.index(after: colon)...])) }
+            if let pair = Self.namedOperation(n.payload) { pairs.append(pair) } else { general = true }
         }
-        if dispatch { noteCommitted(operationIds: ids, at: at) }
+        guard general || !pairs.isEmpty else { return }
+        commitHints.record(pairs.map(\.id), at: at)
+        wake(named: pairs, general: general)
+    }
+
+    /// `<tenant>:<operation>` → the pair; nil for a bare `<tenant>` (or anything else).
+    static func namedOperation(_ payload: String) -> (tenantId: String, id: String)? {
+        guard let colon = payload.firstIndex(of: ":") else { return nil }
+        let tenant = String(payload[..<colon]), id = String(payload[payload.index(after: colon)...])
+        return tenant.isEmpty || id.isEmpty ? nil : (tenant, id)
+    }
+
+    /// Hands named operations to the named-claim thread (when on; else, like `general`, wakes
+    /// the fair claim loop).
+    private func wake(named pairs: [(tenantId: String, id: String)], general: Bool) {
+        cond.lock()
+        if configuration.claimNamedOperations && !pairs.isEmpty {
+            named.append(contentsOf: pairs)
+        } else if !pairs.isEmpty {
+            wakeRequested = true
+        }
+        if general { wakeRequested = true }
+        cond.broadcast()
+        cond.unlock()
     }
 
     /// Operations claimed and not yet finished by this dispatcher.
@@ -259,6 +290,10 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
 
     /// Provider requests in flight now, and the most seen at once since start.
     public var streamsInFlight: (now: Int, max: Int) { (inFlight.now, inFlight.highWater) }
+
+    /// Totals since start (benchmarks): claim and apply transactions, their summed duration
+    /// (seconds) and the operations they claimed / results they applied.
+    public var stats: DispatcherStats { counters.snapshot() }
 
     private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         cond.lock(); threadCount += 1; cond.unlock()
@@ -292,36 +327,104 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             cond.unlock()
 
             var claimed: [DispatchOperation] = []
-            let began = Date()
             do {
-                claimed = try db.system { c in
+                claimed = try timedClaim(named: false) { c in
                     try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
                                             perTenant: configuration.claimPerTenant, rotation: rotation)
                 }
-                claimSeconds.observe([], Date().timeIntervalSince(began))
-                claimBatch.observe([], Double(claimed.count))
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
                 Thread.sleep(forTimeInterval: 0.2)
             }
             lastClaimFull = claimed.count == limit && limit > 0
-            guard !claimed.isEmpty else { continue }
-            cond.lock()
-            if stopping {
-                cond.unlock()
-                _ = try? db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: claimed.map { ($0.tenantId, $0.id) }) }
-                return
-            }
-            for op in claimed { outstanding[op.id] = (op.tenantId, op.id) }
+            if !hand(claimed) { return }
+        }
+    }
+
+    /// Runs one claim transaction and records its duration and size (metrics, `stats`).
+    private func timedClaim(named: Bool, _ body: (PostgresConnection) throws -> [DispatchOperation]) throws -> [DispatchOperation] {
+        let began = Date()
+        let claimed = try db.system(body)
+        let seconds = Date().timeIntervalSince(began)
+        claimSeconds.observe([], seconds)
+        claimBatch.observe([], Double(claimed.count))
+        counters.claimed(claimed.count, seconds: seconds, named: named)
+        return claimed
+    }
+
+    /// Records `claimed` as outstanding and queues it for the submitters; when stopping,
+    /// returns it to the queue instead and answers false.
+    private func hand(_ claimed: [DispatchOperation]) -> Bool {
+        guard !claimed.isEmpty else { return true }
+        cond.lock()
+        if stopping {
             cond.unlock()
-            jobsCond.lock()
-            jobs.append(contentsOf: claimed.map { Job(op: $0) })
-            jobsCond.broadcast()
-            jobsCond.unlock()
+            _ = try? db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: claimed.map { ($0.tenantId, $0.id) }) }
+            return false
+        }
+        for op in claimed { outstanding[op.id] = (op.tenantId, op.id) }
+        cond.unlock()
+        jobsCond.lock()
+        jobs.append(contentsOf: claimed.map { Job(op: $0) })
+        jobsCond.broadcast()
+        jobsCond.unlock()
+        return true
+    }
+
+    /// The named-claim thread (docs/delivery.md "Wake-ups"): claims exactly the operations that
+    /// commits in this process or NOTIFYs named, as soon as they are named, in one statement for
+    /// everything named meanwhile (`DispatchStore.claim(ids:)`), within the free outstanding
+    /// slots. Names it could not claim (not the head, not due, locked, no free slot) wake the
+    /// fair claim loop, which finds them in `dispatch_heads` when they become claimable.
+    private func namedClaimLoop() {
+        while true {
+            cond.lock()
+            while isRunning && (named.isEmpty || outstanding.count >= maxOutstanding) {
+                if !named.isEmpty { named.removeAll(); wakeRequested = true; cond.broadcast() }  // no slot: the fair loop takes them later
+                cond.wait()
+            }
+            if !isRunning { cond.unlock(); return }
+            let free = maxOutstanding - outstanding.count
+            var batch = named.filter { outstanding[$0.id] == nil }
+            named.removeAll()
+            if batch.count > free { batch.removeLast(batch.count - free); wakeRequested = true }
+            cond.unlock()
+            guard !batch.isEmpty else { continue }
+
+            var claimed: [DispatchOperation] = []
+            do {
+                claimed = try timedClaim(named: true) { c in
+                    try DispatchStore.claim(c, worker: configuration.workerId, ids: batch, limit: batch.count,
+                                            leaseSeconds: configuration.leaseSeconds, now: Date())
+                }
+            } catch {
+                if isRunningLocked() { log.warning("named claim failed", ["error": .string("\(error)")]) }
+            }
+            if claimed.count < batch.count { wake() }  // the rest: the fair loop decides
+            if !hand(claimed) { return }
         }
     }
 
     private func isRunningLocked() -> Bool { cond.lock(); defer { cond.unlock() }; return isRunning }
+
+    /// NOTIFYs on `liverelay_dispatch`: operations they name go to the named claim unless this
+    /// process's commit observer already named them (same process) or they are claimed here.
+    private func heard(_ notifications: [PostgresNotification]) {
+        var pairs: [(tenantId: String, id: String)] = []
+        var general = false
+        for n in notifications where n.channel == OperationStore.dispatchChannel {
+            if let pair = Self.namedOperation(n.payload) {
+                if !commitHints.contains(pair.id) { pairs.append(pair) }
+            } else {
+                general = true
+            }
+        }
+        if pairs.isEmpty && !general { return }
+        cond.lock()
+        pairs.removeAll { outstanding[$0.id] != nil }
+        cond.unlock()
+        if !pairs.isEmpty || general { wake(named: pairs, general: general) }
+    }
 
     private func listenLoop() {
         var conn: PostgresConnection?
@@ -333,7 +436,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                     conn = c
                     wake()  // anything committed while we were not listening
                 }
-                if try !conn!.waitForNotifications(timeoutSeconds: 0.25).isEmpty { wake() }
+                let got = try conn!.waitForNotifications(timeoutSeconds: 0.25)
+                if !got.isEmpty { heard(got) }
             } catch {
                 conn?.close()
                 conn = nil
@@ -417,8 +521,10 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             let decided = batch.map { ($0, DispatchDecision.decide($0.op.facts, $0.result, now: now, random: configuration.random(),
                                                                    policy: configuration.retryPolicy)) }
             var applied: [Bool] = []
+            let began = Date()
             do {
                 applied = try db.system { c in try applyBatch(c, decided) }
+                counters.applied(decided.count, seconds: Date().timeIntervalSince(began))
             } catch {
                 // One bad row must not hold the others back: apply one by one.
                 log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
@@ -574,6 +680,35 @@ final class CommitHints: Sendable {
 
     /// The commit time of `id`, forgotten once taken.
     func take(_ id: String) -> Date? { state.withLock { $0.times.removeValue(forKey: id) } }
+
+    /// True while `id`'s commit time is recorded (not yet taken).
+    func contains(_ id: String) -> Bool { state.withLock { $0.times[id] != nil } }
+}
+
+/// Totals of a dispatcher since start (`Dispatcher.stats`); durations in seconds.
+public struct DispatcherStats: Sendable, Equatable {
+    /// Claim transactions run (fair claims + named claims) and of those the named ones.
+    public var claims = 0, namedClaims = 0
+    /// Operations claimed, and by named claims.
+    public var claimed = 0, namedClaimed = 0
+    /// Summed duration of the claim transactions.
+    public var claimSeconds = 0.0
+    /// Apply transactions run, results they applied, their summed duration.
+    public var applies = 0, applied = 0
+    public var applySeconds = 0.0
+}
+
+/// `DispatcherStats` behind a mutex.
+final class DispatcherCounters: Sendable {
+    private let state = Mutex(DispatcherStats())
+    func claimed(_ n: Int, seconds: Double, named: Bool) {
+        state.withLock { s in
+            s.claims += 1; s.claimed += n; s.claimSeconds += seconds
+            if named { s.namedClaims += 1; s.namedClaimed += n }
+        }
+    }
+    func applied(_ n: Int, seconds: Double) { state.withLock { s in s.applies += 1; s.applied += n; s.applySeconds += seconds } }
+    func snapshot() -> DispatcherStats { state.withLock { $0 } }
 }
 
 /// Provider requests in flight and their high-water mark (lock-free counters).

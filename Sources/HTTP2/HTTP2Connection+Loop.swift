@@ -14,7 +14,7 @@ extension HTTP2Connection {
             if shared.withLock({ $0.closing }) { failure = "connection closed"; break }
             let now = Socket.now()
             openQueuedStreams(now: now)
-            expireStreams(now: now)
+            if now >= nextDeadlineCheck { expireStreams(now: now) }
             if let reason = keepalive(now: now) { failure = reason; break }
             if let reason = flush() { failure = reason; break }
             reportWritten()
@@ -40,9 +40,10 @@ extension HTTP2Connection {
     }
 
     /// Milliseconds until the earliest request deadline or keepalive check (at most 1 s).
+    /// `nextDeadlineCheck` is the earliest open stream's deadline (kept by `expireStreams` and
+    /// `submit`), so this costs O(1) however many streams are open.
     private func pollTimeoutMilliseconds(now: Double) -> Int32 {
-        var next = now + 1
-        for stream in streams.values { next = min(next, stream.pending.deadline) }
+        var next = min(now + 1, nextDeadlineCheck)
         if let first = shared.withLock({ $0.queue.first }) { next = min(next, first.deadline) }
         return Int32(max(0, (next - now) * 1000).rounded(.up))
     }
@@ -108,17 +109,25 @@ extension HTTP2Connection {
     private func openQueuedStreams(now: Double) {
         let limit = Int(min(nghttp2_session_get_remote_settings(session, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS), 10_000))
         let goingAway = goawayLastStreamID != nil
+        let free = goingAway ? 0 : max(0, limit - streams.count)
         let (ready, expired) = shared.withLock { state -> ([PendingRequest], [PendingRequest]) in
             state.maxConcurrentStreams = limit
-            let expired = state.queue.filter { $0.deadline <= now || $0.isCompleted }
-            if !expired.isEmpty { state.queue.removeAll { $0.deadline <= now || $0.isCompleted } }
-            let free = goingAway ? 0 : max(0, limit - streams.count)
-            let take = min(free, state.queue.count)
-            let ready = Array(state.queue.prefix(take))
-            state.queue.removeFirst(take)
+            // The queue is FIFO with equal timeouts, so expired requests are at its front; a
+            // request completed by a blocked caller's backstop is skipped where it stands.
+            var expired: [PendingRequest] = []
+            var ready: [PendingRequest] = []
+            var i = 0
+            while i < state.queue.count {
+                let p = state.queue[i]
+                if p.deadline <= now || p.isCompleted { expired.append(p); i += 1; continue }
+                if ready.count >= free { break }
+                ready.append(p)
+                i += 1
+            }
+            if i > 0 { state.queue.removeFirst(i) }
             return (ready, expired)
         }
-        for pending in expired {
+        for pending in expired where !pending.isCompleted {
             pending.complete(.failure(.notProcessed(reason: "timed out waiting for a free stream")))
         }
         for pending in ready { submit(pending) }
@@ -145,14 +154,23 @@ extension HTTP2Connection {
             return
         }
         streams[id] = ClientStream(pending)
+        nextDeadlineCheck = min(nextDeadlineCheck, pending.deadline)
     }
 
     /// Times out open streams: RST_STREAM CANCEL (RFC 9113 §8.7) and the matching failure.
+    /// Runs when the earliest open stream's deadline (`nextDeadlineCheck`) has come, and
+    /// recomputes it from the streams still open.
     private func expireStreams(now: Double) {
-        for (id, stream) in streams where stream.pending.deadline <= now && !stream.pending.isCompleted {
-            stream.pending.complete(.failure(classify(stream, id: id, reason: "request timed out")))
-            _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_CANCEL.rawValue)
+        var next = Double.infinity
+        for (id, stream) in streams where !stream.pending.isCompleted {
+            if stream.pending.deadline <= now {
+                stream.pending.complete(.failure(classify(stream, id: id, reason: "request timed out")))
+                _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_CANCEL.rawValue)
+            } else {
+                next = min(next, stream.pending.deadline)
+            }
         }
+        nextDeadlineCheck = next
     }
 
     /// PING after `pingIntervalSeconds` of silence; the connection is lost when the ACK does not

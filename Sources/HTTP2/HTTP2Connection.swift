@@ -55,6 +55,9 @@ public final class HTTP2Connection: @unchecked Sendable {
     var writeWatch: [(end: UInt64, pending: PendingRequest)] = []
     var writeWatchHead = 0
     var lastActivity = Socket.now()
+    /// Earliest deadline of an open stream (monotonic seconds; infinity when none): when the
+    /// I/O loop next scans the open streams for timeouts.
+    var nextDeadlineCheck = Double.infinity
     var pingSentAt: Double?
 
     /// Connects: TCP, then TLS 1.2+ with SNI, certificate chain verification against the system

@@ -166,8 +166,13 @@ public enum DispatchStore {
     public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
                              perTenant: Int? = nil, rotation: Int = 0) throws -> [DispatchOperation] {
         guard limit > 0 else { return [] }
-        let nowS = Timestamp.epochSeconds(now)
-        let rows = try c.query("""
+        let rows = try c.query(fairClaimSQL, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, Timestamp.epochSeconds(now)])
+        return try claimed(c, rows)
+    }
+
+    /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
+    /// rotation (text), `$5` lease seconds, `$6` now (epoch seconds). Internal for profiling.
+    static let fairClaimSQL = """
             WITH RECURSIVE tenants AS (
                 (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
               UNION ALL
@@ -183,7 +188,32 @@ public enum DispatchStore {
                  WHERE w.tenant_id IS NOT NULL
             ), picked AS (
                 SELECT tenant_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
-            ), locked AS (
+            ), \(claimTail)
+            """
+
+    /// Claims exactly the operations `ids` (docs/delivery.md "Wake-ups": the ones a commit in this
+    /// process or a NOTIFY just named), at most `limit`, with the same re-check, locks and
+    /// effects as `claim` but without looking at any other head: an id that is not (or no
+    /// longer) the due, unparked head of its target is skipped, and stays for `claim`.
+    /// Call inside one transaction; returns the claimed operations (attempts include this one).
+    public static func claim(_ c: PostgresConnection, worker: String, ids: [(tenantId: String, id: String)], limit: Int,
+                             leaseSeconds: Double, now: Date) throws -> [DispatchOperation] {
+        guard limit > 0, !ids.isEmpty else { return [] }
+        let rows = try c.query("""
+            WITH picked AS (
+                SELECT DISTINCT x.tenant_id, x.operation_id FROM unnest($2::text[], $3::text[]) AS x(tenant_id, operation_id) LIMIT $4
+            ), \(claimTail)
+            """, [worker, PostgresTextArray(ids.map(\.tenantId)), PostgresTextArray(ids.map(\.id)), limit, leaseSeconds,
+                  Timestamp.epochSeconds(now)])
+        return try claimed(c, rows)
+    }
+
+    /// Everything of a claim after `picked(tenant_id, operation_id)`: re-check and lock
+    /// (`$1` worker, `$5` lease seconds, `$6` now in epoch seconds), mark sending, stamp, park.
+    /// The target's `last_timestamp` is written only when the new timestamp is above it (a
+    /// resend keeps its timestamp, so its target row is not rewritten).
+    static let claimTail = """
+            locked AS (
                 SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
                   FROM picked p
                   JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
@@ -202,7 +232,7 @@ public enum DispatchStore {
                 RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
             ), stamped AS (
                 UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, c.claimed_ts)
-                  FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id
+                  FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id AND t.last_timestamp < c.claimed_ts
                 RETURNING t.id
             ), parked AS (
                 UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
@@ -212,7 +242,10 @@ public enum DispatchStore {
             )
             SELECT l.*, c.claimed_ts, (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
               FROM locked l LEFT JOIN claimed c ON c.tenant_id = l.tenant_id AND c.id = l.id
-            """, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, nowS])
+            """
+
+    /// Rows of a claim statement → the claimed operations; targets found over get their queued work cancelled.
+    static func claimed(_ c: PostgresConnection, _ rows: [PostgresRow]) throws -> [DispatchOperation] {
         var claimed: [DispatchOperation] = []
         var over: [DispatchOperation] = []
         for r in rows {

@@ -25,9 +25,7 @@ extension PostgresConnection {
     /// commit, see `takeDeferredNotifications()`. Throws as `query`.
     public func notify(_ channel: String, payload: String) throws {
         if deferred != nil {
-            if !deferred!.contains(where: { $0.channel == channel && $0.payload == payload }) {
-                deferred!.append((channel, payload))
-            }
+            if deferredKeys.insert(channel + "\u{0}" + payload).inserted { deferred!.append((channel, payload)) }
             return
         }
         try query("SELECT pg_notify($1, $2)", [channel, payload])
@@ -37,12 +35,13 @@ extension PostgresConnection {
     /// PostgreSQL's global notify lock at commit and holds it through the WAL flush, which
     /// serialises every notifying commit of the cluster; sending wake-up hints after commit
     /// in a tiny `synchronous_commit = off` transaction keeps commits concurrent.
-    public func deferNotifications() { deferred = [] }
+    public func deferNotifications() { deferred = []; deferredKeys = [] }
 
     /// The notifications recorded since `deferNotifications()`, in order; stops deferring.
     public func takeDeferredNotifications() -> [(channel: String, payload: String)] {
         let out = deferred ?? []
         deferred = nil
+        deferredKeys = []
         return out
     }
 

@@ -18,6 +18,8 @@ public final class PostgresConnection {
     var lastError: PostgresError?
     /// Notifications recorded while deferring (`deferNotifications()`); nil when not deferring.
     var deferred: [(channel: String, payload: String)]?
+    /// `channel` + NUL + `payload` of each entry of `deferred` (duplicates dropped in O(1)).
+    var deferredKeys: Set<String> = []
     /// Named prepared statements of this session by statement text (see `pipeline`).
     var preparedNames: [String: String] = [:]
     /// `BEGIN` and settings of a lazily begun transaction, not sent yet.

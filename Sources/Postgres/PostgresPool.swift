@@ -128,6 +128,7 @@ public final class PostgresPool: @unchecked Sendable {
 
     private func release(_ connection: PostgresConnection) {
         connection.deferred = nil
+        connection.deferredKeys = []
         let reusable = connection.resetForPool()
         condition.lock()
         inUse -= 1

@@ -5,7 +5,7 @@ import Delivery
 import HTTP2
 import JSON
 import LiveRelayCore
-import LiveRelayStore
+@testable import LiveRelayStore
 import Postgres
 import Synchronization
 import LiveRelayTestSupport
@@ -27,6 +27,16 @@ final class DispatchBenchTests: XCTestCase {
     func pct(_ a: [Double], _ p: Double) -> String {
         guard !a.isEmpty else { return "n/a" }
         return String(format: "%.1f ms", a[min(a.count - 1, Int(Double(a.count) * p))] * 1000)
+    }
+
+    /// Claim / apply totals of one dispatcher as one report line (load-independent shape: batch
+    /// sizes and transactions; durations are wall time under whatever load the machine has).
+    func statsLine(_ d: Dispatcher) -> String {
+        let s = d.stats
+        func avg(_ a: Double, _ n: Int) -> String { n == 0 ? "n/a" : String(format: "%.2f", a / Double(n)) }
+        return "claims=\(s.claims) (named \(s.namedClaims)) claim_ms_mean=\(avg(s.claimSeconds * 1000, s.claims)) "
+            + "claim_batch_mean=\(avg(Double(s.claimed), s.claims)) applies=\(s.applies) apply_ms_mean=\(avg(s.applySeconds * 1000, s.applies)) "
+            + "apply_batch_mean=\(avg(Double(s.applied), s.applies))"
     }
 
     /// `count` ready iOS targets named `prefix…`, one queued state-only update each (as the write path leaves them).
@@ -115,6 +125,8 @@ final class DispatchBenchTests: XCTestCase {
         XCTAssertEqual(received.load(ordering: .relaxed), count, "each update reached the sink exactly once")
         let pushesPerSecond = Double(count) / drainSeconds
         let backlogLags = lags.m.withLock { $0 }.sorted()
+        let drainStats = statsLine(d)
+        let beforeLive = d.stats
         let poolConnections = max(1, sender.pool.connectionCount)
 
         // Phase 2: live commits at a steady rate through the write path (several writer threads)
@@ -148,6 +160,10 @@ final class DispatchBenchTests: XCTestCase {
             try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status IN ('queued', 'sending')", [t]).int("n") == 0
         }
         let liveLags = lags.m.withLock { $0 }.sorted()
+        let afterLive = d.stats
+        let liveStats = "live: claims=\(afterLive.claims - beforeLive.claims) (named \(afterLive.namedClaims - beforeLive.namedClaims), "
+            + "\(afterLive.namedClaimed - beforeLive.namedClaimed) ops) claimed=\(afterLive.claimed - beforeLive.claimed) "
+            + "applies=\(afterLive.applies - beforeLive.applies)"
         d.stop()
 
         // Phase 3: h2load, same body and headers, same sink, same streams in flight.
@@ -186,6 +202,7 @@ final class DispatchBenchTests: XCTestCase {
         defer { slowSender.pool.close() }
         let (slowSeconds, slowStreams, d2) = try drain(h, sender: slowSender, tenant: t2, count: delayedCount, batch: batch, threads: threads,
                                                        worker: "bench-slow", lags: nil)
+        let slowStats = statsLine(d2)
         d2.stop()
         sink.setFaults(HTTP2ServerFaults())
 
@@ -218,6 +235,34 @@ final class DispatchBenchTests: XCTestCase {
             claimLarge = claimP50(60)
         }
 
+        // Phase 6: where a claim and an apply of 512 spend their time (EXPLAIN ANALYZE, BUFFERS:
+        // trigger lines and totals; rolled back). BENCH_PROFILE=0 skips.
+        var profile: [String] = []
+        if env("BENCH_PROFILE", 1) == 1 {
+            let tp = try h.tenant(quota: 100_000_000), ip = try h.installation(tp)
+            try loadQueue(h, tenant: tp, installation: ip, prefix: "prof", count: 512)
+            func keep(_ rows: [PostgresRow], _ label: String) throws {
+                var first = true
+                for r in rows {
+                    let line = try r.string("QUERY PLAN").trimmingCharacters(in: .whitespaces)
+                    if line.hasPrefix("Trigger") || line.hasPrefix("Execution Time") || (first && line.hasPrefix("Buffers:")) {
+                        if line.hasPrefix("Buffers:") { first = false }
+                        profile.append("profile \(label): \(line)")
+                    }
+                }
+            }
+            _ = try? h.db.system { c -> Int in
+                try keep(c.query("EXPLAIN (ANALYZE, BUFFERS) " + DispatchStore.fairClaimSQL,
+                                 ["profile", 512, 512, "0", 30.0, Timestamp.epochSeconds(Date())]), "claim 512")
+                try keep(c.query("""
+                    EXPLAIN (ANALYZE, BUFFERS) UPDATE operations o SET status = 'accepted', accepted_at = now(), lease_owner = NULL,
+                           lease_expires_at = NULL, updated_at = now()
+                     WHERE o.tenant_id = $1 AND o.status = 'sending' AND o.lease_owner = 'profile'
+                    """, [tp]), "apply 512 accepted")
+                throw Rollback()
+            }
+        }
+
         let ratio = h2loadRate.map { String(format: "%.3f", pushesPerSecond / $0) } ?? "n/a"
         let report = """
             == dispatch bench (\(ProcessInfo.processInfo.activeProcessorCount) cores shared by PostgreSQL, dispatcher, sink and h2load)
@@ -225,13 +270,17 @@ final class DispatchBenchTests: XCTestCase {
             dispatcher: \(count) queued updates, \(threads) submitter threads, claim/apply batch \(batch), \(poolConnections) HTTP/2+TLS connections to a loopback sink
             dispatch_pushes_per_second=\(String(format: "%.0f", pushesPerSecond)) (\(count) results committed in \(String(format: "%.2f", drainSeconds)) s)
             streams_in_flight_max=\(streamsMax)
+            drain: \(drainStats)
             backlog commit->request lag: p50 \(pct(backlogLags, 0.5)) p99 \(pct(backlogLags, 0.99)) (queueing behind the backlog)
             live commit->request lag (\(liveCount) commits at ~\(Int(liveRate))/s, achieved \(String(format: "%.0f", Double(liveCount) / liveSeconds))/s, \(errors.load(ordering: .relaxed)) write errors): p50 \(pct(liveLags, 0.5)) p99 \(pct(liveLags, 0.99))
+            \(liveStats)
             h2load same body, same sink (-c \(poolConnections) -m \(perConnection)): \(h2loadLine)
             ratio_dispatch_to_h2load=\(ratio)
             delayed sink (\(delayMs) ms per response, \(delayedCount) updates): delayed_pushes_per_second=\(String(format: "%.0f", Double(delayedCount) / slowSeconds)) streams_in_flight_max_delayed=\(slowStreams)
+            delayed: \(slowStats)
             claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64)
             claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64)
+            \(profile.joined(separator: "\n"))
             claim_ratio_large_to_small=\(claimSmall > 0 ? String(format: "%.2f", claimLarge / claimSmall) : "n/a")
             """
         print(report)

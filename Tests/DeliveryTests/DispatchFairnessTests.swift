@@ -83,6 +83,35 @@ final class DispatchFairnessTests: XCTestCase {
         XCTAssertEqual(try h.row("SELECT count(*) AS n FROM operations WHERE status = 'sending'").int("n"), 23)
     }
 
+    /// `claim(ids:)` (docs/delivery.md "Wake-ups"): only named operations that are their target's
+    /// due head are claimed; a named operation behind another of its target waits, and an
+    /// unnamed head is left for the fair claim.
+    func testClaimByIdsTakesOnlyNamedDueHeads() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let x = try h.target(t, installation: inst, token: String(repeating: "1", count: 64))
+        let y = try h.target(t, installation: inst, token: String(repeating: "2", count: 64))
+        let z = try h.target(t, installation: inst, token: String(repeating: "3", count: 64))
+        let alert = PushAlert(title: "t", body: "b", sound: nil)
+        let x1 = try h.update(t, target: x, state: ["eta": 1], alert: alert)  // alerts are never coalesced: x keeps two
+        let x2 = try h.update(t, target: x, state: ["eta": 2], alert: alert)
+        let y1 = try h.update(t, target: y, state: ["eta": 3])
+        let z1 = try h.update(t, target: z, state: ["eta": 4])
+        func claim(_ ids: [String], limit: Int = 10) throws -> [String] {
+            try h.db.system { c in
+                try DispatchStore.claim(c, worker: "w", ids: ids.map { (t, $0) }, limit: limit, leaseSeconds: 30, now: Date()).map(\.id)
+            }
+        }
+        XCTAssertEqual(try claim([x2, y1]), [y1], "x2 is behind x1: not its target's head")
+        XCTAssertEqual(try claim([y1]), [], "already in flight")
+        XCTAssertEqual(try claim([x1, x2]).sorted(), [x1], "one in flight per target")
+        XCTAssertEqual(try claim([x2]), [], "x1 is in flight")
+        XCTAssertEqual(try claim(["op_unknown"]), [])
+        XCTAssertEqual(try h.row("SELECT status FROM operations WHERE id = $1", [z1]).string("status"), "queued", "unnamed: left for the fair claim")
+        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM dispatch_heads WHERE tenant_id = $1", [t]).int("n"), 1, "only z's head is claimable")
+        let fair = try h.db.system { c in try DispatchStore.claim(c, worker: "w", limit: 10, leaseSeconds: 30, now: Date()).map(\.id) }
+        XCTAssertEqual(fair, [z1])
+    }
+
     func testTenantBsUpdateIsSentWithinOneSecondBehindTenantAsBacklog() throws {
         let a = try h.tenant(quota: 10_000_000), instA = try h.installation(a)
         try loadBacklog(a, installation: instA)

@@ -66,5 +66,6 @@ final class DispatchStreamingTests: XCTestCase {
         let op = try h.update(t, target: tgt, state: ["eta": 6])
         try h.waitFor(t, op, .accepted, within: 5)
         XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))
+        XCTAssertEqual(d.stats.namedClaimed, 1, "claimed by name, as committed (docs/delivery.md \"Wake-ups\")")
     }
 }
