@@ -54,6 +54,9 @@ public struct DispatcherConfiguration: Sendable {
     /// Called once per operation when its first attempt's request was written, with the commit
     /// → request lag in seconds (benchmarks).
     public var lagObserver: (@Sendable (Double) -> Void)?
+    /// The clock of priority-budget decisions and of the send times they count
+    /// (docs/priority-budget.md); tests inject one to slide the 60-minute window.
+    public var clock: @Sendable () -> Date = Date.init
 
     public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
                 applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
@@ -109,6 +112,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     let claimSeconds: Histogram
     let claimBatch: Histogram
     let applyBatch: Histogram
+    let priorityDowngrades: Counter
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
     private let lastUnpark = LockedValue<Date>(.distantPast)
@@ -158,6 +162,10 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                                        labels: [], buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
         applyBatch = metrics.histogram("liverelay_dispatch_apply_batch_size", help: "Results applied per apply transaction",
                                        labels: [], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        priorityDowngrades = metrics.counter("liverelay_priority_downgrades_total",
+                                             help: "State-only iOS updates sent at priority 5 instead of 10 because the target's priority-10 budget was spent (one per send attempt)",
+                                             labels: [])
+        priorityDowngrades.increment([], by: 0)  // exposed as 0 from the start
         let depth = queueDepthValue, inflight = inFlight
         metrics.gauge("liverelay_queue_depth", help: "Queued operations (all tenants), sampled every maintenance interval") {
             [([], depth.get())]
@@ -295,9 +303,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             let began = Date()
             do {
                 claimed = try db.system { c in
-                    try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
-                                            perTenant: configuration.claimPerTenant, rotation: rotation)
+                    let ops = try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds,
+                                                      now: Date(), perTenant: configuration.claimPerTenant, rotation: rotation)
+                    return try DispatchStore.decidePriorities(c, ops, now: configuration.clock())  // docs/priority-budget.md
                 }
+                for op in claimed where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
                 claimSeconds.observe([], Date().timeIntervalSince(began))
                 claimBatch.observe([], Double(claimed.count))
             } catch {

@@ -20,7 +20,7 @@ enum ServeCommand {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: config.databasePoolSize)
-        let db = Database(pool: pool)
+        let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
         let auth = Authenticator(db: db, log: log.with(["component": "auth"]))
@@ -30,7 +30,8 @@ enum ServeCommand {
         let ctx = APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
                              events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
                              webhookAllowPrivate: config.webhookAllowPrivate,
-                             limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL)
+                             limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
+                             priorityBudgets: config.priorityBudgets)
         let router = APIRoutes.router(ctx, defaultExpirationSeconds: config.defaultExpirationSeconds)
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped

@@ -31,7 +31,7 @@ enum WorkerCommand {
         let dispatchConfig = try dispatcherConfiguration(config)
         _ = try OpsEndpoints.listenAddress()  // a bad address is reported before anything starts
         let pool = try rt.openDatabase(poolSize: min(config.databasePoolSize, 8))
-        let db = Database(pool: pool)
+        let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
         let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics, retentionDays: config.retentionDays)

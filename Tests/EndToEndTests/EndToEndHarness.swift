@@ -50,14 +50,16 @@ final class EndToEndHarness: @unchecked Sendable {
             ?? URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     }
 
-    static func make() throws -> EndToEndHarness {
+    /// - Parameter clock: the API's and the dispatcher's clock (`APIContext.now`,
+    ///   `DispatcherConfiguration.clock`); the wall clock unless a test slides time.
+    static func make(clock: @escaping @Sendable () -> Date = Date.init) throws -> EndToEndHarness {
         guard let base = ProcessInfo.processInfo.environment["LIVERELAY_TEST_DATABASE_URL"] else {
             throw FixtureFailure("LIVERELAY_TEST_DATABASE_URL is not set; run deploy/local/test")
         }
-        return try EndToEndHarness(base: base)
+        return try EndToEndHarness(base: base, clock: clock)
     }
 
-    private init(base: String) throws {
+    private init(base: String, clock: @escaping @Sendable () -> Date) throws {
         dbName = "lr_e2e_" + SecureRandom.bytes(6).map { String(format: "%02x", $0) }.joined()
         adminConninfo = base
         let migrator = try Migrator(directory: URL(fileURLWithPath: Self.repoRoot + "/Migrations"))
@@ -84,7 +86,7 @@ final class EndToEndHarness: @unchecked Sendable {
         events.start(conninfo: conninfo)
         let ctx = APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
                              webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
-                             fcmURL: sandbox.baseURL)  // as `serve` with the sandbox's env: its token_uri is on this origin
+                             now: clock, fcmURL: sandbox.baseURL)  // as `serve` with the sandbox's env: its token_uri is on this origin
         server = HTTPServer(configuration: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
                            router: APIRoutes.router(ctx, defaultExpirationSeconds: 3600), metrics: metrics, log: { _ in })
         try server.start()
@@ -95,7 +97,7 @@ final class EndToEndHarness: @unchecked Sendable {
         let endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
                                           connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
         (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
-        stopDispatcher = EndToEndDispatch.start(db: db, conninfo: conninfo, sender: sender, metrics: metrics, log: log)
+        stopDispatcher = EndToEndDispatch.start(db: db, conninfo: conninfo, sender: sender, metrics: metrics, log: log, clock: clock)
     }
 
     /// Skips the test when this build has no dispatcher (before the dispatcher branch is merged).
