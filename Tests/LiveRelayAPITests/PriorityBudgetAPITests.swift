@@ -59,17 +59,23 @@ final class PriorityBudgetAPITests: TenancyTestCase {
         XCTAssertEqual(b?["platforms"], ["ios"])
     }
 
-    /// Targets and operations carry the new fields from the first write on; the budget shown
-    /// follows the tenant's setting and the installation's `frequent_updates`.
-    func testTargetAndOperationObjectsCarryTheBudgetFields() throws {
+    /// A tenant, a sender key and an accepted (queued) remote start on an iOS start target.
+    func remoteStart() throws -> (TestEnvironment.Tenant, Fixtures.Key, TestEnvironment.Reply) {
         let t = try tenant()
-        let op = try operatorKey()
         let st = try Fixtures.startTarget(env, tenant: t.id)
         let key = try Fixtures.senderKey(env, master: t.master, targets: [st], createdFrom: [st])
         let started = call("POST", "/v1/remote-updates/live-activities/start", [
             "start_target_id": .string(st), "template_version": "tv_test", "state": ["eta": 1],
             "alert": ["title": "a", "body": "b"], "idempotency_key": "s1"], as: key.credential)
-        XCTAssertEqual(started.status, 202, started.text)
+        guard started.status == 202 else { throw FixtureFailure("start failed: \(started.text)") }
+        return (t, key, started)
+    }
+
+    /// Targets and operations carry the new fields from the first write on; the budget shown
+    /// follows the tenant's setting and the installation's `frequent_updates`.
+    func testTargetAndOperationObjectsCarryTheBudgetFields() throws {
+        let (t, key, started) = try remoteStart()
+        let op = try operatorKey()
         XCTAssertEqual(started["operation"]?["priority"], 10)
         XCTAssertEqual(started["operation"]?["requested_priority"], 10)
         XCTAssertEqual(started["operation"]?["priority_downgraded"], false)
@@ -89,5 +95,35 @@ final class PriorityBudgetAPITests: TenancyTestCase {
         let opId = try XCTUnwrap(started["operation"]?["id"]?.stringValue)
         let read2 = call("GET", "/v1/remote-updates/operations/\(opId)", as: key.credential)
         XCTAssertEqual(read2["requested_priority"], 10)
+    }
+
+    /// The deployment defaults reach SQL through `Database`'s settings: the budget SQL computes
+    /// (claims, target reads, event objects) follows `LIVERELAY_*_HOURLY_BUDGET`, and a
+    /// tenant's own value wins over it.
+    func testDeploymentDefaultsReachSQLThroughTheDatabaseSettings() throws {
+        let (t, _, started) = try remoteStart()
+        let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
+        let custom = Database(pool: env.db.pool, settings: PriorityBudgetSQL.settings(.init(priority10HourlyBudget: 7, frequentUpdatesHourlyBudget: 70)))
+        func budgets(_ db: Database) throws -> (record: Int?, sql: Int?, event: Int?) {
+            try db.tenant(t.id) { c in
+                let r = try TargetStore.get(c, tenantId: t.id, id: tgt)
+                let row = try c.query("""
+                    SELECT lr_priority10_budget(tenant_id, installation_id) AS b, (lr_target_object(targets) ->> 'priority10_budget')::int AS e
+                      FROM targets WHERE tenant_id = $1 AND id = $2
+                    """, [t.id, tgt])[0]
+                return (r?.priority10Budget, try row.optionalInt("b"), try row.optionalInt("e"))
+            }
+        }
+        let standard = try budgets(env.db)
+        XCTAssertEqual([standard.record, standard.sql, standard.event], [40, 40, 40], "no settings: the built-in defaults")
+        let seven = try budgets(custom)
+        XCTAssertEqual([seven.record, seven.sql, seven.event], [7, 7, 7])
+        let inst = try env.db.system { c in try c.query("SELECT installation_id FROM targets WHERE id = $1", [tgt])[0].string("installation_id") }
+        try env.db.system { c in try c.execute("UPDATE installations SET frequent_updates = true WHERE id = $1", [inst]) }
+        let seventy = try budgets(custom)
+        XCTAssertEqual([seventy.record, seventy.sql, seventy.event], [70, 70, 70])
+        try env.db.system { c in try c.execute("UPDATE tenants SET frequent_updates_hourly_budget = 3 WHERE tenant_id = $1", [t.id]) }
+        let own = try budgets(custom)
+        XCTAssertEqual([own.record, own.sql, own.event], [3, 3, 3], "the tenant's own value wins")
     }
 }
