@@ -44,6 +44,7 @@ public enum PriorityBudget {
         public var priority10HourlyBudget: Int
         /// The same for installations with `frequent_updates: true` (default 240).
         public var frequentUpdatesHourlyBudget: Int
+        /// Budgets per target per 60 minutes, each 0–`maxBudget` (callers validate).
         public init(priority10HourlyBudget: Int = 40, frequentUpdatesHourlyBudget: Int = 240) {
             self.priority10HourlyBudget = priority10HourlyBudget
             self.frequentUpdatesHourlyBudget = frequentUpdatesHourlyBudget
@@ -62,6 +63,7 @@ public enum PriorityBudget {
         public var downgraded: Bool
         /// True when the send enters the target's window (sent at priority 10 on iOS).
         public var counts: Bool
+        /// A decision with these values (tests and `decide`).
         public init(priority: Int, requestedPriority: Int, downgraded: Bool, counts: Bool) {
             self.priority = priority; self.requestedPriority = requestedPriority; self.downgraded = downgraded; self.counts = counts
         }
@@ -99,7 +101,8 @@ public enum PriorityBudget {
         return Array(kept.suffix(maxBudget))
     }
 
-    /// The budget of a target: the installation's frequent-updates budget when it reports
+    /// The budget of a target (the rule the store's SQL applies, `PriorityBudgetSQL.budget`,
+    /// stated in Swift): the installation's frequent-updates budget when it reports
     /// `frequent_updates`, else the priority-10 budget; a tenant's own value wins over the
     /// deployment default.
     public static func budget(frequentUpdates: Bool, tenantPriority10: Int?, tenantFrequentUpdates: Int?, defaults: Defaults) -> Int {

@@ -8,8 +8,9 @@ import Postgres
 /// `Database` sets in every transaction (`settings(_:)`), so objects built in SQL (event
 /// payloads) and in Swift agree; without them the SQL falls back to 40 and 240.
 public enum PriorityBudgetSQL {
-    /// Setting names carrying `PriorityBudget.Defaults` into SQL.
+    /// Setting carrying `PriorityBudget.Defaults.priority10HourlyBudget` into SQL.
     public static let priority10Setting = "liverelay.priority10_hourly_budget"
+    /// Setting carrying `PriorityBudget.Defaults.frequentUpdatesHourlyBudget` into SQL.
     public static let frequentUpdatesSetting = "liverelay.frequent_updates_hourly_budget"
 
     /// The `Database` settings for `defaults`.

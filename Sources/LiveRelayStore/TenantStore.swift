@@ -66,11 +66,4 @@ public enum TenantStore {
              WHERE tenant_id = $1 RETURNING \(columns)
             """, [id, name, dailyPushQuota, status, priority10HourlyBudget, frequentUpdatesHourlyBudget]).first.map(TenantRecord.init(row:))
     }
-
-    /// The tenant's own budgets (nil: deployment default), one primary-key read.
-    public static func priorityBudgets(_ c: PostgresConnection, id: String) throws -> (priority10: Int?, frequentUpdates: Int?)? {
-        try c.query("SELECT priority10_hourly_budget, frequent_updates_hourly_budget FROM tenants WHERE tenant_id = $1", [id]).first.map {
-            (try $0.optionalInt("priority10_hourly_budget"), try $0.optionalInt("frequent_updates_hourly_budget"))
-        }
-    }
 }
