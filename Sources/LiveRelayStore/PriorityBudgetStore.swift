@@ -2,7 +2,7 @@ import Foundation
 import LiveRelayCore
 import Postgres
 
-/// SQL pieces of the priority-10 budget (docs/priority-budget.md; migration 0014).
+/// SQL pieces of the priority-10 budget (docs/priority-budget.md; migrations 0014 and 0019).
 ///
 /// The deployment's default budgets reach SQL as two transaction-local settings that
 /// `Database` sets in every transaction (`settings(_:)`), so objects built in SQL (event
@@ -21,7 +21,7 @@ public enum PriorityBudgetSQL {
     /// An SQL expression: the budget (int) of a target whose installation row is `i` — NULL for
     /// Android; the tenant's `frequent_updates_hourly_budget` (or the default) when the
     /// installation reports `frequent_updates`, else its `priority10_hourly_budget` (or the
-    /// default). Same rule as migration 0014's `lr_priority10_budget` and `PriorityBudget.budget`.
+    /// default). Same rule as migration 0019's `lr_priority10_budget` and `PriorityBudget.budget`.
     static func budget(installation i: String) -> String {
         let d = PriorityBudget.Defaults.standard
         return """
