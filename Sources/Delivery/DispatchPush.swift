@@ -6,7 +6,8 @@ import LiveRelayStore
 /// Builds the provider request of a claimed operation (docs/providers.md) and maps the sender's
 /// `PushResult` onto the transition table's input.
 public enum DispatchPush {
-    /// The push for `op` (claimed: its APNs `timestamp` is assigned).
+    /// The push for `op` (claimed: its APNs `timestamp` is assigned), at `op.sendPriority`
+    /// (the priority-budget decision of the claim, docs/priority-budget.md).
     /// - Parameters:
     ///   - defaultExpirationSeconds: `apns-expiration` = now + this when the write had no `expires_at`.
     /// - Throws: `DomainError` 413 when the payload is over the provider limit; `DispatchPushError`
@@ -29,7 +30,7 @@ public enum DispatchPush {
             apnsBody = try DeliveryPayload.apns(content, timestamp: timestamp).checkedBytes()
         }
         return OutgoingPush(tenantId: op.tenantId, operationId: op.id, platform: op.platform, environment: op.environment, appId: op.appId,
-                            deviceToken: token, apnsBody: apnsBody, fcmBody: fcmBody, priority: op.priority, expiration: expiration,
+                            deviceToken: token, apnsBody: apnsBody, fcmBody: fcmBody, priority: op.sendPriority, expiration: expiration,
                             apnsId: apnsId)
     }
 

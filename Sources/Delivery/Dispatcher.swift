@@ -58,6 +58,9 @@ public struct DispatcherConfiguration: Sendable {
     /// by id, on their own thread (docs/delivery.md "Wake-ups"); false: every wake-up runs the
     /// general fair claim.
     public var claimNamedOperations = true
+    /// The clock of priority-budget decisions and of the send times they count
+    /// (docs/priority-budget.md); tests inject one to slide the 60-minute window.
+    public var clock: @Sendable () -> Date = Date.init
 
     public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
                 applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
@@ -113,6 +116,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     let claimSeconds: Histogram
     let claimBatch: Histogram
     let applyBatch: Histogram
+    let priorityDowngrades: Counter
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
     private let lastUnpark = LockedValue<Date>(.distantPast)
@@ -165,6 +169,10 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                                        labels: [], buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
         applyBatch = metrics.histogram("liverelay_dispatch_apply_batch_size", help: "Results applied per apply transaction",
                                        labels: [], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        priorityDowngrades = metrics.counter("liverelay_priority_downgrades_total",
+                                             help: "State-only iOS updates sent at priority 5 instead of 10 because the target's priority-10 budget was spent (one per send attempt)",
+                                             labels: [])
+        priorityDowngrades.increment([], by: 0)  // exposed as 0 from the start
         let depth = queueDepthValue, inflight = inFlight
         metrics.gauge("liverelay_queue_depth", help: "Queued operations (all tenants), sampled every maintenance interval") {
             [([], depth.get())]
@@ -344,7 +352,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     /// Runs one claim transaction and records its duration and size (metrics, `stats`).
     private func timedClaim(named: Bool, _ body: (PostgresConnection) throws -> [DispatchOperation]) throws -> [DispatchOperation] {
         let began = Date()
-        let claimed = try db.system(body)
+        // The priority-budget decision is taken as the push is claimed (docs/priority-budget.md).
+        let claimed = try db.system { c in try DispatchStore.decidePriorities(c, try body(c), now: configuration.clock()) }
+        for op in claimed where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
         let seconds = Date().timeIntervalSince(began)
         claimSeconds.observe([], seconds)
         claimBatch.observe([], Double(claimed.count))

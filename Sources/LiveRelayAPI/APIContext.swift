@@ -38,13 +38,18 @@ public final class APIContext: Sendable {
 
     /// APNs channel management (docs/channels.md): creating a channel makes its APNs channel first.
     public let channels: any ChannelManaging
+    /// Default priority-10 budgets of tenants that set none (`LIVERELAY_PRIORITY10_HOURLY_BUDGET`,
+    /// `LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET`; docs/priority-budget.md), reported by capabilities.
+    public let priorityBudgets: PriorityBudget.Defaults
 
     public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
                 events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, webhookAllowPrivate: Bool = false,
                 now: @escaping @Sendable () -> Date = Date.init,
                 limits: TenantLimits = TenantLimits(), retentionDays: Int = TenantLimits.defaultRetentionDays,
-                fcmURL: String = "https://fcm.googleapis.com", channels: any ChannelManaging = UnconfiguredChannelManager()) {
+                fcmURL: String = "https://fcm.googleapis.com", channels: any ChannelManaging = UnconfiguredChannelManager(),
+                priorityBudgets: PriorityBudget.Defaults = .standard) {
         self.channels = channels
+        self.priorityBudgets = priorityBudgets
         self.limits = limits
         self.retentionDays = retentionDays
         self.fcmURL = fcmURL

@@ -142,7 +142,7 @@ enum ChannelHandlers {
         let filter = TargetFilter(status: req.query["status"], businessKey: req.query["business_key"], installationId: req.query["installation_id"],
                                   startTargetId: req.query["start_target_id"], channelId: ch.id, coverage: nil)
         let page = try ctx.db.tenant(tenant) { c in try TargetStore.list(c, tenantId: tenant, filter: filter, limit: limit, after: after) }
-        return Endpoint.list(page, Encode.target)
+        return Endpoint.list(page) { Encode.target($0, now: ctx.now()) }
     }
 
     // MARK: writes

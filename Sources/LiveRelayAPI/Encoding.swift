@@ -4,9 +4,13 @@ import LiveRelayStore
 
 /// Response objects of docs/endpoints.md (snake_case, UTC millisecond times, never a secret).
 enum Encode {
+    /// The tenant object; the two budgets are the tenant's own values, null when it uses the
+    /// deployment default (docs/priority-budget.md; capabilities show the effective ones).
     static func tenant(_ t: TenantRecord) -> JSONValue {
         .object(["id": .string(t.id), "name": .string(t.name), "daily_push_quota": .int(t.dailyPushQuota),
-                 "status": .string(t.status), "created_at": J.ts(t.createdAt), "updated_at": J.ts(t.updatedAt)])
+                 "status": .string(t.status), "created_at": J.ts(t.createdAt), "updated_at": J.ts(t.updatedAt),
+                 "priority10_hourly_budget": t.priority10HourlyBudget.map { .int(Int64($0)) } ?? .null,
+                 "frequent_updates_hourly_budget": t.frequentUpdatesHourlyBudget.map { .int(Int64($0)) } ?? .null])
     }
 
     static func masterKey(_ k: MasterKeyRecord, now: Date, credential: String? = nil) -> JSONValue {

@@ -183,15 +183,25 @@ enum InstallationHandlers {
         let attributes = try readAttributes(&r)
         _ = try r.optionalString("idempotency_key", maxLength: 255)
         try r.finish()
+        return try changeActive(ctx, me) { c, current in
+            if attributes.osVersion == nil && attributes.frequentUpdates == nil { return current }
+            return try InstallationStore.setAttributes(c, tenantId: me.tenant, id: me.id, osVersion: attributes.osVersion?.description,
+                                                       frequentUpdates: attributes.frequentUpdates) ?? current
+        }
+    }
+
+    /// Runs `change` on the caller's own installation, locked, in its tenant's transaction,
+    /// and answers 200 with the installation it returns. `410 INSTALLATION_RETIRED` when it is
+    /// retired: the cached principal's `retired` may predate a disconnect, so the row decides.
+    static func changeActive(_ ctx: APIContext, _ me: (tenant: String, id: String, retired: Bool, credentialId: String),
+                             _ change: (PostgresConnection, InstallationRecord) throws -> InstallationRecord) throws -> HTTPResponse {
         if me.retired { throw retiredError() }
         let inst = try ctx.db.tenant(me.tenant) { c -> InstallationRecord in
             guard let current = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
                 throw Endpoint.notFound("installation")
             }
             if current.status == "retired" { throw retiredError() }
-            if attributes.osVersion == nil && attributes.frequentUpdates == nil { return current }
-            return try InstallationStore.setAttributes(c, tenantId: me.tenant, id: me.id, osVersion: attributes.osVersion?.description,
-                                                       frequentUpdates: attributes.frequentUpdates) ?? current
+            return try change(c, current)
         }
         return .json(200, Encode.installation(inst))
     }
@@ -203,17 +213,10 @@ enum InstallationHandlers {
         let token = try r.string("token", maxLength: 4096)
         _ = try r.optionalString("idempotency_key", maxLength: 255)
         try r.finish()
-        if me.retired { throw retiredError() }
-        let inst = try ctx.db.tenant(me.tenant) { c -> InstallationRecord in
-            // The cached principal's `retired` may predate a disconnect: the row decides.
-            guard let current = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
-                throw Endpoint.notFound("installation")
-            }
-            if current.status == "retired" { throw retiredError() }
+        return try changeActive(ctx, me) { c, _ in
             try InstallationStore.setFCMToken(c, tenantId: me.tenant, id: me.id, token: token)
             try StartTargetStore.refreshAndroidReadiness(c, tenantId: me.tenant, installationId: me.id)
             return try InstallationStore.get(c, tenantId: me.tenant, id: me.id)!
         }
-        return .json(200, Encode.installation(inst))
     }
 }

@@ -59,8 +59,10 @@ enum OperatorHandlers {
         return .json(200, Encode.tenant(t))
     }
 
-    /// `PATCH /v1/operator/tenants/{id} {name?, daily_push_quota?, status?}`; a status change
-    /// reaches every node's credential cache through NOTIFY.
+    /// `PATCH /v1/operator/tenants/{id} {name?, daily_push_quota?, status?,
+    /// priority10_hourly_budget?, frequent_updates_hourly_budget?}`; a status change reaches
+    /// every node's credential cache through NOTIFY. The budgets are integers 0–1000
+    /// (docs/priority-budget.md); anything else → `400 INVALID_REQUEST` naming the field.
     static func patch(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let op = try Endpoint.requireOperator(ctx.auth.authenticate(req))
         let id = req.pathParameters["id"] ?? ""
@@ -68,15 +70,23 @@ enum OperatorHandlers {
         let name = try r.optionalString("name", minLength: 1, maxLength: 200)
         let quota = try r.optionalInt("daily_push_quota", 0...maxQuota)
         let status = try r.optionalEnum("status", ["active", "suspended"])
+        let budgetRange = Int64(0)...Int64(PriorityBudget.maxBudget)
+        let p10 = try r.optionalInt("priority10_hourly_budget", budgetRange)
+        let frequent = try r.optionalInt("frequent_updates_hourly_budget", budgetRange)
         _ = try r.optionalString("idempotency_key", maxLength: 255)
         try r.finish()
         let t = try ctx.db.system { c -> TenantRecord in
             guard let before = try TenantStore.get(c, id: id) else { throw Endpoint.notFound("tenant") }
-            guard let t = try TenantStore.update(c, id: id, name: name, dailyPushQuota: quota, status: status) else { throw Endpoint.notFound("tenant") }
+            guard let t = try TenantStore.update(c, id: id, name: name, dailyPushQuota: quota, status: status,
+                                                 priority10HourlyBudget: p10, frequentUpdatesHourlyBudget: frequent) else {
+                throw Endpoint.notFound("tenant")
+            }
             var changes: [String: JSONValue] = [:]
             if let name { changes["name"] = .string(name) }
             if let quota { changes["daily_push_quota"] = .int(quota) }
             if let status { changes["status"] = .string(status) }
+            if let p10 { changes["priority10_hourly_budget"] = .int(p10) }
+            if let frequent { changes["frequent_updates_hourly_budget"] = .int(frequent) }
             try AuditStore.record(c, tenantId: id, actorId: op, action: "tenant.update", objectType: "tenant", objectId: id,
                                   requestId: req.requestId, details: changes)
             if before.status != t.status { try CredentialLookup.announceInvalidation(c, subject: "tenant:\(id)") }

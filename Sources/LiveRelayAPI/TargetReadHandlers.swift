@@ -55,13 +55,13 @@ enum TargetReadHandlers {
             waitMs = v
         }
         let t = try visibleTarget(ctx, tenant: tenant, scope: scope, id: id, action: .readMetadata)
-        guard let waitMs else { return .json(200, Encode.target(t)) }
+        guard let waitMs else { return .json(200, Encode.target(t, now: ctx.now())) }
         @Sendable func pending(_ t: TargetRecord) -> DomainError {
             DomainError(status: 409, code: "TOKEN_PENDING",
                         message: "target \(id) is \(t.status.rawValue), not ready, after waiting \(waitMs) ms",
                         details: ["status": .string(t.status.rawValue), "target_id": .string(id)])
         }
-        if t.status == .ready { return .json(200, Encode.target(t)) }
+        if t.status == .ready { return .json(200, Encode.target(t, now: ctx.now())) }
         if t.status.isTerminal || waitMs == 0 { throw pending(t) }
         // Long-poll without holding a worker thread (docs/http-limits.md, "Long-polls").
         let latest = Mutex<TargetRecord>(t)
@@ -72,7 +72,7 @@ enum TargetReadHandlers {
         }, render: { result in
             let ready = try result.get()
             let t = latest.withLock { $0 }
-            if ready && t.status == .ready { return .json(200, Encode.target(t)) }
+            if ready && t.status == .ready { return .json(200, Encode.target(t, now: ctx.now())) }
             throw pending(t)
         }, refused: { throw LongPoll.tooMany(ctx.events.maxWaitsPerCredential) })
     }
@@ -114,7 +114,7 @@ enum TargetReadHandlers {
         let filter = TargetFilter(status: req.query["status"], businessKey: req.query["business_key"],
                                   installationId: req.query["installation_id"], startTargetId: req.query["start_target_id"], coverage: scope)
         let page = try ctx.db.tenant(tenant) { c in try TargetStore.list(c, tenantId: tenant, filter: filter, limit: limit, after: after) }
-        return Endpoint.list(page, Encode.target)
+        return Endpoint.list(page) { Encode.target($0, now: ctx.now()) }
     }
 
     /// `GET /v1/remote-updates/usage`: today's (UTC) quota.

@@ -109,7 +109,7 @@ enum AdminCommand {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: 2)
-        let db = Database(pool: pool)
+        let db = config.database(pool)
         defer {
             db.flushNotifications()  // post-commit hints (e.g. a revocation) leave before the process does
             pool.close()

@@ -2,6 +2,8 @@ import Foundation
 import Delivery
 import Logging
 import LiveRelayCore
+import LiveRelayStore
+import Postgres
 
 /// Every setting of a LiveRelay process, read from the environment in one place (docs/configuration.md)
 /// and validated before anything starts.
@@ -29,6 +31,8 @@ import LiveRelayCore
 /// | `LIVERELAY_WEBHOOK_ALLOW_PRIVATE` | `webhookAllowPrivate` (`1`: webhooks may use `http://` and private addresses, docs/webhooks.md) | unset |
 /// | `LIVERELAY_WEBHOOK_THREADS` | `webhookThreads` (webhook attempts in flight per process; `0`: this process delivers no webhooks) | 8 |
 /// | dispatcher, maintenance, metrics listener, migrations directory | `process` | `ProcessSettings` |
+/// | `LIVERELAY_PRIORITY10_HOURLY_BUDGET` | `priorityBudgets.priority10HourlyBudget` (0–1000, docs/priority-budget.md) | 40 |
+/// | `LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET` | `priorityBudgets.frequentUpdatesHourlyBudget` (0–1000) | 240 |
 public struct Configuration: Sendable {
     public var databaseURL: String?
     public var listenHost: String
@@ -66,6 +70,14 @@ public struct Configuration: Sendable {
     public var webhookThreads: Int = 8
     /// Dispatcher, maintenance, metrics-listener and migrations settings (`ProcessSettings`).
     public var process = ProcessSettings()
+    /// Default priority-10 budgets of tenants that set none (docs/priority-budget.md).
+    public var priorityBudgets = PriorityBudget.Defaults.standard
+
+    /// The `Database` of this process: every transaction carries the default budgets, which
+    /// SQL-built event objects read (`PriorityBudgetSQL.settings`).
+    public func database(_ pool: PostgresPool) -> Database {
+        Database(pool: pool, settings: PriorityBudgetSQL.settings(priorityBudgets))
+    }
 
     /// Reads and validates `env`. Throws `ConfigurationError` listing every problem, one per line.
     public static func load(_ env: [String: String] = ProcessInfo.processInfo.environment) throws -> Configuration {
@@ -148,6 +160,11 @@ public struct Configuration: Sendable {
         var reader = EnvironmentReader(env)
         let process = ProcessSettings.read(&reader)
         problems += reader.problems
+        let budgets = PriorityBudget.Defaults(
+            priority10HourlyBudget: int("LIVERELAY_PRIORITY10_HOURLY_BUDGET", PriorityBudget.Defaults.standard.priority10HourlyBudget,
+                                        0...PriorityBudget.maxBudget),
+            frequentUpdatesHourlyBudget: int("LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET", PriorityBudget.Defaults.standard.frequentUpdatesHourlyBudget,
+                                             0...PriorityBudget.maxBudget))
 
         if !problems.isEmpty { throw ConfigurationError(problems: problems) }
         var config = Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
@@ -161,6 +178,7 @@ public struct Configuration: Sendable {
         config.webhookAllowPrivate = allowPrivate
         config.webhookThreads = webhookThreads
         config.process = process
+        config.priorityBudgets = budgets
         return config
     }
 }

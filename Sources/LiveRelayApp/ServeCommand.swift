@@ -19,7 +19,7 @@ enum ServeCommand {
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
         let pool = try rt.openDatabase(poolSize: config.databasePoolSize)
-        let db = Database(pool: pool)
+        let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
         let channels = try WorkerCommand.makeChannelManager(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
@@ -30,7 +30,7 @@ enum ServeCommand {
                        events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
                        webhookAllowPrivate: config.webhookAllowPrivate,
                        limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
-                       channels: channels.manager)
+                       channels: channels.manager, priorityBudgets: config.priorityBudgets)
         }
         let maintenance = log.context["component"] == "api" ? nil
             : MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics,

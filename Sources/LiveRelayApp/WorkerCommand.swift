@@ -25,7 +25,7 @@ enum WorkerCommand {
         defer { rt.shutdown() }
         let dispatchConfig = dispatcherConfiguration(config)
         let pool = try rt.openDatabase(poolSize: min(config.databasePoolSize, 8))
-        let db = Database(pool: pool)
+        let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
         let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics,

@@ -7,9 +7,13 @@ public enum Capabilities {
     public static let protocolVersion = "2026-10-01"
 
     /// The whole capabilities document. `limits` and `retentionDays` are the deployment's
-    /// per-tenant caps and retention (docs/security.md "Per-tenant caps", "Retention").
+    /// per-tenant caps and retention (docs/security.md "Per-tenant caps", "Retention");
+    /// `priorityBudgets` the deployment's default priority-10 budgets (docs/priority-budget.md:
+    /// a tenant's own values are on its tenant object, and every iOS target shows the budget
+    /// that applies to it as `priority10_budget`).
     public static func document(defaultExpirationSeconds: Int, limits: TenantLimits = TenantLimits(),
-                                retentionDays: Int = TenantLimits.defaultRetentionDays) -> JSONValue {
+                                retentionDays: Int = TenantLimits.defaultRetentionDays,
+                                priorityBudgets: PriorityBudget.Defaults = .standard) -> JSONValue {
         func i(_ v: Int) -> JSONValue { .int(Int64(v)) }
         return .object([
             "protocol_version": .string(protocolVersion),
@@ -53,6 +57,14 @@ public enum Capabilities {
                 "default_priority": 10,
                 "default_expiration_seconds": i(defaultExpirationSeconds),
                 "fcm_android_priority": "HIGH",
+                "priority_budget": .object([
+                    "platforms": ["ios"],
+                    "window_seconds": i(Int(PriorityBudget.windowMilliseconds / 1000)),
+                    "priority10_hourly_budget": i(priorityBudgets.priority10HourlyBudget),
+                    "frequent_updates_hourly_budget": i(priorityBudgets.frequentUpdatesHourlyBudget),
+                    "max_hourly_budget": i(PriorityBudget.maxBudget),
+                    "downgraded_priority": i(PriorityBudget.downgradedPriority),
+                ]),
             ]),
         ])
     }

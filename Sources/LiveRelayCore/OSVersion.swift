@@ -69,6 +69,7 @@ public struct OSVersion: Sendable, Equatable, Hashable, Comparable, CustomString
     /// Equal when numerically equal (`"18"` == `"18.0"`).
     public static func == (a: OSVersion, b: OSVersion) -> Bool { !(a < b) && !(b < a) }
 
+    /// Hashes the numeric value (trailing zero parts ignored), consistent with `==`.
     public func hash(into h: inout Hasher) {
         var p = parts
         while p.count > 1, p.last == 0 { p.removeLast() }

@@ -11,10 +11,15 @@ public final class Database: Sendable {
 
     let notifier: Notifier
     private let commitObservers = Mutex<[@Sendable ([(channel: String, payload: String)], Date) -> Void]>([])
+    /// Transaction-local settings added to every transaction (e.g. `PriorityBudgetSQL.settings`:
+    /// the deployment's default budgets, read by SQL that builds event objects).
+    public let settings: [(String, String)]
 
-    public init(pool: PostgresPool) {
+    /// - Parameter settings: `(name, value)` pairs set (`SET LOCAL`) in every transaction.
+    public init(pool: PostgresPool, settings: [(String, String)] = []) {
         self.pool = pool
         self.notifier = Notifier(conninfo: pool.conninfo)
+        self.settings = settings
     }
 
     /// Runs `body` in a transaction that sees only `tenantId`'s rows
@@ -23,7 +28,7 @@ public final class Database: Sendable {
     public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
                           _ body: (PostgresConnection) throws -> T) throws -> T {
         try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout),
-                                                ("statement_timeout", Database.statementTimeout)], body)
+                                                ("statement_timeout", Database.statementTimeout)] + settings, body)
     }
 
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
@@ -31,7 +36,7 @@ public final class Database: Sendable {
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
         try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
-                                                ("statement_timeout", Database.statementTimeout)], body)
+                                                ("statement_timeout", Database.statementTimeout)] + settings, body)
     }
 
     /// Runs the transaction with NOTIFYs deferred, then queues them for the notifier, which

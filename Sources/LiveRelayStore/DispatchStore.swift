@@ -50,6 +50,17 @@ public struct DispatchOperation: Sendable, Equatable {
     /// member's start — the APNs channel id sent as `input-push-channel`.
     public let channelId: String?
     public let inputPushChannel: String?
+    /// Priority budget (docs/priority-budget.md): `sent_priority` as stored, the target's
+    /// window (epoch ms) and budget (nil: Android) as claimed, and the decision the claim took
+    /// (`DispatchStore.decidePriorities`) with its time in epoch ms.
+    public let sentPriority: Int?
+    public let priority10Sends: [Int64]
+    public let priority10Budget: Int?
+    public internal(set) var budgetDecision: PriorityBudget.Decision?
+    public internal(set) var budgetDecidedAtMs: Int64?
+
+    /// The `apns-priority` to send: the budget decision's, else the requested `priority`.
+    public var sendPriority: Int { budgetDecision?.priority ?? priority }
 
     init(row r: PostgresRow) throws {
         tenantId = try r.string("tenant_id"); id = try r.string("id"); targetId = try r.string("target_id"); seq = try r.int64("seq")
@@ -74,6 +85,8 @@ public struct DispatchOperation: Sendable, Equatable {
         fcmToken = try r.optionalString("fcm_token"); pushToStartToken = try r.optionalString("push_to_start_token")
         attributesType = try r.optionalString("attributes_type")
         channelId = try r.optionalString("channel_id"); inputPushChannel = try r.optionalString("input_push_channel")
+        sentPriority = try r.optionalInt("sent_priority"); priority10Sends = try r.stringArray("priority10_sends").compactMap { Int64($0) }
+        priority10Budget = try r.optionalInt("priority10_budget")
     }
 
     private init(copy o: DispatchOperation, attempts: Int, providerTimestamp: Int64) {
@@ -86,6 +99,8 @@ public struct DispatchOperation: Sendable, Equatable {
         platform = o.platform; environment = o.environment; appId = o.appId; fcmToken = o.fcmToken
         pushToStartToken = o.pushToStartToken; attributesType = o.attributesType
         channelId = o.channelId; inputPushChannel = o.inputPushChannel
+        sentPriority = o.sentPriority; priority10Sends = o.priority10Sends; priority10Budget = o.priority10Budget
+        budgetDecision = o.budgetDecision; budgetDecidedAtMs = o.budgetDecidedAtMs
     }
 
     func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }
@@ -125,6 +140,7 @@ public enum DispatchStore {
         t.installation_id, t.start_target_id, t.template_version, t.business_key, t.state::text AS target_state,
         t.status AS target_status, t.push_token, t.last_timestamp,
         i.platform, i.environment, i.app_id, i.fcm_token, s.push_to_start_token,
+        o.sent_priority, t.priority10_sends, \(PriorityBudgetSQL.budget(installation: "i")) AS priority10_budget,
         (SELECT v.attributes_type FROM template_versions v
           WHERE v.tenant_id = t.tenant_id AND v.installation_id = t.installation_id AND v.id = t.template_version LIMIT 1) AS attributes_type,
         t.channel_id, (SELECT ch.apns_channel_id FROM channels ch
@@ -173,16 +189,16 @@ public enum DispatchStore {
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
     /// rotation (text), `$5` lease seconds, `$6` now (epoch seconds). Internal for profiling.
     static let fairClaimSQL = """
-            WITH RECURSIVE tenants AS (
+            WITH RECURSIVE due_tenants AS (  -- not `tenants`: the priority budget reads that table
                 (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
               UNION ALL
                 SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id AND h.due_at <= now()
                          ORDER BY h.tenant_id LIMIT 1)
-                  FROM tenants w WHERE w.tenant_id IS NOT NULL
+                  FROM due_tenants w WHERE w.tenant_id IS NOT NULL
             ), candidates AS (
                 SELECT x.tenant_id, x.operation_id,
                        row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
-                  FROM tenants w CROSS JOIN LATERAL (
+                  FROM due_tenants w CROSS JOIN LATERAL (
                        SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
                         WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
                  WHERE w.tenant_id IS NOT NULL
@@ -494,6 +510,7 @@ public enum DispatchStore {
                   PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
                   PostgresTextArray(rows.map { $0.pendingReason ?? "" })])
         let applied = Set(try updated.map { try $0.string("id") })
+        try recordPriority10Sends(c, results.filter { applied.contains($0.op.id) })
         // Through QuotaStore, whatever its bookkeeping (counters, shards): one call per (tenant, day, direction).
         var consume: [String: (tenant: String, day: String, n: Int64)] = [:], release = consume
         for r in results where applied.contains(r.op.id) && r.op.consumesQuota {

@@ -18,7 +18,11 @@ public struct OperationRecord: Sendable, Equatable {
     public let alert: PushAlert?
     public let staleAt: Date?
     public let relevanceScore: Double?
+    /// The priority the write asked for (`priority`, default 10).
     public let priority: Int
+    /// The priority its push was (or is being) sent at when that differs from `priority`: a
+    /// budget downgrade (docs/priority-budget.md); nil when sent as requested or not yet sent.
+    public let sentPriority: Int?
     public let expiresAt: Date?
     public let dismissAt: Date?
     public let supersededBy: String?
@@ -46,6 +50,7 @@ public struct OperationRecord: Sendable, Equatable {
             return PushAlert(title: t, body: b, sound: o["sound"]?.stringValue)
         }
         staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score"); priority = try r.int("priority")
+        sentPriority = try r.optionalInt("sent_priority")
         expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
         supersededBy = try r.optionalString("superseded_by"); apnsId = try r.optionalString("apns_id")
         failure = try r.optionalString("failure").flatMap { try? JSONValue.parse($0) }
@@ -56,6 +61,12 @@ public struct OperationRecord: Sendable, Equatable {
 
     /// Whether the operation carries an explicit alert.
     public var hasAlert: Bool { alert != nil }
+
+    /// The priority the operation is (or was last) sent at: `sentPriority`, else `priority`.
+    public var effectivePriority: Int { sentPriority ?? priority }
+
+    /// True when the priority budget lowered the operation's priority (docs/priority-budget.md).
+    public var priorityDowngraded: Bool { effectivePriority < priority }
 }
 
 /// SQL for operations and the dispatch queue they form.
@@ -63,7 +74,7 @@ public enum OperationStore {
     static let columns = """
         tenant_id, id, target_id, seq, kind, status, pending_reason, revision, has_state, state::text AS state, alert::text AS alert,
         stale_at, relevance_score, priority, expires_at, dismiss_at, superseded_by, apns_id, failure::text AS failure,
-        consumes_quota, quota_day::text AS quota_day, created_by_key_id, attempts, created_at, updated_at, accepted_at
+        consumes_quota, quota_day::text AS quota_day, created_by_key_id, attempts, created_at, updated_at, accepted_at, sent_priority
         """
 
     /// The channel that wakes dispatchers when work is queued (payload: tenant id).

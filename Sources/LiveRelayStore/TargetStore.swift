@@ -37,6 +37,13 @@ public struct TargetRecord: Sendable, Equatable {
     public let channelId: String?
     /// `broadcast` or `fanout` for a channel member.
     public let delivery: String?
+    /// Epoch milliseconds of the target's priority-10 sends in the last 60 minutes as last
+    /// written (oldest first; older entries are dropped on the next send, so count with
+    /// `PriorityBudget.sendsInWindow`). docs/priority-budget.md.
+    public let priority10Sends: [Int64]
+    /// The priority-10 budget that applies to the target now (tenant value or deployment
+    /// default, frequent-updates aware); nil for Android targets, which have none.
+    public let priority10Budget: Int?
 
     /// Coverage facts of this target (docs/credentials.md).
     public var ownership: TargetOwnership {
@@ -59,6 +66,8 @@ public struct TargetRecord: Sendable, Equatable {
         opSeq = try r.int64("op_seq"); createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
         startedAt = try r.date("started_at"); endedAt = try r.optionalDate("ended_at")
         channelId = try r.optionalString("channel_id"); delivery = try r.optionalString("delivery")
+        priority10Sends = try r.stringArray("priority10_sends").compactMap { Int64($0) }
+        priority10Budget = try r.optionalInt("priority10_budget")
     }
 }
 
@@ -86,7 +95,7 @@ public enum TargetStore {
         tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,
         business_key, business_generation, status, end_reason, revision, state::text AS state, source_version, stale_at,
         relevance_score, push_token, token_status, last_render_report::text AS last_render_report, op_seq, created_at,
-        updated_at, started_at, ended_at, channel_id, delivery
+        updated_at, started_at, ended_at, channel_id, delivery, priority10_sends, \(PriorityBudgetSQL.targetBudgetColumn)
         """
 
     /// Target `id` of the tenant, optionally locked (`FOR UPDATE`: serialises writes per target).

@@ -41,9 +41,11 @@ final class EndToEndHarness: @unchecked Sendable {
 
     static var repoRoot: String { TestDatabase.repoRoot }
 
-    static func make() throws -> EndToEndHarness { try EndToEndHarness() }
+    /// - Parameter clock: the API's and the dispatcher's clock (`APIContext.now`,
+    ///   `DispatcherConfiguration.clock`); the wall clock unless a test slides time.
+    static func make(clock: @escaping @Sendable () -> Date = Date.init) throws -> EndToEndHarness { try EndToEndHarness(clock: clock) }
 
-    private init() throws {
+    private init(clock: @escaping @Sendable () -> Date) throws {
         database = try TestDatabase(prefix: "lr_e2e")
         pool = PostgresPool(conninfo: database.conninfo, maxConnections: 16, acquireTimeoutSeconds: 10)
         db = Database(pool: pool)
@@ -70,10 +72,10 @@ final class EndToEndHarness: @unchecked Sendable {
                            metrics: metrics, serverLog: { _ in }) { auth, events in
             APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
                        webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
-                       fcmURL: sandboxURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
+                       now: clock, fcmURL: sandboxURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
                        channels: channels)
         }
-        stopDispatcher = EndToEndDispatch.start(db: db, conninfo: database.conninfo, sender: sender, metrics: metrics, log: log)
+        stopDispatcher = EndToEndDispatch.start(db: db, conninfo: database.conninfo, sender: sender, metrics: metrics, log: log, clock: clock)
     }
 
     /// Skips the test when this build has no dispatcher (before the dispatcher branch is merged).

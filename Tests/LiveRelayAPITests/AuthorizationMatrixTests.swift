@@ -70,6 +70,8 @@ final class AuthorizationMatrixTests: XCTestCase {
                                                "install_id": .string(UUID().uuidString)]) },
             Row(name: "renew installation credential", expect: [.installation: 201]) {
                 ("POST", "/v1/installations/\(inst.id)/credential/renew", [:]) },
+            Row(name: "patch installation attributes", expect: [.installation: 200]) {
+                ("PATCH", "/v1/installations/\(inst.id)", ["os_version": "18.2"]) },
             Row(name: "capabilities", expect: [.operator: 200, .master: 200, .sender: 200, .publishable: 200, .installation: 200, .otherMaster: 200]) {
                 ("GET", "/v1/remote-updates/capabilities", nil) },
         ]
