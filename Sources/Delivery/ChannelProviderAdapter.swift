@@ -9,11 +9,15 @@ public struct APNsChannelProvider: ChannelManaging, BroadcastSending {
     public let timeoutSeconds: Double
     public init(client: APNsChannelClient, timeoutSeconds: Double = 10) { self.client = client; self.timeoutSeconds = timeoutSeconds }
 
-    static func management(_ e: APNsChannelError) -> ChannelManagementResult {
+    /// Maps a channel-client failure to the API's result: an APNs error status → `refused`;
+    /// no usable credential → `noCredentials` (the API answers `400`); no answer → `unavailable`
+    /// (the API answers `502 PROVIDER_ERROR`).
+    public static func management(_ e: APNsChannelError) -> ChannelManagementResult {
         switch e {
         case .provider(let r): return .refused(status: r.status, reason: r.reason ?? "")
         case .invalidResponse(let s, let why): return .refused(status: s, reason: why)
-        case .notProcessed(let why), .possiblyProcessed(let why), .noCredentials(let why): return .unavailable(message: why)
+        case .notProcessed(let why), .possiblyProcessed(let why): return .unavailable(message: why)
+        case .noCredentials(let why): return .noCredentials(message: why)
         }
     }
 

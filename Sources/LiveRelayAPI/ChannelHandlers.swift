@@ -48,8 +48,9 @@ enum ChannelHandlers {
     // MARK: create, list, read
 
     /// `POST /v1/remote-updates/channels` (master key): creates the APNs channel first, then
-    /// stores the channel with its `apns_channel_id`. APNs refusal → `502 PROVIDER_ERROR`
-    /// (nothing stored); more than `ChannelRules.maxActiveChannelsPerApp` active channels in the
+    /// stores the channel with its `apns_channel_id`. APNs refusal or no answer → `502
+    /// PROVIDER_ERROR` (nothing stored); no APNs credential of the tenant lists `app_id` for
+    /// `environment` → `400 INVALID_REQUEST` naming `app_id` (nothing sent, nothing stored); more than `ChannelRules.maxActiveChannelsPerApp` active channels in the
     /// (app, environment) → `409 CHANNEL_LIMIT`.
     static func create(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, keyId) = try Endpoint.requireMaster(try ctx.auth.authenticate(req))
@@ -73,6 +74,10 @@ enum ChannelHandlers {
                 throw providerError("APNs refused to create the channel (\(status) \(reason))", status: status, reason: reason)
             case .unavailable(let message):
                 throw providerError("APNs channel management is unavailable: \(message)", status: nil, reason: nil)
+            case .noCredentials(let message):
+                // The tenant's own set-up, not a provider failure: a 4xx naming the field to fix.
+                throw DomainError.invalid("app_id", "cannot create an APNs channel for \(r.appId) in \(r.environment): \(message); "
+                                          + "PUT /v1/provider-credentials/apns with this app in `topics` first")
             }
             let ch = try ChannelStore.insert(c, tenantId: tenant, id: Identifier.make(.channel), r, apnsChannelId: apnsId, createdByKeyId: keyId)
             return (201, Encode.channel(ch))

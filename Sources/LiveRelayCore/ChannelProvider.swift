@@ -7,9 +7,11 @@ public enum ChannelManagementResult: Sendable, Equatable {
     case ok(channelId: String?)
     /// APNs answered with an error status and its `reason`.
     case refused(status: Int, reason: String)
-    /// No APNs credential for the tenant and environment, or the request never got an answer
-    /// (connection failed); `message` says which.
+    /// The request never got an answer (connection failed, timeout); `message` says why.
     case unavailable(message: String)
+    /// The tenant has no usable APNs credential for this environment whose topics list the app
+    /// (nothing was sent); creating a channel then answers `400 INVALID_REQUEST` naming `app_id`.
+    case noCredentials(message: String)
 }
 
 /// The answer of APNs to one broadcast request (Apple, "Sending broadcast push notification
@@ -69,7 +71,8 @@ public protocol BroadcastSending: Sendable {
 }
 
 /// Channel management used when no APNs channel client is configured: every call is
-/// `unavailable` (creating a channel then answers `502 PROVIDER_ERROR`).
+/// `unavailable` (creating a channel then answers `502 PROVIDER_ERROR`): the process has no
+/// channel-management endpoint at all, which is an operator matter, not the tenant's.
 public struct UnconfiguredChannelManager: ChannelManaging, BroadcastSending {
     public init() {}
     public func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: Int) -> ChannelManagementResult {

@@ -192,6 +192,9 @@ final class APNsChannelClientTests: XCTestCase {
         // No credential at all.
         if case .failure(.noCredentials) = client.createChannel(tenantId: "ten_nobody", appId: app, environment: "sandbox",
                                                                storagePolicy: .noMessageStored, timeoutSeconds: 10) {} else { XCTFail("no credential") }
+        // The API's adapter keeps "no credential" apart from "no answer" (400 vs 502 at the API).
+        XCTAssertEqual(APNsChannelProvider.management(.noCredentials("none")), .noCredentials(message: "none"))
+        XCTAssertEqual(APNsChannelProvider.management(.notProcessed("refused")), .unavailable(message: "refused"))
         // 5xx is retryable; a delayed answer past the timeout is possibly processed.
         h.sandbox.addFault(SandboxFault(provider: "channels", status: 503, reason: "ServiceUnavailable", times: 1))
         let unavailable = client.createChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,

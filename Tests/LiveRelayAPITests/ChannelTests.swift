@@ -17,10 +17,13 @@ final class RecordingChannels: ChannelManaging, BroadcastSending, Sendable {
     let deleted = Mutex<[String]>([])
     let broadcasts = Mutex<[BroadcastRequest]>([])
     let refuseCreate = Mutex<(Int, String)?>(nil)
+    /// When set, every create answers this (no channel is made).
+    let answerCreate = Mutex<ChannelManagementResult?>(nil)
     let broadcastAnswer = Mutex<BroadcastResult?>(nil)
 
     func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: Int) -> ChannelManagementResult {
         if let (s, r) = refuseCreate.withLock({ $0 }) { return .refused(status: s, reason: r) }
+        if let a = answerCreate.withLock({ $0 }) { return a }
         let id = Data((0..<16).map { _ in UInt8.random(in: 0...255) }).base64EncodedString()
         created.withLock { $0.append(id) }
         return .ok(channelId: id)
@@ -168,6 +171,27 @@ final class ChannelTests: XCTestCase {
         // Nothing stored, not even the idempotency key: the same key works once APNs accepts.
         w.fake.refuseCreate.withLock { $0 = nil }
         XCTAssertEqual(w.createChannel(key: "refused").status, 201)
+    }
+
+    /// No credential lists the app: the tenant's set-up, so `400` naming `app_id` (never a
+    /// 5xx); no answer from APNs: `502 PROVIDER_ERROR` with null provider status. Neither stores.
+    func testMissingCredentialIsTheCallersErrorAndNoAnswerIsAProviderError() throws {
+        let w = try ChannelWorld.make()
+        defer { w.env.tearDown() }
+        w.fake.answerCreate.withLock { $0 = .noCredentials(message: "no APNs credential lists topic com.example.app") }
+        let missing = w.createChannel(key: "nocred")
+        XCTAssertEqual(missing.status, 400)
+        XCTAssertEqual(missing.errorCode, "INVALID_REQUEST")
+        XCTAssertEqual(missing.json["error"]?["details"]?["field"]?.stringValue, "app_id")
+        XCTAssertTrue(missing.json["error"]?["message"]?.stringValue?.contains("provider-credentials/apns") ?? false, "\(missing.json)")
+        w.fake.answerCreate.withLock { $0 = .unavailable(message: "connection refused") }
+        let down = w.createChannel(key: "down")
+        XCTAssertEqual(down.status, 502)
+        XCTAssertEqual(down.errorCode, "PROVIDER_ERROR")
+        XCTAssertEqual(down.json["error"]?["details"]?["provider_status"], .null)
+        XCTAssertEqual(try w.count("SELECT count(*) AS n FROM channels"), 0)
+        w.fake.answerCreate.withLock { $0 = nil }
+        XCTAssertEqual(w.createChannel(key: "nocred").status, 201)
     }
 
     func testChannelLimitAtItsBoundary() throws {
