@@ -8,7 +8,7 @@ let package = Package(
     name: "LiveRelay",
     platforms: [.macOS(.v14)],
     products: [
-        .executable(name: "liverelay", targets: ["liverelay"]),
+        .executable(name: "liverelay", targets: ["liverelay"])
     ],
     targets: [
         // C libraries (Debian -dev packages).
@@ -38,10 +38,18 @@ let package = Package(
         .executableTarget(name: "ConsoleEmbedder"),
         .plugin(name: "EmbedConsoleAssets", capability: .buildTool(), dependencies: ["ConsoleEmbedder"]),
         .target(name: "LiveRelayConsole", plugins: ["EmbedConsoleAssets"]),
-        .target(name: "LiveRelayAPI", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "LiveRelayConsole"]),
-        .target(name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics", "Logging", "CCurl"]),
+        .target(
+            name: "LiveRelayAPI",
+            dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "LiveRelayConsole"]),
+        .target(
+            name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics", "Logging", "CCurl"]),
         .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer", "Logging"]),
-        .target(name: "LiveRelayApp", dependencies: ["LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
+        .target(
+            name: "LiveRelayApp",
+            dependencies: [
+                "LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON",
+                "Metrics", "Logging"
+            ]),
         .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
@@ -54,9 +62,28 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["LiveRelayTestSupport", "Crypto", "JSON"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["LiveRelayTestSupport", "HTTP2", "Crypto", "JSON"]),
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayTestSupport", "LiveRelayCore", "JSON"]),
-        .testTarget(name: "DeliveryTests", dependencies: ["LiveRelayTestSupport", "Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"]),
-        .testTarget(name: "CLITests", dependencies: ["LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "Metrics", "Logging"]),
-        .testTarget(name: "LiveRelayAPITests", dependencies: ["LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"]),
-        .testTarget(name: "EndToEndTests", dependencies: ["LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres", "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"]),
+        .testTarget(
+            name: "DeliveryTests",
+            dependencies: [
+                "LiveRelayTestSupport", "Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"
+            ]),
+        .testTarget(
+            name: "CLITests",
+            dependencies: [
+                "LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON",
+                "Metrics", "Logging"
+            ]),
+        .testTarget(
+            name: "LiveRelayAPITests",
+            dependencies: [
+                "LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore", "LiveRelayCore",
+                "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"
+            ]),
+        .testTarget(
+            name: "EndToEndTests",
+            dependencies: [
+                "LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres",
+                "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"
+            ])
     ]
 )

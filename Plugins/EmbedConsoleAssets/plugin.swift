@@ -16,9 +16,12 @@ struct EmbedConsoleAssets: BuildToolPlugin {
         let inputs = module.sourceFiles.filter { $0.type != .source && $0.type != .header }.map(\.url)
             .sorted { $0.path < $1.path }
         let output = context.pluginWorkDirectoryURL.appending(path: "ConsoleEmbeddedFiles.swift")
-        return [.buildCommand(displayName: "Embedding \(inputs.count) console files",
-                              executable: try context.tool(named: "ConsoleEmbedder").url,
-                              arguments: [output.path] + inputs.map(\.path),
-                              inputFiles: inputs, outputFiles: [output])]
+        return [
+            .buildCommand(
+                displayName: "Embedding \(inputs.count) console files",
+                executable: try context.tool(named: "ConsoleEmbedder").url,
+                arguments: [output.path] + inputs.map(\.path),
+                inputFiles: inputs, outputFiles: [output])
+        ]
     }
 }

@@ -58,8 +58,8 @@ public struct AESGCM: Sendable, CustomStringConvertible, CustomReflectable {
     public func open(_ box: [UInt8], associatedData: [UInt8] = []) throws -> [UInt8] {
         guard box.count >= AESGCM.overhead else { throw CryptoError("sealed box is truncated") }
         guard box[0] == AESGCM.version else { throw CryptoError("sealed box has an unknown version") }
-        let nonce = Array(box[1 ..< 1 + AESGCM.nonceLength])
-        let ciphertext = Array(box[(1 + AESGCM.nonceLength) ..< (box.count - AESGCM.tagLength)])
+        let nonce = Array(box[1..<1 + AESGCM.nonceLength])
+        let ciphertext = Array(box[(1 + AESGCM.nonceLength)..<(box.count - AESGCM.tagLength)])
         let tag = Array(box[(box.count - AESGCM.tagLength)...])
         let ctx = try Context(encrypt: false, key: key, nonce: nonce)
         try ctx.addAAD(associatedData)

@@ -51,14 +51,17 @@ public enum Argon2id {
             throw CryptoError("invalid argon2id parameters (need t ≥ 1, p ≥ 1, m ≥ 8·p)")
         }
         let salt = SecureRandom.bytes(saltLength)
-        let encodedLength = argon2_encodedlen(p.iterations, p.memoryKiB, p.parallelism,
-                                              UInt32(saltLength), UInt32(tagLength), Argon2_id) + 1
+        let encodedLength =
+            argon2_encodedlen(
+                p.iterations, p.memoryKiB, p.parallelism,
+                UInt32(saltLength), UInt32(tagLength), Argon2_id) + 1
         var encoded = [CChar](repeating: 0, count: encodedLength)
         let rc = secret.withNonNilBytes { pwd, pwdLength in
             salt.withUnsafeBufferPointer { s in
                 encoded.withUnsafeMutableBufferPointer { e in
-                    argon2id_hash_encoded(p.iterations, p.memoryKiB, p.parallelism, pwd, pwdLength,
-                                          s.baseAddress, s.count, tagLength, e.baseAddress, e.count)
+                    argon2id_hash_encoded(
+                        p.iterations, p.memoryKiB, p.parallelism, pwd, pwdLength,
+                        s.baseAddress, s.count, tagLength, e.baseAddress, e.count)
                 }
             }
         }
@@ -88,11 +91,13 @@ public enum Argon2id {
         guard utf8.count <= 512, !utf8.contains(0) else { return false }
         let fields = encoded.split(separator: "$", omittingEmptySubsequences: false)
         guard fields.count == 6, fields[0].isEmpty, fields[1] == "argon2id", fields[2] == "v=19",
-              !fields[4].isEmpty, !fields[5].isEmpty else { return false }
+            !fields[4].isEmpty, !fields[5].isEmpty
+        else { return false }
         let costs = fields[3].split(separator: ",", omittingEmptySubsequences: false)
         guard costs.count == 3,
-              let m = cost(costs[0], "m="), let t = cost(costs[1], "t="), let p = cost(costs[2], "p="),
-              m <= maxMemoryKiB, t <= maxIterations, p <= maxParallelism else { return false }
+            let m = cost(costs[0], "m="), let t = cost(costs[1], "t="), let p = cost(costs[2], "p="),
+            m <= maxMemoryKiB, t <= maxIterations, p <= maxParallelism
+        else { return false }
         return true
     }
 

@@ -18,7 +18,8 @@ final class CertificateBuilder {
         guard X509_set_version(cert, 2) == 1 else { throw OpenSSLSupport.error("cannot set certificate version") }
         try setSerial()
         guard X509_gmtime_adj(X509_getm_notBefore(cert), -3600) != nil,
-              X509_time_adj_ex(X509_getm_notAfter(cert), Int32(validDays), 0, nil) != nil else {
+            X509_time_adj_ex(X509_getm_notAfter(cert), Int32(validDays), 0, nil) != nil
+        else {
             throw OpenSSLSupport.error("cannot set certificate validity")
         }
         guard X509_set_pubkey(cert, publicKey.pointer) == 1 else { throw OpenSSLSupport.error("cannot set public key") }
@@ -46,7 +47,7 @@ final class CertificateBuilder {
 
     private func setSerial() throws {
         var serial = SecureRandom.bytes(16)
-        serial[0] = (serial[0] & 0x7F) | 0x01   // positive, never zero, 16 significant bytes
+        serial[0] = (serial[0] & 0x7F) | 0x01  // positive, never zero, 16 significant bytes
         guard let bn = serial.withUnsafeBufferPointer({ BN_bin2bn($0.baseAddress, Int32($0.count), nil) }) else {
             throw OpenSSLSupport.error("cannot allocate serial")
         }

@@ -47,11 +47,14 @@ public enum JWT {
     /// overridden so the header can never lie about the signature. Add `"kid"` (APNs key id)
     /// or `"typ": "JWT"` through `extra`.
     /// - Throws: `CryptoError` on a signing failure.
-    public static func sign(header extra: [String: JSONValue] = [:], claims: [String: JSONValue],
-                            algorithm: Algorithm) throws -> String {
+    public static func sign(
+        header extra: [String: JSONValue] = [:], claims: [String: JSONValue],
+        algorithm: Algorithm
+    ) throws -> String {
         var header = extra
         header["alg"] = .string(algorithm.name)
-        let input = Base64URL.encode(JSONValue.object(header).serialized()) + "."
+        let input =
+            Base64URL.encode(JSONValue.object(header).serialized()) + "."
             + Base64URL.encode(JSONValue.object(claims).serialized())
         let bytes = Array(input.utf8)
         let signature: [UInt8]
@@ -73,7 +76,8 @@ public enum JWT {
         guard parts.count == 3 else { throw CryptoError("JWT must have three segments") }
         let texts = parts.map { String(decoding: $0, as: UTF8.self) }
         guard let headerBytes = Base64URL.decode(texts[0]), let claimBytes = Base64URL.decode(texts[1]),
-              let signature = Base64URL.decode(texts[2]) else { throw CryptoError("JWT segment is not base64url") }
+            let signature = Base64URL.decode(texts[2])
+        else { throw CryptoError("JWT segment is not base64url") }
         guard case .object(let header)? = try? JSONValue.parse(headerBytes, maxDepth: 8) else {
             throw CryptoError("JWT header is not a JSON object")
         }
@@ -103,7 +107,8 @@ public enum JWT {
 
     private static func acceptable(_ token: String, alg: String) -> Decoded? {
         guard let decoded = try? decode(token), decoded.header["alg"] == .string(alg),
-              decoded.header["crit"] == nil else { return nil }
+            decoded.header["crit"] == nil
+        else { return nil }
         return decoded
     }
 }

@@ -57,8 +57,10 @@ enum OpenSSLSupport {
 
 /// A `pem_password_cb` that refuses to supply a password, so an encrypted PEM fails instead
 /// of OpenSSL prompting on the terminal.
-func pemRefusePassword(_ buffer: UnsafeMutablePointer<CChar>?, _ size: Int32, _ rwflag: Int32,
-                       _ context: UnsafeMutableRawPointer?) -> Int32 { -1 }
+func pemRefusePassword(
+    _ buffer: UnsafeMutablePointer<CChar>?, _ size: Int32, _ rwflag: Int32,
+    _ context: UnsafeMutableRawPointer?
+) -> Int32 { -1 }
 
 extension Array where Element == UInt8 {
     /// Calls `body` with a pointer that is never nil (OpenSSL rejects NULL even with length 0)

@@ -82,8 +82,10 @@ enum ECDSASignature {
         guard let sig = ECDSA_SIG_new() else { return nil }
         defer { ECDSA_SIG_free(sig) }
         let (r, s) = raw.withUnsafeBufferPointer { b in
-            (BN_bin2bn(b.baseAddress, Int32(componentLength), nil),
-             BN_bin2bn(b.baseAddress! + componentLength, Int32(componentLength), nil))
+            (
+                BN_bin2bn(b.baseAddress, Int32(componentLength), nil),
+                BN_bin2bn(b.baseAddress! + componentLength, Int32(componentLength), nil)
+            )
         }
         guard let r, let s, ECDSA_SIG_set0(sig, r, s) == 1 else {
             BN_free(r); BN_free(s)

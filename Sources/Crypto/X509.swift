@@ -37,12 +37,14 @@ public enum X509 {
         let key = P256PrivateKey.generate()
         let cert = try CertificateBuilder(subjectCN: commonName, validDays: validDays, publicKey: key.key)
         try cert.setIssuer(nil)
-        try cert.addExtensions(issuer: nil, [
-            (NID_basic_constraints, "critical,CA:TRUE"),
-            (NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"),
-            (NID_subject_key_identifier, "hash"),
-            (NID_authority_key_identifier, "keyid:always"),
-        ])
+        try cert.addExtensions(
+            issuer: nil,
+            [
+                (NID_basic_constraints, "critical,CA:TRUE"),
+                (NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"),
+                (NID_subject_key_identifier, "hash"),
+                (NID_authority_key_identifier, "keyid:always")
+            ])
         try cert.sign(with: key.key)
         return Identity(certificatePEM: try cert.pem(), privateKeyPEM: key.pkcs8PEM)
     }
@@ -73,14 +75,16 @@ public enum X509 {
         let key = P256PrivateKey.generate()
         let cert = try CertificateBuilder(subjectCN: first, validDays: validDays, publicKey: key.key)
         try cert.setIssuer(caCert)
-        try cert.addExtensions(issuer: caCert, [
-            (NID_basic_constraints, "critical,CA:FALSE"),
-            (NID_key_usage, "critical,digitalSignature"),
-            (NID_ext_key_usage, "serverAuth"),
-            (NID_subject_alt_name, san),
-            (NID_subject_key_identifier, "hash"),
-            (NID_authority_key_identifier, "keyid:always"),
-        ])
+        try cert.addExtensions(
+            issuer: caCert,
+            [
+                (NID_basic_constraints, "critical,CA:FALSE"),
+                (NID_key_usage, "critical,digitalSignature"),
+                (NID_ext_key_usage, "serverAuth"),
+                (NID_subject_alt_name, san),
+                (NID_subject_key_identifier, "hash"),
+                (NID_authority_key_identifier, "keyid:always")
+            ])
         try cert.sign(with: caKey)
         return Identity(certificatePEM: try cert.pem(), privateKeyPEM: key.pkcs8PEM)
     }
@@ -95,7 +99,7 @@ public enum X509 {
         if labels.first == "*" && labels.count > 2 { labels.removeFirst() }
         for label in labels {
             guard !label.isEmpty, label.utf8.count <= 63, !label.hasPrefix("-"), !label.hasSuffix("-"),
-                  label.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || $0 == 0x2D })
+                label.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || $0 == 0x2D })
             else { throw CryptoError("invalid host name") }
         }
         return "DNS:" + host

@@ -48,13 +48,17 @@ public final class APNsChannelClient: Sendable {
     ///   - endpoints: channel and broadcast base URLs, extra CA, timeouts.
     ///   - metrics: registry for `liverelay_provider_responses_total` (`provider` `apns_channels` / `apns_broadcast`).
     ///   - now: clock for JWT ages and health reports.
-    public convenience init(source: ProviderCredentialSource, endpoints: ProviderEndpoints, metrics: MetricsRegistry,
-                            now: @escaping @Sendable () -> Date = Date.init) {
+    public convenience init(
+        source: ProviderCredentialSource, endpoints: ProviderEndpoints, metrics: MetricsRegistry,
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.init(source: source, endpoints: endpoints, tokens: APNsTokenCache(now: now), metrics: ProviderMetrics(metrics), now: now)
     }
 
-    init(source: ProviderCredentialSource, endpoints: ProviderEndpoints, tokens: APNsTokenCache, metrics: ProviderMetrics,
-         now: @escaping @Sendable () -> Date) {
+    init(
+        source: ProviderCredentialSource, endpoints: ProviderEndpoints, tokens: APNsTokenCache, metrics: ProviderMetrics,
+        now: @escaping @Sendable () -> Date
+    ) {
         self.source = source; self.endpoints = endpoints; self.tokens = tokens; self.metrics = metrics; self.now = now
     }
 
@@ -62,84 +66,119 @@ public final class APNsChannelClient: Sendable {
 
     /// Creates an APNs channel for `appId` in `environment` (`sandbox`|`production`) and calls
     /// `completion` with its `apns-channel-id`, or the refusal.
-    public func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: APNsMessageStoragePolicy,
-                              requestId: String = newRequestId(),
-                              completion: @escaping @Sendable (Result<APNsChannelCreated, APNsChannelError>) -> Void) {
+    public func createChannel(
+        tenantId: String, appId: String, environment: String, storagePolicy: APNsMessageStoragePolicy,
+        requestId: String = newRequestId(),
+        completion: @escaping @Sendable (Result<APNsChannelCreated, APNsChannelError>) -> Void
+    ) {
         let body = JSONValue.object(["message-storage-policy": .int(Int64(storagePolicy.rawValue)), "push-type": "LiveActivity"]).serialized()
-        manage(tenantId: tenantId, appId: appId, environment: environment, method: "POST", path: "/1/apps/\(appId)/channels",
-               channelId: nil, body: body, requestId: requestId) { result in
-            completion(result.flatMap { r in
-                guard let id = r.header("apns-channel-id"), !id.isEmpty else {
-                    return .failure(.invalidResponse(status: r.status, "the answer has no apns-channel-id header"))
-                }
-                return .success(APNsChannelCreated(channelId: id, apnsRequestId: r.header("apns-request-id") ?? requestId))
-            })
+        manage(
+            tenantId: tenantId, appId: appId, environment: environment, method: "POST", path: "/1/apps/\(appId)/channels",
+            channelId: nil, body: body, requestId: requestId
+        ) { result in
+            completion(
+                result.flatMap { r in
+                    guard let id = r.header("apns-channel-id"), !id.isEmpty else {
+                        return .failure(.invalidResponse(status: r.status, "the answer has no apns-channel-id header"))
+                    }
+                    return .success(APNsChannelCreated(channelId: id, apnsRequestId: r.header("apns-request-id") ?? requestId))
+                })
         }
     }
 
     /// Reads one channel's settings.
-    public func readChannel(tenantId: String, appId: String, environment: String, channelId: String, requestId: String = newRequestId(),
-                            completion: @escaping @Sendable (Result<APNsChannelInfo, APNsChannelError>) -> Void) {
-        manage(tenantId: tenantId, appId: appId, environment: environment, method: "GET", path: "/1/apps/\(appId)/channels",
-               channelId: channelId, body: [], requestId: requestId) { result in
-            completion(result.flatMap { r in
-                guard let o = (try? JSONValue.parse(r.body, maxDepth: 8))?.objectValue,
-                      let p = o["message-storage-policy"]?.intValue, let policy = APNsMessageStoragePolicy(rawValue: Int(p)) else {
-                    return .failure(.invalidResponse(status: r.status, "the answer has no message-storage-policy 0 or 1"))
-                }
-                return .success(APNsChannelInfo(channelId: channelId, storagePolicy: policy, pushType: o["push-type"]?.stringValue ?? "",
-                                                apnsRequestId: r.header("apns-request-id") ?? requestId))
-            })
+    public func readChannel(
+        tenantId: String, appId: String, environment: String, channelId: String, requestId: String = newRequestId(),
+        completion: @escaping @Sendable (Result<APNsChannelInfo, APNsChannelError>) -> Void
+    ) {
+        manage(
+            tenantId: tenantId, appId: appId, environment: environment, method: "GET", path: "/1/apps/\(appId)/channels",
+            channelId: channelId, body: [], requestId: requestId
+        ) { result in
+            completion(
+                result.flatMap { r in
+                    guard let o = (try? JSONValue.parse(r.body, maxDepth: 8))?.objectValue,
+                        let p = o["message-storage-policy"]?.intValue, let policy = APNsMessageStoragePolicy(rawValue: Int(p))
+                    else {
+                        return .failure(.invalidResponse(status: r.status, "the answer has no message-storage-policy 0 or 1"))
+                    }
+                    return .success(
+                        APNsChannelInfo(
+                            channelId: channelId, storagePolicy: policy, pushType: o["push-type"]?.stringValue ?? "",
+                            apnsRequestId: r.header("apns-request-id") ?? requestId))
+                })
         }
     }
 
     /// Deletes one channel: later broadcasts to it fail `ChannelNotRegistered`.
-    public func deleteChannel(tenantId: String, appId: String, environment: String, channelId: String, requestId: String = newRequestId(),
-                              completion: @escaping @Sendable (Result<APNsChannelDeleted, APNsChannelError>) -> Void) {
-        manage(tenantId: tenantId, appId: appId, environment: environment, method: "DELETE", path: "/1/apps/\(appId)/channels",
-               channelId: channelId, body: [], requestId: requestId) { result in
+    public func deleteChannel(
+        tenantId: String, appId: String, environment: String, channelId: String, requestId: String = newRequestId(),
+        completion: @escaping @Sendable (Result<APNsChannelDeleted, APNsChannelError>) -> Void
+    ) {
+        manage(
+            tenantId: tenantId, appId: appId, environment: environment, method: "DELETE", path: "/1/apps/\(appId)/channels",
+            channelId: channelId, body: [], requestId: requestId
+        ) { result in
             completion(result.map { r in APNsChannelDeleted(channelId: channelId, apnsRequestId: r.header("apns-request-id") ?? requestId) })
         }
     }
 
     /// Lists every channel id of `appId` in `environment`.
-    public func listChannels(tenantId: String, appId: String, environment: String, requestId: String = newRequestId(),
-                             completion: @escaping @Sendable (Result<APNsChannelList, APNsChannelError>) -> Void) {
-        manage(tenantId: tenantId, appId: appId, environment: environment, method: "GET", path: "/1/apps/\(appId)/all-channels",
-               channelId: nil, body: [], requestId: requestId) { result in
-            completion(result.flatMap { r in
-                guard let o = (try? JSONValue.parse(r.body, maxDepth: 8))?.objectValue, let list = o["channels"]?.arrayValue else {
-                    return .failure(.invalidResponse(status: r.status, "the answer has no channels array"))
-                }
-                return .success(APNsChannelList(channelIds: list.compactMap(\.stringValue), apnsRequestId: r.header("apns-request-id") ?? requestId))
-            })
+    public func listChannels(
+        tenantId: String, appId: String, environment: String, requestId: String = newRequestId(),
+        completion: @escaping @Sendable (Result<APNsChannelList, APNsChannelError>) -> Void
+    ) {
+        manage(
+            tenantId: tenantId, appId: appId, environment: environment, method: "GET", path: "/1/apps/\(appId)/all-channels",
+            channelId: nil, body: [], requestId: requestId
+        ) { result in
+            completion(
+                result.flatMap { r in
+                    guard let o = (try? JSONValue.parse(r.body, maxDepth: 8))?.objectValue, let list = o["channels"]?.arrayValue else {
+                        return .failure(.invalidResponse(status: r.status, "the answer has no channels array"))
+                    }
+                    return .success(
+                        APNsChannelList(channelIds: list.compactMap(\.stringValue), apnsRequestId: r.header("apns-request-id") ?? requestId))
+                })
         }
     }
 
     /// Blocking `createChannel` for a request path: waits at most `timeoutSeconds` (seconds),
     /// then answers `.possiblyProcessed` (the channel may exist: delete or list to clean up).
-    public func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: APNsMessageStoragePolicy,
-                              timeoutSeconds: Double, requestId: String = newRequestId()) -> Result<APNsChannelCreated, APNsChannelError> {
+    public func createChannel(
+        tenantId: String, appId: String, environment: String, storagePolicy: APNsMessageStoragePolicy,
+        timeoutSeconds: Double, requestId: String = newRequestId()
+    ) -> Result<APNsChannelCreated, APNsChannelError> {
         wait(timeoutSeconds) { done in
-            createChannel(tenantId: tenantId, appId: appId, environment: environment, storagePolicy: storagePolicy, requestId: requestId, completion: done)
+            createChannel(
+                tenantId: tenantId, appId: appId, environment: environment, storagePolicy: storagePolicy, requestId: requestId, completion: done)
         }
     }
 
     /// Blocking `readChannel` (at most `timeoutSeconds`).
-    public func readChannel(tenantId: String, appId: String, environment: String, channelId: String,
-                            timeoutSeconds: Double) -> Result<APNsChannelInfo, APNsChannelError> {
-        wait(timeoutSeconds) { done in readChannel(tenantId: tenantId, appId: appId, environment: environment, channelId: channelId, completion: done) }
+    public func readChannel(
+        tenantId: String, appId: String, environment: String, channelId: String,
+        timeoutSeconds: Double
+    ) -> Result<APNsChannelInfo, APNsChannelError> {
+        wait(timeoutSeconds) { done in readChannel(tenantId: tenantId, appId: appId, environment: environment, channelId: channelId, completion: done)
+        }
     }
 
     /// Blocking `deleteChannel` (at most `timeoutSeconds`).
-    public func deleteChannel(tenantId: String, appId: String, environment: String, channelId: String,
-                              timeoutSeconds: Double) -> Result<APNsChannelDeleted, APNsChannelError> {
-        wait(timeoutSeconds) { done in deleteChannel(tenantId: tenantId, appId: appId, environment: environment, channelId: channelId, completion: done) }
+    public func deleteChannel(
+        tenantId: String, appId: String, environment: String, channelId: String,
+        timeoutSeconds: Double
+    ) -> Result<APNsChannelDeleted, APNsChannelError> {
+        wait(timeoutSeconds) { done in
+            deleteChannel(tenantId: tenantId, appId: appId, environment: environment, channelId: channelId, completion: done)
+        }
     }
 
     /// Blocking `listChannels` (at most `timeoutSeconds`).
-    public func listChannels(tenantId: String, appId: String, environment: String,
-                             timeoutSeconds: Double) -> Result<APNsChannelList, APNsChannelError> {
+    public func listChannels(
+        tenantId: String, appId: String, environment: String,
+        timeoutSeconds: Double
+    ) -> Result<APNsChannelList, APNsChannelError> {
         wait(timeoutSeconds) { done in listChannels(tenantId: tenantId, appId: appId, environment: environment, completion: done) }
     }
 
@@ -149,8 +188,10 @@ public final class APNsChannelClient: Sendable {
     /// `ProviderSender.submit`). `written`: the first attempt's HEADERS were written.
     /// `completion` gets the classified result (`ProviderOutcome.apnsBroadcast`) with the
     /// request id, APNs' `apns-unique-id` and the reason.
-    public func submitBroadcast(_ b: OutgoingBroadcast, written: (@Sendable () -> Void)? = nil,
-                                completion: @escaping @Sendable (APNsBroadcastResult) -> Void) {
+    public func submitBroadcast(
+        _ b: OutgoingBroadcast, written: (@Sendable () -> Void)? = nil,
+        completion: @escaping @Sendable (APNsBroadcastResult) -> Void
+    ) {
         let credential: APNsCredential
         switch credentialFor(tenantId: b.tenantId, appId: b.appId, environment: b.environment) {
         case .failure(let e):
@@ -163,29 +204,43 @@ public final class APNsChannelClient: Sendable {
             return completion(APNsBroadcastResult(result: result, status: nil, apnsRequestId: b.apnsRequestId, apnsUniqueId: nil, reason: nil))
         case .success(let c): credential = c
         }
-        var headers: [(String, String)] = [("apns-channel-id", b.channelId), ("apns-push-type", "liveactivity"),
-                                           ("apns-priority", String(b.priority)), ("apns-expiration", String(b.expiration)),
-                                           ("apns-request-id", b.apnsRequestId)]
+        var headers: [(String, String)] = [
+            ("apns-channel-id", b.channelId), ("apns-push-type", "liveactivity"),
+            ("apns-priority", String(b.priority)), ("apns-expiration", String(b.expiration)),
+            ("apns-request-id", b.apnsRequestId)
+        ]
         headers.append(("content-type", "application/json"))
         let request = HTTP2Request(method: "POST", path: "/4/broadcasts/apps/\(b.appId)", headers: headers, body: b.body)
         let base = b.environment == "production" ? endpoints.apnsBroadcastProductionURL : endpoints.apnsBroadcastSandboxURL
-        let unsigned = APNsBroadcastResult(result: .outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0,
-                                                                    providerReason: "cannot sign provider token")),
-                                           status: nil, apnsRequestId: b.apnsRequestId, apnsUniqueId: nil, reason: nil)
-        perform(request, base: base, credential: credential, provider: "apns_broadcast", tenantId: b.tenantId, written: written,
-                unsigned: unsigned) { answer, isRetry in
+        let unsigned = APNsBroadcastResult(
+            result: .outcome(
+                .failed(
+                    code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0,
+                    providerReason: "cannot sign provider token")),
+            status: nil, apnsRequestId: b.apnsRequestId, apnsUniqueId: nil, reason: nil)
+        perform(
+            request, base: base, credential: credential, provider: "apns_broadcast", tenantId: b.tenantId, written: written,
+            unsigned: unsigned
+        ) { answer, isRetry in
             switch answer {
             case .success(let r):
                 let unique = r.header("apns-unique-id")
                 let requestId = r.header("apns-request-id") ?? b.apnsRequestId
-                let outcome = ProviderOutcome.apnsBroadcast(status: r.status, body: r.body, providerId: unique ?? requestId,
-                                                            retryAfterHeader: r.header("retry-after"), isRetryAfterRefresh: isRetry)
-                return (outcome, APNsBroadcastResult(result: .outcome(outcome), status: r.status, apnsRequestId: requestId, apnsUniqueId: unique,
-                                                     reason: r.status < 300 ? nil : ProviderOutcome.apnsReason(r.body)))
+                let outcome = ProviderOutcome.apnsBroadcast(
+                    status: r.status, body: r.body, providerId: unique ?? requestId,
+                    retryAfterHeader: r.header("retry-after"), isRetryAfterRefresh: isRetry)
+                return (
+                    outcome,
+                    APNsBroadcastResult(
+                        result: .outcome(outcome), status: r.status, apnsRequestId: requestId, apnsUniqueId: unique,
+                        reason: r.status < 300 ? nil : ProviderOutcome.apnsReason(r.body))
+                )
             case .failure(let f):
                 return (nil, APNsBroadcastResult(result: pushResult(f), status: nil, apnsRequestId: b.apnsRequestId, apnsUniqueId: nil, reason: nil))
             }
-        } completion: { completion($0) }
+        } completion: {
+            completion($0)
+        }
     }
 
     /// Sends one broadcast and blocks until its result (wrapper over `submitBroadcast`).
@@ -208,15 +263,20 @@ public final class APNsChannelClient: Sendable {
         }
         guard let c = creds.apnsCredential(environment: environment, topic: appId) else {
             let env = environment == "production" ? "production" : "sandbox"
-            return .failure(.noCredentials(creds.unusable["apns_\(env)"] ?? (creds.apns.isEmpty
-                ? "the tenant has no APNs credential" : "no APNs credential lists topic \(appId)")))
+            return .failure(
+                .noCredentials(
+                    creds.unusable["apns_\(env)"]
+                        ?? (creds.apns.isEmpty
+                            ? "the tenant has no APNs credential" : "no APNs credential lists topic \(appId)")))
         }
         return .success(c)
     }
 
-    private func manage(tenantId: String, appId: String, environment: String, method: String, path: String, channelId: String?,
-                        body: [UInt8], requestId: String,
-                        completion: @escaping @Sendable (Result<HTTP2Response, APNsChannelError>) -> Void) {
+    private func manage(
+        tenantId: String, appId: String, environment: String, method: String, path: String, channelId: String?,
+        body: [UInt8], requestId: String,
+        completion: @escaping @Sendable (Result<HTTP2Response, APNsChannelError>) -> Void
+    ) {
         let credential: APNsCredential
         switch credentialFor(tenantId: tenantId, appId: appId, environment: environment) {
         case .failure(let e): return completion(.failure(e))
@@ -227,17 +287,26 @@ public final class APNsChannelClient: Sendable {
         if !body.isEmpty { headers.append(("content-type", "application/json")) }
         let request = HTTP2Request(method: method, path: path, headers: headers, body: body)
         let base = environment == "production" ? endpoints.apnsChannelsProductionURL : endpoints.apnsChannelsSandboxURL
-        perform(request, base: base, credential: credential, provider: "apns_channels", tenantId: tenantId, written: nil,
-                unsigned: .failure(.noCredentials("the stored APNs key cannot sign a provider token"))) { answer, isRetry in
+        perform(
+            request, base: base, credential: credential, provider: "apns_channels", tenantId: tenantId, written: nil,
+            unsigned: .failure(.noCredentials("the stored APNs key cannot sign a provider token"))
+        ) { answer, isRetry in
             switch answer {
             case .success(let r) where (200..<300).contains(r.status):
                 return (.accepted(providerId: nil), .success(r))
             case .success(let r):
-                let outcome = ProviderOutcome.apnsBroadcast(status: r.status, body: r.body, retryAfterHeader: r.header("retry-after"),
-                                                            isRetryAfterRefresh: isRetry)
-                return (outcome, .failure(.provider(APNsProviderRefusal(status: r.status, reason: ProviderOutcome.apnsReason(r.body),
-                                                                        apnsRequestId: r.header("apns-request-id") ?? requestId,
-                                                                        retryAfterSeconds: ProviderOutcome.retryAfterSeconds(r.header("retry-after"))))))
+                let outcome = ProviderOutcome.apnsBroadcast(
+                    status: r.status, body: r.body, retryAfterHeader: r.header("retry-after"),
+                    isRetryAfterRefresh: isRetry)
+                return (
+                    outcome,
+                    .failure(
+                        .provider(
+                            APNsProviderRefusal(
+                                status: r.status, reason: ProviderOutcome.apnsReason(r.body),
+                                apnsRequestId: r.header("apns-request-id") ?? requestId,
+                                retryAfterSeconds: ProviderOutcome.retryAfterSeconds(r.header("retry-after")))))
+                )
             case .failure(let f):
                 switch f {
                 case .notProcessed(let why): return (nil, .failure(.notProcessed(why)))
@@ -245,19 +314,24 @@ public final class APNsChannelClient: Sendable {
                 case .possiblyProcessed(let why): return (nil, .failure(.possiblyProcessed(why)))
                 }
             }
-        } completion: { completion($0) }
+        } completion: {
+            completion($0)
+        }
     }
 
     /// One request with the JWT of `credential`, plus at most one retry after
     /// `ExpiredProviderToken` (new JWT) or `UnrelatedKeyIdInToken` (new pool). `classify` turns
     /// an answer into (its outcome, the caller's result); the retry decision reads the outcome.
     /// `unsigned`: the result when no JWT can be signed (nothing is sent).
-    private func perform<T: Sendable>(_ request: HTTP2Request, base: URL, credential: APNsCredential, provider: String, tenantId: String,
-                                      written: (@Sendable () -> Void)?, unsigned: T,
-                                      classify: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>, Bool) -> (ProviderOutcome?, T),
-                                      completion: @escaping @Sendable (T) -> Void) {
-        let key = PoolKey(host: base.absoluteString, teamId: credential.teamId, keyId: credential.keyId,
-                          environment: credential.environment)
+    private func perform<T: Sendable>(
+        _ request: HTTP2Request, base: URL, credential: APNsCredential, provider: String, tenantId: String,
+        written: (@Sendable () -> Void)?, unsigned: T,
+        classify: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>, Bool) -> (ProviderOutcome?, T),
+        completion: @escaping @Sendable (T) -> Void
+    ) {
+        let key = PoolKey(
+            host: base.absoluteString, teamId: credential.teamId, keyId: credential.keyId,
+            environment: credential.environment)
         let jwt: String
         do { jwt = try tokens.token(for: credential) } catch { return completion(unsigned) }
         let pool = self.pool(key, base)
@@ -289,24 +363,32 @@ public final class APNsChannelClient: Sendable {
 
     /// Reports credential health as `ProviderSender` does (success: APNs authenticated the
     /// request; failure: a credential error), then completes.
-    private func finish<T>(_ r: (ProviderOutcome?, T), credential: APNsCredential, provider: String, tenantId: String,
-                           completion: @escaping @Sendable (T) -> Void) {
+    private func finish<T>(
+        _ r: (ProviderOutcome?, T), credential: APNsCredential, provider: String, tenantId: String,
+        completion: @escaping @Sendable (T) -> Void
+    ) {
         switch r.0 {
         case .accepted?, .tokenDead?:
-            source.report(ProviderCredentialHealthReport(provider: "apns", tenantId: tenantId, environment: credential.environment,
-                                                         fingerprint: credential.fingerprint, at: now(), failureReason: nil))
+            source.report(
+                ProviderCredentialHealthReport(
+                    provider: "apns", tenantId: tenantId, environment: credential.environment,
+                    fingerprint: credential.fingerprint, at: now(), failureReason: nil))
         case .failed(let code, let status, let reason)? where code == ProviderOutcome.Code.credentialsInvalid:
-            source.report(ProviderCredentialHealthReport(provider: "apns", tenantId: tenantId, environment: credential.environment,
-                                                         fingerprint: credential.fingerprint, at: now(),
-                                                         failureReason: "\(status) \(reason ?? "")".trimmingCharacters(in: .whitespaces)))
+            source.report(
+                ProviderCredentialHealthReport(
+                    provider: "apns", tenantId: tenantId, environment: credential.environment,
+                    fingerprint: credential.fingerprint, at: now(),
+                    failureReason: "\(status) \(reason ?? "")".trimmingCharacters(in: .whitespaces)))
         default:
             break
         }
         completion(r.1)
     }
 
-    private func attempt(_ request: HTTP2Request, jwt: String, pool: HTTP2ConnectionPool, provider: String, written: (@Sendable () -> Void)?,
-                         completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void) {
+    private func attempt(
+        _ request: HTTP2Request, jwt: String, pool: HTTP2ConnectionPool, provider: String, written: (@Sendable () -> Void)?,
+        completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void
+    ) {
         var r = request
         r.headers.insert(("authorization", "bearer " + jwt), at: 0)
         let metrics = self.metrics
@@ -325,8 +407,10 @@ public final class APNsChannelClient: Sendable {
         pools.pool(key) { HTTP2ConnectionPool(configuration: endpoints.configuration(base), maxConnections: endpoints.maxConnectionsPerPool) }
     }
 
-    private func wait<T: Sendable>(_ timeoutSeconds: Double,
-                                   _ start: (@escaping @Sendable (Result<T, APNsChannelError>) -> Void) -> Void) -> Result<T, APNsChannelError> {
+    private func wait<T: Sendable>(
+        _ timeoutSeconds: Double,
+        _ start: (@escaping @Sendable (Result<T, APNsChannelError>) -> Void) -> Void
+    ) -> Result<T, APNsChannelError> {
         let done = DispatchSemaphore(value: 0)
         let box = Mutex<Result<T, APNsChannelError>?>(nil)
         start { v in
@@ -475,8 +559,10 @@ public struct OutgoingBroadcast: Sendable {
     /// `apns-request-id` of this attempt (a lowercase UUID; new per attempt).
     public let apnsRequestId: String
 
-    public init(tenantId: String, channelOperationId: String, environment: String, appId: String, channelId: String, body: [UInt8],
-                priority: Int, expiration: Int64, apnsRequestId: String = APNsChannelClient.newRequestId()) {
+    public init(
+        tenantId: String, channelOperationId: String, environment: String, appId: String, channelId: String, body: [UInt8],
+        priority: Int, expiration: Int64, apnsRequestId: String = APNsChannelClient.newRequestId()
+    ) {
         self.tenantId = tenantId; self.channelOperationId = channelOperationId; self.environment = environment; self.appId = appId
         self.channelId = channelId; self.body = body; self.priority = priority; self.expiration = expiration; self.apnsRequestId = apnsRequestId
     }

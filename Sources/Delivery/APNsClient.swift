@@ -29,8 +29,10 @@ final class APNsClient: Sendable {
     /// Sends without blocking; `completion` gets the outcome after at most one refresh/retry
     /// (see the type). The retry's token refresh or pool swap runs on a global queue, never on
     /// a connection's I/O thread. `written`: the first attempt's HEADERS were written.
-    func submit(_ push: OutgoingPush, body: [UInt8], credential: APNsCredential, written: (@Sendable () -> Void)?,
-                completion: @escaping @Sendable (PushResult) -> Void) {
+    func submit(
+        _ push: OutgoingPush, body: [UInt8], credential: APNsCredential, written: (@Sendable () -> Void)?,
+        completion: @escaping @Sendable (PushResult) -> Void
+    ) {
         guard isHexToken(push.deviceToken) else {
             // Not a token APNs could know; answered locally exactly as APNs would.
             return completion(.outcome(.tokenDead(providerStatus: 400, providerReason: "BadDeviceToken")))
@@ -39,8 +41,11 @@ final class APNsClient: Sendable {
         let key = PoolKey(teamId: credential.teamId, keyId: credential.keyId, environment: environment)
         let jwt: String
         do { jwt = try tokens.token(for: credential) } catch {
-            return completion(.outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0,
-                                               providerReason: "cannot sign provider token")))
+            return completion(
+                .outcome(
+                    .failed(
+                        code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 0,
+                        providerReason: "cannot sign provider token")))
         }
         let pool = pool(key)
         attempt(push, body: body, jwt: jwt, pool: pool, isRetry: false, written: written) { [self] first in
@@ -50,8 +55,11 @@ final class APNsClient: Sendable {
                 DispatchQueue.global().async { [self] in
                     let fresh: String
                     do { fresh = try tokens.refresh(for: credential, replacing: jwt) } catch {
-                        return completion(.outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 403,
-                                                           providerReason: "ExpiredProviderToken")))
+                        return completion(
+                            .outcome(
+                                .failed(
+                                    code: ProviderOutcome.Code.credentialsInvalid, providerStatus: 403,
+                                    providerReason: "ExpiredProviderToken")))
                     }
                     attempt(push, body: body, jwt: fresh, pool: pool, isRetry: true, written: nil, completion: completion)
                 }
@@ -73,8 +81,10 @@ final class APNsClient: Sendable {
         }
     }
 
-    private func attempt(_ push: OutgoingPush, body: [UInt8], jwt: String, pool: HTTP2ConnectionPool, isRetry: Bool,
-                         written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void) {
+    private func attempt(
+        _ push: OutgoingPush, body: [UInt8], jwt: String, pool: HTTP2ConnectionPool, isRetry: Bool,
+        written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void
+    ) {
         var headers: [(String, String)] = [("authorization", "bearer " + jwt)]
         headers += APNsPayload.headers(topicBundleId: push.appId, priority: push.priority, expiration: push.expiration, apnsId: push.apnsId)
         headers.append(("content-type", "application/json"))
@@ -85,9 +95,12 @@ final class APNsClient: Sendable {
             case .success(let response):
                 let reason = response.status < 300 ? nil : ProviderOutcome.apnsReason(response.body)
                 metrics.response("apns", response.status, reason)
-                completion(.outcome(ProviderOutcome.apns(status: response.status, body: response.body,
-                                                         apnsId: response.header("apns-id") ?? push.apnsId,
-                                                         retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry)))
+                completion(
+                    .outcome(
+                        ProviderOutcome.apns(
+                            status: response.status, body: response.body,
+                            apnsId: response.header("apns-id") ?? push.apnsId,
+                            retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry)))
             case .failure(let failure):
                 metrics.failure("apns", failure)
                 completion(pushResult(failure))

@@ -64,8 +64,9 @@ public final class APNsTokenCache: Sendable {
 
     private func mint(_ c: APNsCredential, iat: Int64) throws -> Token {
         minted.wrappingAdd(1, ordering: .relaxed)
-        let value = try JWT.sign(header: ["kid": .string(c.keyId)], claims: ["iss": .string(c.teamId), "iat": .int(iat)],
-                                 algorithm: .es256(c.privateKey))
+        let value = try JWT.sign(
+            header: ["kid": .string(c.keyId)], claims: ["iss": .string(c.teamId), "iat": .int(iat)],
+            algorithm: .es256(c.privateKey))
         return Token(value: value, issuedAt: iat)
     }
 }

@@ -22,24 +22,30 @@ public struct APNsChannelProvider: ChannelManaging, BroadcastSending {
     }
 
     public func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: Int) -> ChannelManagementResult {
-        switch client.createChannel(tenantId: tenantId, appId: appId, environment: environment,
-                                    storagePolicy: APNsMessageStoragePolicy(rawValue: storagePolicy) ?? .noMessageStored, timeoutSeconds: timeoutSeconds) {
+        switch client.createChannel(
+            tenantId: tenantId, appId: appId, environment: environment,
+            storagePolicy: APNsMessageStoragePolicy(rawValue: storagePolicy) ?? .noMessageStored, timeoutSeconds: timeoutSeconds)
+        {
         case .success(let c): return .ok(channelId: c.channelId)
         case .failure(let e): return APNsChannelProvider.management(e)
         }
     }
 
     public func deleteChannel(tenantId: String, appId: String, environment: String, apnsChannelId: String) -> ChannelManagementResult {
-        switch client.deleteChannel(tenantId: tenantId, appId: appId, environment: environment, channelId: apnsChannelId, timeoutSeconds: timeoutSeconds) {
+        switch client.deleteChannel(
+            tenantId: tenantId, appId: appId, environment: environment, channelId: apnsChannelId, timeoutSeconds: timeoutSeconds)
+        {
         case .success: return .ok(channelId: apnsChannelId)
         case .failure(let e): return APNsChannelProvider.management(e)
         }
     }
 
     public func broadcast(_ r: BroadcastRequest) -> BroadcastResult {
-        let res = client.sendBroadcast(OutgoingBroadcast(tenantId: r.tenantId, channelOperationId: r.requestId, environment: r.environment,
-                                                         appId: r.appId, channelId: r.apnsChannelId, body: r.body, priority: r.priority,
-                                                         expiration: r.expiration, apnsRequestId: r.requestId))
+        let res = client.sendBroadcast(
+            OutgoingBroadcast(
+                tenantId: r.tenantId, channelOperationId: r.requestId, environment: r.environment,
+                appId: r.appId, channelId: r.apnsChannelId, body: r.body, priority: r.priority,
+                expiration: r.expiration, apnsRequestId: r.requestId))
         if let status = res.status {
             if (200..<300).contains(status) { return .accepted(requestId: res.apnsRequestId, uniqueId: res.apnsUniqueId) }
             return .refused(status: status, reason: res.reason ?? "", retryAfterSeconds: nil)

@@ -23,9 +23,11 @@ public struct ChannelWorkerConfiguration: Sendable {
     /// `apns-expiration` = now + this for a `most_recent` channel write without `expires_at`.
     public var defaultExpirationSeconds: Int
     public var retryPolicy: RetryPolicy
-    public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), fanoutBatchSize: Int = 500, fanoutChannelsPerPass: Int = 16,
-                broadcastThreads: Int = 4, leaseSeconds: Double = 30, pollSeconds: Double = 1, defaultExpirationSeconds: Int = 3600,
-                retryPolicy: RetryPolicy = .standard) {
+    public init(
+        workerId: String = DispatcherConfiguration.defaultWorkerId(), fanoutBatchSize: Int = 500, fanoutChannelsPerPass: Int = 16,
+        broadcastThreads: Int = 4, leaseSeconds: Double = 30, pollSeconds: Double = 1, defaultExpirationSeconds: Int = 3600,
+        retryPolicy: RetryPolicy = .standard
+    ) {
         self.workerId = workerId; self.fanoutBatchSize = max(1, fanoutBatchSize); self.fanoutChannelsPerPass = max(1, fanoutChannelsPerPass)
         self.broadcastThreads = max(1, broadcastThreads); self.leaseSeconds = leaseSeconds; self.pollSeconds = pollSeconds
         self.defaultExpirationSeconds = defaultExpirationSeconds; self.retryPolicy = retryPolicy
@@ -63,14 +65,17 @@ public final class ChannelWorker: @unchecked Sendable {
 
     /// - Parameters:
     ///   - sender: sends broadcasts (APNs broadcast host); `manager`: deletes ended channels' APNs channels.
-    public init(db: Database, conninfo: String, sender: any BroadcastSending, manager: any ChannelManaging,
-                configuration: ChannelWorkerConfiguration = ChannelWorkerConfiguration(), metrics: MetricsRegistry, log: Logger) {
+    public init(
+        db: Database, conninfo: String, sender: any BroadcastSending, manager: any ChannelManaging,
+        configuration: ChannelWorkerConfiguration = ChannelWorkerConfiguration(), metrics: MetricsRegistry, log: Logger
+    ) {
         self.db = db; self.conninfo = conninfo; self.sender = sender; self.manager = manager; self.configuration = configuration
         self.log = log.with(["component": "channels"])
         broadcasts = metrics.counter("liverelay_broadcasts_total", help: "APNs broadcast attempts by outcome", labels: ["outcome"])
         fanoutOps = metrics.counter("liverelay_fanout_operations_total", help: "Per-target operations inserted by the fan-out expander", labels: [])
-        fanoutLag = metrics.histogram("liverelay_fanout_lag_seconds", help: "Channel write commit to the end of its fan-out walk (seconds)",
-                                      labels: [], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300])
+        fanoutLag = metrics.histogram(
+            "liverelay_fanout_lag_seconds", help: "Channel write commit to the end of its fan-out walk (seconds)",
+            labels: [], buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300])
         let b = backlog
         metrics.gauge("liverelay_fanout_backlog", help: "Channel writes whose fan-out walk is not done") { [([], b.get().0)] }
         metrics.gauge("liverelay_fanout_oldest_seconds", help: "Age of the oldest channel write whose fan-out walk is not done") {
@@ -111,7 +116,9 @@ public final class ChannelWorker: @unchecked Sendable {
 
     private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         cond.lock(); threads += 1; cond.unlock()
-        let t = Thread { body(); self.exited.signal() }
+        let t = Thread {
+            body(); self.exited.signal()
+        }
         t.name = name
         t.start()
     }
@@ -201,15 +208,20 @@ public final class ChannelWorker: @unchecked Sendable {
         } catch {
             result = .refused(status: 413, reason: "PayloadTooLarge", retryAfterSeconds: nil)
         }
-        let d = ChannelRules.decide(result, hasAlert: b.op.alert != nil, attempts: b.attempts, random: Double.random(in: 0..<1),
-                                    policy: configuration.retryPolicy)
+        let d = ChannelRules.decide(
+            result, hasAlert: b.op.alert != nil, attempts: b.attempts, random: Double.random(in: 0..<1),
+            policy: configuration.retryPolicy)
         broadcasts.increment([ChannelWorker.outcomeLabel(d)])
         do {
             let applied = try db.system { c in try BroadcastStore.apply(c, b, d, worker: configuration.workerId) }
             if !applied { log.warning("broadcast result discarded: its lease was taken over", ["channel_operation_id": .string(b.op.id)]) }
         } catch {
-            log.error("could not apply a broadcast result; its lease will expire", ["channel_operation_id": .string(b.op.id),
-                                                                                   "error": .string("\(error)")])
+            log.error(
+                "could not apply a broadcast result; its lease will expire",
+                [
+                    "channel_operation_id": .string(b.op.id),
+                    "error": .string("\(error)")
+                ])
         }
         if case .channelInvalid = d { log.warning("APNs no longer knows a channel; it ended", ["channel_id": .string(b.op.channelId)]) }
         wake()
@@ -232,14 +244,18 @@ public final class ChannelWorker: @unchecked Sendable {
     /// - Throws: `DomainError` 413 when the body is over 4096 bytes.
     public static func request(_ b: ClaimedBroadcast, defaultExpirationSeconds: Int, now: Date) throws -> BroadcastRequest {
         let op = b.op
-        let payload = APNsPayload(event: op.kind, timestamp: Date(timeIntervalSince1970: TimeInterval(b.timestamp)),
-                                  contentState: op.state ?? .object([:]), staleDate: op.staleAt, relevanceScore: op.relevanceScore,
-                                  alert: op.alert, dismissalDate: op.dismissAt)
-        let expiration: Int64 = b.storagePolicy == "none" ? 0
+        let payload = APNsPayload(
+            event: op.kind, timestamp: Date(timeIntervalSince1970: TimeInterval(b.timestamp)),
+            contentState: op.state ?? .object([:]), staleDate: op.staleAt, relevanceScore: op.relevanceScore,
+            alert: op.alert, dismissalDate: op.dismissAt)
+        let expiration: Int64 =
+            b.storagePolicy == "none"
+            ? 0
             : Timestamp.epochSeconds(op.expiresAt ?? now.addingTimeInterval(TimeInterval(defaultExpirationSeconds)))
-        return BroadcastRequest(tenantId: op.tenantId, appId: b.appId, environment: b.environment, apnsChannelId: b.apnsChannelId,
-                                body: try payload.checkedBytes(), priority: op.priority, expiration: expiration,
-                                requestId: UUID().uuidString.lowercased())
+        return BroadcastRequest(
+            tenantId: op.tenantId, appId: b.appId, environment: b.environment, apnsChannelId: b.apnsChannelId,
+            body: try payload.checkedBytes(), priority: op.priority, expiration: expiration,
+            requestId: UUID().uuidString.lowercased())
     }
 
     private func broadcastLoop() {

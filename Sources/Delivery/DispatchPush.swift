@@ -12,7 +12,9 @@ public enum DispatchPush {
     ///   - defaultExpirationSeconds: `apns-expiration` = now + this when the write had no `expires_at`.
     /// - Throws: `DomainError` 413 when the payload is over the provider limit; `DispatchPushError`
     ///   when there is no token to send to.
-    public static func build(_ op: DispatchOperation, now: Date, defaultExpirationSeconds: Int, apnsId: String = UUID().uuidString.lowercased()) throws -> OutgoingPush {
+    public static func build(
+        _ op: DispatchOperation, now: Date, defaultExpirationSeconds: Int, apnsId: String = UUID().uuidString.lowercased()
+    ) throws -> OutgoingPush {
         guard let token = op.deviceToken else { throw DispatchPushError.noToken }
         let timestamp = Date(timeIntervalSince1970: TimeInterval(op.providerTimestamp ?? Timestamp.epochSeconds(now)))
         // A stateless end sends the target's current committed state (docs/write-semantics.md, docs/providers.md).
@@ -24,14 +26,17 @@ public enum DispatchPush {
         let expiration = op.expiresAt ?? now.addingTimeInterval(TimeInterval(defaultExpirationSeconds))
         var apnsBody: [UInt8]?, fcmBody: [UInt8]?
         if op.platform == "android" {
-            fcmBody = try DeliveryPayload.fcm(content, token: token, timestamp: timestamp,
-                                              ttlSeconds: FCMMessage.ttlSeconds(expiration: expiration, now: now)).checkedBytes()
+            fcmBody = try DeliveryPayload.fcm(
+                content, token: token, timestamp: timestamp,
+                ttlSeconds: FCMMessage.ttlSeconds(expiration: expiration, now: now)
+            ).checkedBytes()
         } else {
             apnsBody = try DeliveryPayload.apns(content, timestamp: timestamp).checkedBytes()
         }
-        return OutgoingPush(tenantId: op.tenantId, operationId: op.id, platform: op.platform, environment: op.environment, appId: op.appId,
-                            deviceToken: token, apnsBody: apnsBody, fcmBody: fcmBody, priority: op.sendPriority, expiration: expiration,
-                            apnsId: apnsId)
+        return OutgoingPush(
+            tenantId: op.tenantId, operationId: op.id, platform: op.platform, environment: op.environment, appId: op.appId,
+            deviceToken: token, apnsBody: apnsBody, fcmBody: fcmBody, priority: op.sendPriority, expiration: expiration,
+            apnsId: apnsId)
     }
 
     /// `PushResult` → `DispatchAttemptResult`.

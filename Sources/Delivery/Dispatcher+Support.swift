@@ -65,7 +65,11 @@ final class DispatcherCounters: Sendable {
             if named { s.namedClaims += 1; s.namedClaimed += n }
         }
     }
-    func applied(_ n: Int, seconds: Double) { state.withLock { s in s.applies += 1; s.applied += n; s.applySeconds += seconds } }
+    func applied(_ n: Int, seconds: Double) {
+        state.withLock { s in
+            s.applies += 1; s.applied += n; s.applySeconds += seconds
+        }
+    }
     func snapshot() -> DispatcherStats { state.withLock { $0 } }
 }
 

@@ -72,26 +72,35 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private var completions: [Completion] = []
     private var applierStop = false
 
-    public init(db: Database, conninfo: String, sender: any PushSender, configuration: DispatcherConfiguration = DispatcherConfiguration(),
-                metrics: MetricsRegistry, log: Logger) {
+    public init(
+        db: Database, conninfo: String, sender: any PushSender, configuration: DispatcherConfiguration = DispatcherConfiguration(),
+        metrics: MetricsRegistry, log: Logger
+    ) {
         self.db = db; self.conninfo = conninfo; self.sender = sender; self.configuration = configuration
-        self.maxOutstanding = sender.isEventDriven && !configuration.maxOutstandingIsExplicit
+        self.maxOutstanding =
+            sender.isEventDriven && !configuration.maxOutstandingIsExplicit
             ? configuration.eventDrivenMaxOutstanding : configuration.maxOutstanding
         self.log = log.with(["component": "dispatcher", "worker": .string(configuration.workerId)])
-        operationsTotal = metrics.counter("liverelay_operations_total", help: "Operation status transitions made by the dispatcher",
-                                          labels: ["kind", "status"])
-        lag = metrics.histogram("liverelay_dispatch_lag_seconds",
-                                help: "Commit of an operation to its first provider request written (seconds)",
-                                labels: [], buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
-        claimSeconds = metrics.histogram("liverelay_dispatch_claim_seconds", help: "Duration of one claim transaction (seconds)",
-                                         labels: [], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1])
-        claimBatch = metrics.histogram("liverelay_dispatch_claim_batch_size", help: "Operations claimed per claim transaction",
-                                       labels: [], buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
-        applyBatch = metrics.histogram("liverelay_dispatch_apply_batch_size", help: "Results applied per apply transaction",
-                                       labels: [], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
-        priorityDowngrades = metrics.counter("liverelay_priority_downgrades_total",
-                                             help: "State-only iOS updates sent at priority 5 instead of 10 because the target's priority-10 budget was spent (one per send attempt)",
-                                             labels: [])
+        operationsTotal = metrics.counter(
+            "liverelay_operations_total", help: "Operation status transitions made by the dispatcher",
+            labels: ["kind", "status"])
+        lag = metrics.histogram(
+            "liverelay_dispatch_lag_seconds",
+            help: "Commit of an operation to its first provider request written (seconds)",
+            labels: [], buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60])
+        claimSeconds = metrics.histogram(
+            "liverelay_dispatch_claim_seconds", help: "Duration of one claim transaction (seconds)",
+            labels: [], buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1])
+        claimBatch = metrics.histogram(
+            "liverelay_dispatch_claim_batch_size", help: "Operations claimed per claim transaction",
+            labels: [], buckets: [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        applyBatch = metrics.histogram(
+            "liverelay_dispatch_apply_batch_size", help: "Results applied per apply transaction",
+            labels: [], buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+        priorityDowngrades = metrics.counter(
+            "liverelay_priority_downgrades_total",
+            help: "State-only iOS updates sent at priority 5 instead of 10 because the target's priority-10 budget was spent (one per send attempt)",
+            labels: [])
         priorityDowngrades.increment([], by: 0)  // exposed as 0 from the start
         let depth = queueDepthValue, inflight = inFlight
         metrics.gauge("liverelay_queue_depth", help: "Queued operations (all tenants), sampled every maintenance interval") {
@@ -104,10 +113,14 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             [([], Double(inflight.highWater))]
         }
         let perTenant = tenantQueues
-        metrics.gauge("liverelay_tenant_queue_depth", help: "Queued operations per tenant (deepest tenants by id, the rest as other)",
-                      labels: ["tenant"]) { perTenant.get().map { ([$0.tenant], $0.depth) } }
-        metrics.gauge("liverelay_tenant_oldest_due_seconds", help: "Age of each tenant's oldest due claimable operation, seconds",
-                      labels: ["tenant"]) { perTenant.get().map { ([$0.tenant], $0.oldestDueSeconds) } }
+        metrics.gauge(
+            "liverelay_tenant_queue_depth", help: "Queued operations per tenant (deepest tenants by id, the rest as other)",
+            labels: ["tenant"]
+        ) { perTenant.get().map { ([$0.tenant], $0.depth) } }
+        metrics.gauge(
+            "liverelay_tenant_oldest_due_seconds", help: "Age of each tenant's oldest due claimable operation, seconds",
+            labels: ["tenant"]
+        ) { perTenant.get().map { ([$0.tenant], $0.oldestDueSeconds) } }
     }
 
     // MARK: lifecycle
@@ -125,9 +138,13 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         for i in 0..<configuration.senderThreads { spawn("dispatch-send-\(i)") { self.senderLoop() } }
         spawn("dispatch-apply") { self.applyLoop() }
         spawn("dispatch-housekeeping") { self.housekeepingLoop() }
-        log.info("dispatcher started", ["sender_threads": .int(Int64(configuration.senderThreads)),
-                                        "max_outstanding": .int(Int64(maxOutstanding)),
-                                        "lease_seconds": .double(configuration.leaseSeconds)])
+        log.info(
+            "dispatcher started",
+            [
+                "sender_threads": .int(Int64(configuration.senderThreads)),
+                "max_outstanding": .int(Int64(maxOutstanding)),
+                "lease_seconds": .double(configuration.leaseSeconds)
+            ])
     }
 
     /// Stops claiming, returns claimed-but-unsent operations to the queue, waits up to
@@ -225,7 +242,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
 
     private func spawn(_ name: String, _ body: @escaping @Sendable () -> Void) {
         cond.lock(); threadCount += 1; cond.unlock()
-        let t = Thread { [exited] in body(); exited.signal() }
+        let t = Thread { [exited] in
+            body(); exited.signal()
+        }
         t.name = name
         t.stackSize = 1 << 20
         t.start()
@@ -257,8 +276,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             var claimed: [DispatchOperation] = []
             do {
                 claimed = try timedClaim(named: false) { c in
-                    try DispatchStore.claim(c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
-                                            perTenant: configuration.claimPerTenant, rotation: rotation)
+                    try DispatchStore.claim(
+                        c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
+                        perTenant: configuration.claimPerTenant, rotation: rotation)
                 }
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
@@ -324,8 +344,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             var claimed: [DispatchOperation] = []
             do {
                 claimed = try timedClaim(named: true) { c in
-                    try DispatchStore.claim(c, worker: configuration.workerId, ids: batch, limit: batch.count,
-                                            leaseSeconds: configuration.leaseSeconds, now: Date())
+                    try DispatchStore.claim(
+                        c, worker: configuration.workerId, ids: batch, limit: batch.count,
+                        leaseSeconds: configuration.leaseSeconds, now: Date())
                 }
             } catch {
                 if isRunningLocked() { log.warning("named claim failed", ["error": .string("\(error)")]) }
@@ -448,8 +469,14 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             applyBatch.observe([], Double(batch.count))
 
             let now = Date()
-            let decided = batch.map { ($0, DispatchDecision.decide($0.op.facts, $0.result, now: now, random: configuration.random(),
-                                                                   policy: configuration.retryPolicy)) }
+            let decided = batch.map {
+                (
+                    $0,
+                    DispatchDecision.decide(
+                        $0.op.facts, $0.result, now: now, random: configuration.random(),
+                        policy: configuration.retryPolicy)
+                )
+            }
             var applied: [Bool] = []
             let began = Date()
             do {
@@ -460,8 +487,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
                 applied = decided.map { item in
                     do { return try db.system { c in try applyBatch(c, [item])[0] } } catch {
-                        log.error("could not apply a result; the lease will expire and be rescued",
-                                  ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
+                        log.error(
+                            "could not apply a result; the lease will expire and be rescued",
+                            ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
                         return false
                     }
                 }
@@ -515,8 +543,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             let now = Date()
             if now.timeIntervalSince(lastHeartbeat) >= configuration.heartbeatSeconds {
                 lastHeartbeat = now
-                do { _ = try db.system { c in try DispatchStore.heartbeat(c, worker: configuration.workerId, operations: mine, leaseSeconds: configuration.leaseSeconds) } }
-                catch { log.warning("heartbeat failed", ["error": .string("\(error)")]) }
+                do {
+                    _ = try db.system { c in
+                        try DispatchStore.heartbeat(c, worker: configuration.workerId, operations: mine, leaseSeconds: configuration.leaseSeconds)
+                    }
+                } catch { log.warning("heartbeat failed", ["error": .string("\(error)")]) }
             }
             if now.timeIntervalSince(lastMaintenance) >= configuration.maintenanceSeconds {
                 lastMaintenance = now
@@ -540,7 +571,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 let now = Date()
                 var out: [(DispatchOperation, DispatchDecision)] = []
                 for op in try DispatchStore.expiredLeases(c, limit: 200) {
-                    let d = DispatchDecision.decide(op.facts, .leaseExpired, now: now, random: configuration.random(), policy: configuration.retryPolicy)
+                    let d = DispatchDecision.decide(
+                        op.facts, .leaseExpired, now: now, random: configuration.random(), policy: configuration.retryPolicy)
                     if try DispatchStore.apply(c, op, d, guard: .expiredLease, apnsId: nil, usedToken: op.deviceToken) { out.append((op, d)) }
                 }
                 return out
@@ -569,13 +601,14 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 lastTenantSample.set(Date())
                 let queues = try db.system { c in try DispatchStore.tenantQueues(c) }
                 queueDepthValue.set(Double(queues.reduce(0) { $0 + $1.depth }))
-                tenantQueues.set(TenantQueueGauges.fold(queues.map {
-                    TenantQueueGauges.Entry(tenant: $0.tenantId, depth: Double($0.depth), oldestDueSeconds: $0.oldestDueSeconds)
-                }, top: configuration.tenantGaugeTop))
+                tenantQueues.set(
+                    TenantQueueGauges.fold(
+                        queues.map {
+                            TenantQueueGauges.Entry(tenant: $0.tenantId, depth: Double($0.depth), oldestDueSeconds: $0.oldestDueSeconds)
+                        }, top: configuration.tenantGaugeTop))
             }
         } catch {
             if isRunningLocked() { log.warning("maintenance failed", ["error": .string("\(error)")]) }
         }
     }
 }
-

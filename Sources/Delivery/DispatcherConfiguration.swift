@@ -62,12 +62,14 @@ public struct DispatcherConfiguration: Sendable {
     /// (docs/priority-budget.md); tests inject one to slide the 60-minute window.
     public var clock: @Sendable () -> Date = Date.init
 
-    public init(workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
-                applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
-                pollSeconds: Double = 1, maintenanceSeconds: Double = 1, unparkSweepSeconds: Double = 30, lifetimeSweepSeconds: Double = 60,
-                defaultExpirationSeconds: Int = 3600, retryPolicy: RetryPolicy = .standard,
-                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil,
-                claimPerTenant: Int? = nil, tenantGaugeSeconds: Double = 5, tenantGaugeTop: Int = 10, eventDrivenMaxOutstanding: Int = 4096) {
+    public init(
+        workerId: String = DispatcherConfiguration.defaultWorkerId(), senderThreads: Int = 16, claimBatchSize: Int = 64,
+        applyBatchSize: Int = 64, maxOutstanding: Int? = nil, leaseSeconds: Double = 30, heartbeatSeconds: Double? = nil,
+        pollSeconds: Double = 1, maintenanceSeconds: Double = 1, unparkSweepSeconds: Double = 30, lifetimeSweepSeconds: Double = 60,
+        defaultExpirationSeconds: Int = 3600, retryPolicy: RetryPolicy = .standard,
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }, lagObserver: (@Sendable (Double) -> Void)? = nil,
+        claimPerTenant: Int? = nil, tenantGaugeSeconds: Double = 5, tenantGaugeTop: Int = 10, eventDrivenMaxOutstanding: Int = 4096
+    ) {
         self.workerId = workerId; self.senderThreads = max(1, senderThreads); self.claimBatchSize = max(1, claimBatchSize)
         self.claimPerTenant = max(1, claimPerTenant ?? claimBatchSize); self.tenantGaugeSeconds = tenantGaugeSeconds
         self.tenantGaugeTop = tenantGaugeTop

@@ -73,7 +73,12 @@ public final class FCMAccessTokenCache: Sendable {
     /// `replacing` to force a new one (unless another caller already replaced it).
     func accessToken(_ credential: FCMCredential, replacing rejected: String? = nil) throws(Failure) -> String {
         let key = Key(clientEmail: credential.clientEmail, fingerprint: credential.fingerprint, tokenURI: credential.tokenURI)
-        enum Role { case token(String), failed(Failure), follower(Flight), leader(Flight) }
+        enum Role {
+            case token(String)
+            case failed(Failure)
+            case follower(Flight)
+            case leader(Flight)
+        }
         let t = now()
         let role = state.withLock { s -> Role in
             if let e = s.entries[key], t < e.expiresAt, e.token != rejected { return .token(e.token) }
@@ -130,10 +135,13 @@ public final class FCMAccessTokenCache: Sendable {
         let iat = Int64(date.timeIntervalSince1970.rounded(.down))
         let assertion: String
         do {
-            assertion = try JWT.sign(header: ["typ": "JWT", "kid": .string(c.privateKeyId)],
-                                     claims: ["iss": .string(c.clientEmail), "scope": .string(Self.scope), "aud": .string(c.tokenURI),
-                                              "iat": .int(iat), "exp": .int(iat + 3600)],
-                                     algorithm: .rs256(c.privateKey))
+            assertion = try JWT.sign(
+                header: ["typ": "JWT", "kid": .string(c.privateKeyId)],
+                claims: [
+                    "iss": .string(c.clientEmail), "scope": .string(Self.scope), "aud": .string(c.tokenURI),
+                    "iat": .int(iat), "exp": .int(iat + 3600)
+                ],
+                algorithm: .rs256(c.privateKey))
         } catch {
             throw .rejected(status: 0, error: "cannot sign assertion", retryAfter: nil)
         }
@@ -147,8 +155,9 @@ public final class FCMAccessTokenCache: Sendable {
         if let q = url.query { path += "?" + q }
         // The assertion is base64url plus dots: nothing to percent-encode.
         let form = "grant_type=" + Self.grantType.replacingOccurrences(of: ":", with: "%3A") + "&assertion=" + assertion
-        let request = HTTP2Request(method: "POST", path: path, headers: [("content-type", "application/x-www-form-urlencoded")],
-                                   body: Array(form.utf8))
+        let request = HTTP2Request(
+            method: "POST", path: path, headers: [("content-type", "application/x-www-form-urlencoded")],
+            body: Array(form.utf8))
         requests.wrappingAdd(1, ordering: .relaxed)
         let response: HTTP2Response
         do { response = try pool.send(request) } catch let f as HTTP2Failure {

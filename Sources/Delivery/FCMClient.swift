@@ -27,15 +27,19 @@ final class FCMClient: Sendable {
     /// token on the caller's thread first); after a `401` the new access token is fetched on a
     /// global queue, never on a connection's I/O thread, and the message is retried once.
     /// `written`: the first attempt's HEADERS were written.
-    func submit(_ push: OutgoingPush, body: [UInt8], credential: FCMCredential, written: (@Sendable () -> Void)?,
-                completion: @escaping @Sendable (PushResult) -> Void) {
+    func submit(
+        _ push: OutgoingPush, body: [UInt8], credential: FCMCredential, written: (@Sendable () -> Void)?,
+        completion: @escaping @Sendable (PushResult) -> Void
+    ) {
         let token: String
         do { token = try tokens.accessToken(credential) } catch { return completion(tokenFailure(error)) }
         attempt(body, credential: credential, token: token, isRetry: false, written: written) { [self] first in
             guard case .outcome(.refreshCredentialAndRetryOnce) = first else { return completion(first) }
             DispatchQueue.global().async { [self] in
                 let fresh: String
-                do throws(FCMAccessTokenCache.Failure) { fresh = try tokens.accessToken(credential, replacing: token) } catch { return completion(tokenFailure(error)) }
+                do throws(FCMAccessTokenCache.Failure) { fresh = try tokens.accessToken(credential, replacing: token) } catch {
+                    return completion(tokenFailure(error))
+                }
                 attempt(body, credential: credential, token: fresh, isRetry: true, written: nil, completion: completion)
             }
         }
@@ -53,27 +57,35 @@ final class FCMClient: Sendable {
             if status == 429 || (500..<600).contains(status) {
                 return .outcome(.retry(after: ProviderOutcome.retryAfterSeconds(retryAfter)))
             }
-            return .outcome(.failed(code: ProviderOutcome.Code.credentialsInvalid, providerStatus: status,
-                                    providerReason: "oauth: " + (error.map { String($0.prefix(100)) } ?? "rejected")))
+            return .outcome(
+                .failed(
+                    code: ProviderOutcome.Code.credentialsInvalid, providerStatus: status,
+                    providerReason: "oauth: " + (error.map { String($0.prefix(100)) } ?? "rejected")))
         }
     }
 
-    private func attempt(_ body: [UInt8], credential: FCMCredential, token: String, isRetry: Bool, written: (@Sendable () -> Void)?,
-                         completion: @escaping @Sendable (PushResult) -> Void) {
+    private func attempt(
+        _ body: [UInt8], credential: FCMCredential, token: String, isRetry: Bool, written: (@Sendable () -> Void)?,
+        completion: @escaping @Sendable (PushResult) -> Void
+    ) {
         let pool = pools.pool("fcm") {
             HTTP2ConnectionPool(configuration: endpoints.configuration(endpoints.fcmURL), maxConnections: endpoints.maxConnectionsPerPool)
         }
-        let request = HTTP2Request(method: "POST", path: "/v1/projects/\(credential.projectId)/messages:send",
-                                   headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=utf-8")],
-                                   body: body)
+        let request = HTTP2Request(
+            method: "POST", path: "/v1/projects/\(credential.projectId)/messages:send",
+            headers: [("authorization", "Bearer " + token), ("content-type", "application/json; charset=utf-8")],
+            body: body)
         let metrics = self.metrics
         pool.submit(request, onWritten: written) { result in
             switch result {
             case .success(let response):
                 let reason = response.status < 300 ? nil : FCMErrorBody(body: response.body).reason
                 metrics.response("fcm", response.status, reason)
-                completion(.outcome(ProviderOutcome.fcm(status: response.status, body: response.body,
-                                                        retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry)))
+                completion(
+                    .outcome(
+                        ProviderOutcome.fcm(
+                            status: response.status, body: response.body,
+                            retryAfterHeader: response.header("retry-after"), isRetryAfterRefresh: isRetry)))
             case .failure(let failure):
                 metrics.failure("fcm", failure)
                 completion(pushResult(failure))

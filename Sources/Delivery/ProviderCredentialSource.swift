@@ -124,8 +124,10 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
     private let listening = Mutex<(started: Bool, stopping: Bool)>((false, false))
     private let listenerDone = DispatchSemaphore(value: 0)
 
-    public init(db: Database, kek: AESGCM, log: Logger, ttlSeconds: Double = 60, flushIntervalSeconds: Double = 5,
-                now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        db: Database, kek: AESGCM, log: Logger, ttlSeconds: Double = 60, flushIntervalSeconds: Double = 5,
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.db = db; self.kek = kek; self.log = log; self.ttlSeconds = ttlSeconds
         self.flushIntervalSeconds = flushIntervalSeconds; self.now = now
     }
@@ -178,7 +180,9 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
     /// changed while it was not listening. Reconnects every second after a failure. Idempotent;
     /// `stop()` ends it.
     public func startChangeListener(conninfo: String) {
-        let first = listening.withLock { l -> Bool in defer { l.started = true }; return !l.started }
+        let first = listening.withLock { l -> Bool in
+            defer { l.started = true }; return !l.started
+        }
         guard first else { return }
         let t = Thread { [self] in
             defer { listenerDone.signal() }
@@ -213,21 +217,29 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
         var out = TenantProviderCredentials()
         for r in apnsRows {
             do {
-                let pem = try ProviderCredentialStore.openPrivateKey(r.privateKeySealed, kek: kek, tenantId: tenantId, provider: "apns",
-                                                                     environment: r.environment)
-                out.apns[r.environment] = APNsCredential(teamId: r.teamId, keyId: r.keyId, topics: r.topics, environment: r.environment,
-                                                         privateKey: try P256PrivateKey(pem: pem))
+                let pem = try ProviderCredentialStore.openPrivateKey(
+                    r.privateKeySealed, kek: kek, tenantId: tenantId, provider: "apns",
+                    environment: r.environment)
+                out.apns[r.environment] = APNsCredential(
+                    teamId: r.teamId, keyId: r.keyId, topics: r.topics, environment: r.environment,
+                    privateKey: try P256PrivateKey(pem: pem))
             } catch {
                 out.unusable["apns_\(r.environment)"] = "stored APNs key cannot be opened with this LIVERELAY_KEK"
-                log.error("apns credential unusable", ["tenant_id": .string(tenantId), "environment": .string(r.environment),
-                                                       "fingerprint": .string(r.fingerprint)])
+                log.error(
+                    "apns credential unusable",
+                    [
+                        "tenant_id": .string(tenantId), "environment": .string(r.environment),
+                        "fingerprint": .string(r.fingerprint)
+                    ])
             }
         }
         if let r = fcmRow {
             do {
-                let pem = try ProviderCredentialStore.openPrivateKey(r.privateKeySealed, kek: kek, tenantId: tenantId, provider: "fcm", environment: nil)
-                out.fcm = FCMCredential(projectId: r.projectId, clientEmail: r.clientEmail, privateKeyId: r.privateKeyId,
-                                        tokenURI: r.tokenURI, privateKey: try RSAPrivateKey(pem: pem))
+                let pem = try ProviderCredentialStore.openPrivateKey(
+                    r.privateKeySealed, kek: kek, tenantId: tenantId, provider: "fcm", environment: nil)
+                out.fcm = FCMCredential(
+                    projectId: r.projectId, clientEmail: r.clientEmail, privateKeyId: r.privateKeyId,
+                    tokenURI: r.tokenURI, privateKey: try RSAPrivateKey(pem: pem))
             } catch {
                 out.unusable["fcm"] = "stored FCM key cannot be opened with this LIVERELAY_KEK"
                 log.error("fcm credential unusable", ["tenant_id": .string(tenantId), "fingerprint": .string(r.fingerprint)])
@@ -259,12 +271,16 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
         var byTenant: [String: [ProviderCredentialHealthReport]] = [:]
         for (k, v) in batch {
             if let s = v.success {
-                byTenant[k.tenantId, default: []].append(.init(provider: k.provider, tenantId: k.tenantId, environment: k.environment,
-                                                               fingerprint: k.fingerprint, at: s, failureReason: nil))
+                byTenant[k.tenantId, default: []].append(
+                    .init(
+                        provider: k.provider, tenantId: k.tenantId, environment: k.environment,
+                        fingerprint: k.fingerprint, at: s, failureReason: nil))
             }
             if let (at, reason) = v.failure {
-                byTenant[k.tenantId, default: []].append(.init(provider: k.provider, tenantId: k.tenantId, environment: k.environment,
-                                                               fingerprint: k.fingerprint, at: at, failureReason: reason))
+                byTenant[k.tenantId, default: []].append(
+                    .init(
+                        provider: k.provider, tenantId: k.tenantId, environment: k.environment,
+                        fingerprint: k.fingerprint, at: at, failureReason: reason))
             }
         }
         for (tenant, reports) in byTenant {
@@ -276,7 +292,9 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
 
     /// Starts the background flusher (idempotent).
     public func start() {
-        let first = running.withLock { r -> Bool in defer { r = true }; return !r }
+        let first = running.withLock { r -> Bool in
+            defer { r = true }; return !r
+        }
         guard first else { return }
         let t = Thread { [self] in
             while running.withLock({ $0 }) {
@@ -294,7 +312,9 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
 
     /// Stops the flusher after a last flush, and the change listener (idempotent).
     public func stop() {
-        let was = running.withLock { r -> Bool in defer { r = false }; return r }
+        let was = running.withLock { r -> Bool in
+            defer { r = false }; return r
+        }
         if was { stopped.wait() } else { flush() }
         let listened = listening.withLock { l -> Bool in
             defer { l.stopping = true }

@@ -13,9 +13,10 @@ public enum ProviderProbe {
     /// returns it. `now` sets `iat` (whole epoch seconds).
     /// - Throws: `CryptoError` when the key cannot sign.
     public static func mintAPNsToken(_ credential: APNsCredential, now: Date = Date()) throws -> String {
-        try JWT.sign(header: ["kid": .string(credential.keyId)],
-                     claims: ["iss": .string(credential.teamId), "iat": .int(Int64(now.timeIntervalSince1970.rounded(.down)))],
-                     algorithm: .es256(credential.privateKey))
+        try JWT.sign(
+            header: ["kid": .string(credential.keyId)],
+            claims: ["iss": .string(credential.teamId), "iat": .int(Int64(now.timeIntervalSince1970.rounded(.down)))],
+            algorithm: .es256(credential.privateKey))
     }
 
     /// Signs the OAuth2 JWT-bearer assertion FCM's token endpoint expects (Google "Using OAuth
@@ -24,10 +25,13 @@ public enum ProviderProbe {
     /// - Throws: `CryptoError` when the key cannot sign.
     public static func mintFCMAssertion(_ credential: FCMCredential, now: Date = Date()) throws -> String {
         let iat = Int64(now.timeIntervalSince1970.rounded(.down))
-        return try JWT.sign(header: ["typ": "JWT", "kid": .string(credential.privateKeyId)],
-                            claims: ["iss": .string(credential.clientEmail), "scope": .string(FCMAccessTokenCache.scope),
-                                     "aud": .string(credential.tokenURI), "iat": .int(iat), "exp": .int(iat + 3600)],
-                            algorithm: .rs256(credential.privateKey))
+        return try JWT.sign(
+            header: ["typ": "JWT", "kid": .string(credential.privateKeyId)],
+            claims: [
+                "iss": .string(credential.clientEmail), "scope": .string(FCMAccessTokenCache.scope),
+                "aud": .string(credential.tokenURI), "iat": .int(iat), "exp": .int(iat + 3600)
+            ],
+            algorithm: .rs256(credential.privateKey))
     }
 
     /// Exchanges the assertion for an access token at the credential's `token_uri` (HTTP/2,

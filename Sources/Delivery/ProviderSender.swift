@@ -36,8 +36,10 @@ public final class ProviderSender: PushSender {
     ///   - endpoints: provider base URLs, extra CA file and timeouts.
     ///   - metrics: registry for `liverelay_provider_responses_total`.
     ///   - now: the clock for token ages (injected in tests).
-    public init(source: ProviderCredentialSource, endpoints: ProviderEndpoints, metrics: MetricsRegistry, log: Logger,
-                now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        source: ProviderCredentialSource, endpoints: ProviderEndpoints, metrics: MetricsRegistry, log: Logger,
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.source = source; self.endpoints = endpoints; self.log = log; self.now = now
         self.metrics = ProviderMetrics(metrics)
         apnsTokens = APNsTokenCache(now: now)
@@ -62,31 +64,43 @@ public final class ProviderSender: PushSender {
     public func submit(_ push: OutgoingPush, written: (@Sendable () -> Void)?, completion: @escaping @Sendable (PushResult) -> Void) {
         let creds: TenantProviderCredentials
         do { creds = try source.credentials(tenantId: push.tenantId) } catch {
-            log.warning("provider credentials unavailable", ["tenant_id": .string(push.tenantId), "operation_id": .string(push.operationId),
-                                                             "error": .string("\(error)")])
+            log.warning(
+                "provider credentials unavailable",
+                [
+                    "tenant_id": .string(push.tenantId), "operation_id": .string(push.operationId),
+                    "error": .string("\(error)")
+                ])
             return completion(.notProcessed("provider credentials unavailable: \(error)"))
         }
         switch push.platform {
         case "ios":
-            guard let body = push.apnsBody else { return completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no APNs body"))) }
+            guard let body = push.apnsBody else {
+                return completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no APNs body")))
+            }
             guard let credential = creds.apnsCredential(environment: push.environment, topic: push.appId) else {
-                let why = creds.unusable["apns_\(push.environment)"] ?? (creds.apns.isEmpty
-                    ? "the tenant has no APNs credential" : "no APNs credential lists topic \(push.appId)")
+                let why =
+                    creds.unusable["apns_\(push.environment)"]
+                    ?? (creds.apns.isEmpty
+                        ? "the tenant has no APNs credential" : "no APNs credential lists topic \(push.appId)")
                 return completion(.noCredentials(why))
             }
             apns.submit(push, body: body, credential: credential, written: written) { [self] result in
-                reportHealth(result, provider: "apns", tenantId: push.tenantId, environment: credential.environment,
-                             fingerprint: credential.fingerprint, operationId: push.operationId)
+                reportHealth(
+                    result, provider: "apns", tenantId: push.tenantId, environment: credential.environment,
+                    fingerprint: credential.fingerprint, operationId: push.operationId)
                 completion(result)
             }
         case "android":
-            guard let body = push.fcmBody else { return completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no FCM body"))) }
+            guard let body = push.fcmBody else {
+                return completion(.outcome(.failed(code: ProviderOutcome.Code.rejected, providerStatus: 0, providerReason: "no FCM body")))
+            }
             guard let credential = creds.fcm else {
                 return completion(.noCredentials(creds.unusable["fcm"] ?? "the tenant has no FCM service account"))
             }
             fcm.submit(push, body: body, credential: credential, written: written) { [self] result in
-                reportHealth(result, provider: "fcm", tenantId: push.tenantId, environment: nil, fingerprint: credential.fingerprint,
-                             operationId: push.operationId)
+                reportHealth(
+                    result, provider: "fcm", tenantId: push.tenantId, environment: nil, fingerprint: credential.fingerprint,
+                    operationId: push.operationId)
                 completion(result)
             }
         default:
@@ -96,21 +110,31 @@ public final class ProviderSender: PushSender {
 
     /// Success: the provider accepted a request signed with the credential (accepted, or a
     /// dead-token answer, which also proves authentication). Failure: a credential error.
-    private func reportHealth(_ result: PushResult, provider: String, tenantId: String, environment: String?, fingerprint: String,
-                              operationId: String) {
+    private func reportHealth(
+        _ result: PushResult, provider: String, tenantId: String, environment: String?, fingerprint: String,
+        operationId: String
+    ) {
         guard case .outcome(let outcome) = result else { return }
         let at = now()
         switch outcome {
         case .accepted, .tokenDead:
-            source.report(ProviderCredentialHealthReport(provider: provider, tenantId: tenantId, environment: environment,
-                                                         fingerprint: fingerprint, at: at, failureReason: nil))
+            source.report(
+                ProviderCredentialHealthReport(
+                    provider: provider, tenantId: tenantId, environment: environment,
+                    fingerprint: fingerprint, at: at, failureReason: nil))
         case .failed(let code, let status, let reason) where code == ProviderOutcome.Code.credentialsInvalid:
             let text = "\(status) \(reason ?? "")".trimmingCharacters(in: .whitespaces)
-            source.report(ProviderCredentialHealthReport(provider: provider, tenantId: tenantId, environment: environment,
-                                                         fingerprint: fingerprint, at: at, failureReason: text))
-            log.warning("provider rejected the credential", ["tenant_id": .string(tenantId), "provider": .string(provider),
-                                                             "fingerprint": .string(fingerprint), "operation_id": .string(operationId),
-                                                             "provider_status": .int(Int64(status)), "provider_reason": .string(reason ?? "")])
+            source.report(
+                ProviderCredentialHealthReport(
+                    provider: provider, tenantId: tenantId, environment: environment,
+                    fingerprint: fingerprint, at: at, failureReason: text))
+            log.warning(
+                "provider rejected the credential",
+                [
+                    "tenant_id": .string(tenantId), "provider": .string(provider),
+                    "fingerprint": .string(fingerprint), "operation_id": .string(operationId),
+                    "provider_status": .int(Int64(status)), "provider_reason": .string(reason ?? "")
+                ])
         default:
             break
         }
@@ -129,8 +153,10 @@ extension ProviderSender {
     /// The production wiring: credentials from `db` (sealed under `kek`, cached 60 s, health
     /// flushed every 5 s by a started `DatabaseProviderCredentialSource`, which is returned so
     /// the caller can `stop()` it on shutdown).
-    public static func make(db: Database, kek: AESGCM, endpoints: ProviderEndpoints, metrics: MetricsRegistry,
-                            log: Logger) -> (sender: ProviderSender, credentials: DatabaseProviderCredentialSource) {
+    public static func make(
+        db: Database, kek: AESGCM, endpoints: ProviderEndpoints, metrics: MetricsRegistry,
+        log: Logger
+    ) -> (sender: ProviderSender, credentials: DatabaseProviderCredentialSource) {
         let source = DatabaseProviderCredentialSource(db: db, kek: kek, log: log)
         source.start()
         return (ProviderSender(source: source, endpoints: endpoints, metrics: metrics, log: log), source)

@@ -30,10 +30,12 @@ public struct ProviderEndpoints: Sendable {
     /// HTTP/2 connections per pool (APNs: per (team, key, environment); FCM: per origin).
     public var maxConnectionsPerPool: Int
 
-    public init(apnsProductionURL: URL = URL(string: "https://api.push.apple.com")!,
-                apnsSandboxURL: URL = URL(string: "https://api.sandbox.push.apple.com")!,
-                fcmURL: URL = URL(string: "https://fcm.googleapis.com")!, extraCAFile: String? = nil,
-                connectTimeoutSeconds: Double = 10, requestTimeoutSeconds: Double = 30, maxConnectionsPerPool: Int = 4) {
+    public init(
+        apnsProductionURL: URL = URL(string: "https://api.push.apple.com")!,
+        apnsSandboxURL: URL = URL(string: "https://api.sandbox.push.apple.com")!,
+        fcmURL: URL = URL(string: "https://fcm.googleapis.com")!, extraCAFile: String? = nil,
+        connectTimeoutSeconds: Double = 10, requestTimeoutSeconds: Double = 30, maxConnectionsPerPool: Int = 4
+    ) {
         self.apnsProductionURL = apnsProductionURL; self.apnsSandboxURL = apnsSandboxURL; self.fcmURL = fcmURL
         self.extraCAFile = extraCAFile; self.connectTimeoutSeconds = connectTimeoutSeconds
         self.requestTimeoutSeconds = requestTimeoutSeconds; self.maxConnectionsPerPool = maxConnectionsPerPool
@@ -45,8 +47,9 @@ public struct ProviderEndpoints: Sendable {
     }
 
     func configuration(_ base: URL) -> HTTP2ClientConfiguration {
-        HTTP2ClientConfiguration(baseURL: base, extraCAFile: extraCAFile, connectTimeoutSeconds: connectTimeoutSeconds,
-                                 requestTimeoutSeconds: requestTimeoutSeconds)
+        HTTP2ClientConfiguration(
+            baseURL: base, extraCAFile: extraCAFile, connectTimeoutSeconds: connectTimeoutSeconds,
+            requestTimeoutSeconds: requestTimeoutSeconds)
     }
 }
 
@@ -92,7 +95,9 @@ final class PoolSet<Key: Hashable & Sendable>: Sendable {
     var count: Int { pools.withLock { $0.count } }
 
     func closeAll() {
-        let all = pools.withLock { p -> [HTTP2ConnectionPool] in defer { p.removeAll() }; return Array(p.values) }
+        let all = pools.withLock { p -> [HTTP2ConnectionPool] in
+            defer { p.removeAll() }; return Array(p.values)
+        }
         for p in all { p.close() }
     }
 }
@@ -105,9 +110,10 @@ final class ProviderMetrics: Sendable {
     let responses: Counter
 
     init(_ registry: MetricsRegistry) {
-        responses = registry.counter("liverelay_provider_responses_total",
-                                     help: "APNs/FCM/OAuth responses and transport failures by provider, status and reason",
-                                     labels: ["provider", "status", "reason"])
+        responses = registry.counter(
+            "liverelay_provider_responses_total",
+            help: "APNs/FCM/OAuth responses and transport failures by provider, status and reason",
+            labels: ["provider", "status", "reason"])
     }
 
     func response(_ provider: String, _ status: Int, _ reason: String?) {
@@ -127,7 +133,8 @@ final class ProviderMetrics: Sendable {
     /// Bounded label values: provider reasons are short identifiers; anything else is `other`.
     static func label(_ reason: String?) -> String {
         guard let r = reason, !r.isEmpty else { return "" }
-        guard r.utf8.count <= 64, r.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || $0 == 0x5F || $0 == 0x2D || $0 == 0x2E })
+        guard r.utf8.count <= 64,
+            r.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || ($0 | 0x20 >= 0x61 && $0 | 0x20 <= 0x7A) || $0 == 0x5F || $0 == 0x2D || $0 == 0x2E })
         else { return "other" }
         return r
     }

@@ -26,8 +26,10 @@ public struct OutgoingPush: Sendable {
     /// `apns-id` of this attempt (a UUID, lowercase).
     public let apnsId: String
 
-    public init(tenantId: String, operationId: String, platform: String, environment: String, appId: String, deviceToken: String,
-                apnsBody: [UInt8]?, fcmBody: [UInt8]?, priority: Int, expiration: Date, apnsId: String) {
+    public init(
+        tenantId: String, operationId: String, platform: String, environment: String, appId: String, deviceToken: String,
+        apnsBody: [UInt8]?, fcmBody: [UInt8]?, priority: Int, expiration: Date, apnsId: String
+    ) {
         self.tenantId = tenantId; self.operationId = operationId; self.platform = platform; self.environment = environment
         self.appId = appId; self.deviceToken = deviceToken; self.apnsBody = apnsBody; self.fcmBody = fcmBody
         self.priority = priority; self.expiration = expiration; self.apnsId = apnsId

@@ -126,14 +126,16 @@ public final class WebhookHTTPClient: Sendable {
             return WebhookAttemptOutcome(statusCode: nil, error: "address refused: \(refused) is not a public address", durationMs: ms)
         }
         if ctx.tooLarge || code == CURLE_FILESIZE_EXCEEDED {
-            return WebhookAttemptOutcome(statusCode: status == 0 ? nil : status,
-                                         error: "response body over \(configuration.maxResponseBytes) bytes", durationMs: ms)
+            return WebhookAttemptOutcome(
+                statusCode: status == 0 ? nil : status,
+                error: "response body over \(configuration.maxResponseBytes) bytes", durationMs: ms)
         }
         guard code == CURLE_OK else {
             let detail = cText(errbuf)
             let kind = code == CURLE_OPERATION_TIMEDOUT ? "timeout" : "network"
-            return WebhookAttemptOutcome(statusCode: status == 0 ? nil : status,
-                                         error: "\(kind): \(detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)", durationMs: ms)
+            return WebhookAttemptOutcome(
+                statusCode: status == 0 ? nil : status,
+                error: "\(kind): \(detail.isEmpty ? String(cString: curl_easy_strerror(code)) : detail)", durationMs: ms)
         }
         if (200..<300).contains(status) { return WebhookAttemptOutcome(statusCode: status, error: nil, durationMs: ms) }
         let why = (300..<400).contains(status) ? "redirect not followed" : "status \(status)"
@@ -181,28 +183,29 @@ private let webhookWriteCallback: @convention(c) (UnsafeMutablePointer<CChar>?, 
 
 /// Opens the socket curl asks for, unless its address is forbidden (then CURL_SOCKET_BAD,
 /// which fails the connection): the connect-time SSRF check on the resolved address.
-private let webhookOpenSocketCallback: @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t = { ud, _, addr in
-    guard let ud, let addr else { return CURL_SOCKET_BAD }
-    let ctx = Unmanaged<RequestContext>.fromOpaque(ud).takeUnretainedValue()
-    let family = addr.pointee.family
-    var bytes: [UInt8] = []
-    withUnsafePointer(to: &addr.pointee.addr) { p in
-        p.withMemoryRebound(to: UInt8.self, capacity: MemoryLayout<sockaddr_in6>.size) { raw in
-            if family == AF_INET {
-                let off = MemoryLayout<sockaddr_in>.offset(of: \sockaddr_in.sin_addr)!
-                bytes = Array(UnsafeBufferPointer(start: raw + off, count: 4))
-            } else if family == AF_INET6 {
-                let off = MemoryLayout<sockaddr_in6>.offset(of: \sockaddr_in6.sin6_addr)!
-                bytes = Array(UnsafeBufferPointer(start: raw + off, count: 16))
+private let webhookOpenSocketCallback:
+    @convention(c) (UnsafeMutableRawPointer?, curlsocktype, UnsafeMutablePointer<curl_sockaddr>?) -> curl_socket_t = { ud, _, addr in
+        guard let ud, let addr else { return CURL_SOCKET_BAD }
+        let ctx = Unmanaged<RequestContext>.fromOpaque(ud).takeUnretainedValue()
+        let family = addr.pointee.family
+        var bytes: [UInt8] = []
+        withUnsafePointer(to: &addr.pointee.addr) { p in
+            p.withMemoryRebound(to: UInt8.self, capacity: MemoryLayout<sockaddr_in6>.size) { raw in
+                if family == AF_INET {
+                    let off = MemoryLayout<sockaddr_in>.offset(of: \sockaddr_in.sin_addr)!
+                    bytes = Array(UnsafeBufferPointer(start: raw + off, count: 4))
+                } else if family == AF_INET6 {
+                    let off = MemoryLayout<sockaddr_in6>.offset(of: \sockaddr_in6.sin6_addr)!
+                    bytes = Array(UnsafeBufferPointer(start: raw + off, count: 16))
+                }
             }
         }
+        if !ctx.allowPrivate && WebhookRules.isForbiddenAddress(bytes) {
+            ctx.refused = addressText(family: family, bytes)
+            return CURL_SOCKET_BAD
+        }
+        return socket(family, addr.pointee.socktype, addr.pointee.protocol)
     }
-    if !ctx.allowPrivate && WebhookRules.isForbiddenAddress(bytes) {
-        ctx.refused = addressText(family: family, bytes)
-        return CURL_SOCKET_BAD
-    }
-    return socket(family, addr.pointee.socktype, addr.pointee.protocol)
-}
 
 private func addressText(family: Int32, _ bytes: [UInt8]) -> String {
     var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN) + 1)

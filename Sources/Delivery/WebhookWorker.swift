@@ -67,9 +67,11 @@ public final class WebhookWorker: @unchecked Sendable {
     private var stopping = false
     private var threads = 0
 
-    public init(db: Database, kek: AESGCM, client: WebhookHTTPClient, configuration: WebhookWorkerConfiguration, metrics: MetricsRegistry,
-                log: Logger, now: @escaping @Sendable () -> Date = Date.init,
-                random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
+    public init(
+        db: Database, kek: AESGCM, client: WebhookHTTPClient, configuration: WebhookWorkerConfiguration, metrics: MetricsRegistry,
+        log: Logger, now: @escaping @Sendable () -> Date = Date.init,
+        random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }
+    ) {
         self.db = db
         self.kek = kek
         self.client = client
@@ -78,8 +80,9 @@ public final class WebhookWorker: @unchecked Sendable {
         self.now = now
         self.random = random
         deliveries = metrics.counter("liverelay_webhook_deliveries_total", help: "Webhook delivery attempts by result", labels: ["result"])
-        lag = metrics.histogram("liverelay_webhook_delivery_lag_seconds", help: "Event creation to its successful webhook delivery",
-                                labels: [], buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400])
+        lag = metrics.histogram(
+            "liverelay_webhook_delivery_lag_seconds", help: "Event creation to its successful webhook delivery",
+            labels: [], buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400])
     }
 
     /// Starts the claimer and the sender threads.
@@ -124,15 +127,17 @@ public final class WebhookWorker: @unchecked Sendable {
             condition.lock()
             if stopping { condition.unlock(); return }
             let free = configuration.concurrency - total - queue.count
-            let shares = WebhookClaimShares(perEndpoint: configuration.perEndpointInFlight, perTenant: configuration.perTenantInFlight,
-                                            inFlightByEndpoint: inFlight, inFlightByTenant: tenantInFlight)
+            let shares = WebhookClaimShares(
+                perEndpoint: configuration.perEndpointInFlight, perTenant: configuration.perTenantInFlight,
+                inFlightByEndpoint: inFlight, inFlightByTenant: tenantInFlight)
             condition.unlock()
             var claimed: [WebhookJob] = []
             if free > 0 {
                 do {
                     claimed = try db.system { c in
-                        try WebhookStore.claim(c, owner: configuration.workerId, now: now(), limit: free,
-                                               leaseSeconds: configuration.leaseSeconds, shares: shares)
+                        try WebhookStore.claim(
+                            c, owner: configuration.workerId, now: now(), limit: free,
+                            leaseSeconds: configuration.leaseSeconds, shares: shares)
                     }
                 } catch {
                     log.warning("webhook claim failed", ["error": .string(String(describing: error))])
@@ -183,9 +188,11 @@ public final class WebhookWorker: @unchecked Sendable {
             }
             let body = job.event.json.serialized()
             let t = Int64(now().timeIntervalSince1970.rounded(.down))
-            let headers = [("Content-Type", "application/json"), ("User-Agent", configuration.userAgent),
-                           ("LiveRelay-Event-Id", job.eventId),
-                           ("LiveRelay-Signature", WebhookSignature.header(timestamp: t, secrets: secrets, body: body))]
+            let headers = [
+                ("Content-Type", "application/json"), ("User-Agent", configuration.userAgent),
+                ("LiveRelay-Event-Id", job.eventId),
+                ("LiveRelay-Signature", WebhookSignature.header(timestamp: t, secrets: secrets, body: body))
+            ]
             let outcome = client.post(url: job.url, headers: headers, body: body, connection: connection)
             let at = now()
             let done = try db.system { c in
@@ -198,17 +205,29 @@ public final class WebhookWorker: @unchecked Sendable {
             case .retry: deliveries.increment(["retry"])
             case .gaveUp:
                 deliveries.increment(["gave_up"])
-                log.warning("webhook delivery given up", ["endpoint_id": .string(job.endpointId), "event_id": .string(job.eventId),
-                                                          "attempts": .int(Int64(job.attempts + 1))])
+                log.warning(
+                    "webhook delivery given up",
+                    [
+                        "endpoint_id": .string(job.endpointId), "event_id": .string(job.eventId),
+                        "attempts": .int(Int64(job.attempts + 1))
+                    ])
             case .leaseLost: deliveries.increment(["lease_lost"])
             }
             if !outcome.delivered {
-                log.info("webhook attempt failed", ["endpoint_id": .string(job.endpointId), "event_id": .string(job.eventId),
-                                                    "attempt": .int(Int64(job.attempts + 1)), "error": .string(outcome.error ?? "")])
+                log.info(
+                    "webhook attempt failed",
+                    [
+                        "endpoint_id": .string(job.endpointId), "event_id": .string(job.eventId),
+                        "attempt": .int(Int64(job.attempts + 1)), "error": .string(outcome.error ?? "")
+                    ])
             }
         } catch {
-            log.error("webhook delivery failed to record", ["endpoint_id": .string(job.endpointId), "event_id": .string(job.eventId),
-                                                            "error": .string(String(describing: error))])
+            log.error(
+                "webhook delivery failed to record",
+                [
+                    "endpoint_id": .string(job.endpointId), "event_id": .string(job.eventId),
+                    "error": .string(String(describing: error))
+                ])
         }
     }
 }

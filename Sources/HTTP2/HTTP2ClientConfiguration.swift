@@ -23,8 +23,10 @@ public struct HTTP2ClientConfiguration: Sendable {
     public var maxResponseBodyBytes = 65_536
 
     /// Creates a configuration; see the properties for units and meaning.
-    public init(baseURL: URL, extraCAFile: String? = nil, connectTimeoutSeconds: Double = 10,
-                requestTimeoutSeconds: Double = 30, pingIntervalSeconds: Double = 60) {
+    public init(
+        baseURL: URL, extraCAFile: String? = nil, connectTimeoutSeconds: Double = 10,
+        requestTimeoutSeconds: Double = 30, pingIntervalSeconds: Double = 60
+    ) {
         self.baseURL = baseURL
         self.extraCAFile = extraCAFile
         self.connectTimeoutSeconds = connectTimeoutSeconds
@@ -35,7 +37,7 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// Host, port and TLS flag parsed from `baseURL`.
     func endpoint() throws(HTTP2Failure) -> (host: String, port: Int, tls: Bool) {
         guard let scheme = baseURL.scheme?.lowercased(), scheme == "https" || scheme == "http",
-              var host = baseURL.host, !host.isEmpty
+            var host = baseURL.host, !host.isEmpty
         else { throw .notProcessed(reason: "base URL must be https://host[:port]") }
         if host.hasPrefix("["), host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         let tls = scheme == "https"

@@ -18,7 +18,8 @@ extension HTTP2Connection {
             guard let frame else { return 0 }
             let connection = HTTP2Connection.from(user)
             if frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
-               let stream = connection.streams[frame.pointee.hd.stream_id] {
+                let stream = connection.streams[frame.pointee.hd.stream_id]
+            {
                 // mem_send returned this frame's last byte already: it ends at producedBytes.
                 stream.headersEnd = connection.producedBytes
                 if stream.pending.onWritten != nil { connection.writeWatch.append((connection.producedBytes, stream.pending)) }
@@ -102,8 +103,10 @@ extension HTTP2Connection {
         guard let stream = streams.removeValue(forKey: id) else { return }
         shared.withLock { $0.openStreams = streams.count }
         if stream.responseTooLarge {
-            stream.pending.complete(.failure(.possiblyProcessed(
-                reason: "stream \(id): response body over \(configuration.maxResponseBodyBytes) bytes")))
+            stream.pending.complete(
+                .failure(
+                    .possiblyProcessed(
+                        reason: "stream \(id): response body over \(configuration.maxResponseBodyBytes) bytes")))
         } else if errorCode == NGHTTP2_NO_ERROR.rawValue && stream.status >= 200 {
             stream.pending.complete(.success(HTTP2Response(status: stream.status, headers: stream.headers, body: stream.responseBody)))
         } else if let last = goawayLastStreamID, id > last {

@@ -19,9 +19,14 @@ extension HTTP2Connection {
             if let reason = flush() { failure = reason; break }
             reportWritten()
             if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
-                && outboundHead == outbound.count { break }
-            var fds = [pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
+                && outboundHead == outbound.count
+            {
+                break
+            }
+            var fds = [
+                pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)
+            ]
             if outboundHead < outbound.count { fds[0].events |= Int16(POLLOUT) }
             _ = poll(&fds, 2, pollTimeoutMilliseconds(now: now))
             if fds[1].revents != 0 { wake.drain() }
@@ -137,8 +142,10 @@ extension HTTP2Connection {
     /// Submits HEADERS (and a DATA provider for the body) for one request.
     private func submit(_ pending: PendingRequest) {
         let request = pending.request
-        var fields = [(":method", request.method), (":scheme", scheme), (":authority", authority),
-                      (":path", request.path)]
+        var fields = [
+            (":method", request.method), (":scheme", scheme), (":authority", authority),
+            (":path", request.path)
+        ]
         fields.append(contentsOf: request.headers)
         if !request.body.isEmpty && request.header("content-length") == nil {
             fields.append(("content-length", String(request.body.count)))

@@ -124,10 +124,13 @@ public final class HTTP2Connection: @unchecked Sendable {
     /// when the request's HEADERS frame has been completely written to the socket (the moment
     /// the request counts as sent). Both run on the I/O thread (or at once on the caller's, when
     /// the connection is not usable): keep them short, never block in them.
-    public func submit(_ request: HTTP2Request, onWritten: (@Sendable () -> Void)? = nil,
-                       completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void) {
-        let pending = PendingRequest(request, deadline: Socket.now() + configuration.requestTimeoutSeconds, onWritten: onWritten,
-                                     completion: completion)
+    public func submit(
+        _ request: HTTP2Request, onWritten: (@Sendable () -> Void)? = nil,
+        completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void
+    ) {
+        let pending = PendingRequest(
+            request, deadline: Socket.now() + configuration.requestTimeoutSeconds, onWritten: onWritten,
+            completion: completion)
         if !enqueue(pending) { pending.complete(.failure(.notProcessed(reason: "connection is not usable"))) }
     }
 
@@ -177,7 +180,7 @@ public final class HTTP2Connection: @unchecked Sendable {
         }
         var settings = [
             nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_ENABLE_PUSH.rawValue), value: 0),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20)
         ]
         _ = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
         _ = nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)

@@ -68,9 +68,14 @@ public final class HTTP2ConnectionPool: @unchecked Sendable {
     /// `.notProcessed` once the pool is closed, or the connection's result. `onWritten` is
     /// called once the request's HEADERS are written to the socket. Both may run on an I/O or
     /// opener thread: keep them short.
-    public func submit(_ request: HTTP2Request, onWritten: (@Sendable () -> Void)? = nil,
-                       completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void) {
-        enum Choice { case use(HTTP2Connection), open, wait, closed }
+    public func submit(
+        _ request: HTTP2Request, onWritten: (@Sendable () -> Void)? = nil,
+        completion: @escaping @Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void
+    ) {
+        enum Choice {
+            case use(HTTP2Connection)
+            case open, wait, closed
+        }
         let choice = state.withLock { s -> Choice in
             if s.closed { return .closed }
             s.connections.removeAll { !$0.isUsable }
@@ -126,10 +131,15 @@ public final class HTTP2ConnectionPool: @unchecked Sendable {
     /// other connection is usable or being opened).
     private func open() {
         let result: Result<HTTP2Connection, HTTP2Failure>
-        do { result = .success(try HTTP2Connection(configuration: configuration)) }
-        catch let f as HTTP2Failure { result = .failure(f) }
-        catch { result = .failure(.notProcessed(reason: "\(error)")) }
-        enum Next { case run(HTTP2Connection, [Waiting]), fail(HTTP2Failure, [Waiting]), closeIt(HTTP2Connection), wait }
+        do { result = .success(try HTTP2Connection(configuration: configuration)) } catch let f as HTTP2Failure { result = .failure(f) } catch {
+            result = .failure(.notProcessed(reason: "\(error)"))
+        }
+        enum Next {
+            case run(HTTP2Connection, [Waiting])
+            case fail(HTTP2Failure, [Waiting])
+            case closeIt(HTTP2Connection)
+            case wait
+        }
         let next = state.withLock { s -> Next in
             s.opening -= 1
             switch result {

@@ -19,8 +19,10 @@ public struct HTTP2ServerConfiguration: Sendable {
     public var maxConcurrentStreams: Int
 
     /// Creates a configuration; see the properties.
-    public init(host: String = "127.0.0.1", port: Int = 0, certificatePEM: String, privateKeyPEM: String,
-                maxConcurrentStreams: Int = 1000) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 0, certificatePEM: String, privateKeyPEM: String,
+        maxConcurrentStreams: Int = 1000
+    ) {
         self.host = host
         self.port = port
         self.certificatePEM = certificatePEM
@@ -47,8 +49,10 @@ public struct HTTP2ServerFaults: Sendable, Equatable {
     public var responseDelaySeconds: Double
 
     /// Creates a fault set; the default injects nothing.
-    public init(goawayAfterStreams: Int? = nil, dropConnectionAfterRequest: Int? = nil,
-                refuseStreamsAfter: Int? = nil, responseDelaySeconds: Double = 0) {
+    public init(
+        goawayAfterStreams: Int? = nil, dropConnectionAfterRequest: Int? = nil,
+        refuseStreamsAfter: Int? = nil, responseDelaySeconds: Double = 0
+    ) {
         self.goawayAfterStreams = goawayAfterStreams
         self.dropConnectionAfterRequest = dropConnectionAfterRequest
         self.refuseStreamsAfter = refuseStreamsAfter
@@ -97,8 +101,9 @@ public final class HTTP2Server: @unchecked Sendable {
         _ = Socket.ignoreSIGPIPE
         guard !state.withLock({ $0.running }) else { return }
         if context == nil {
-            context = try TLS.serverContext(certificatePEM: configuration.certificatePEM,
-                                            privateKeyPEM: configuration.privateKeyPEM)
+            context = try TLS.serverContext(
+                certificatePEM: configuration.certificatePEM,
+                privateKeyPEM: configuration.privateKeyPEM)
         }
         let (fd, port) = try Socket.listen(host: configuration.host, port: configuration.port)
         state.withLock {
@@ -140,8 +145,10 @@ public final class HTTP2Server: @unchecked Sendable {
             acceptDone.signal()
         }
         while state.withLock({ $0.running }) {
-            var fds = [pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
+            var fds = [
+                pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)
+            ]
             _ = poll(&fds, 2, 1000)
             if fds[1].revents != 0 { wake.drain() }
             guard fds[0].revents != 0 else { continue }

@@ -11,7 +11,8 @@ extension HTTP2ServerConnection {
     static func installCallbacks(_ callbacks: OpaquePointer) {
         nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks) { _, frame, user in
             guard let frame, frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
-                  frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST else { return 0 }
+                frame.pointee.headers.cat == NGHTTP2_HCAT_REQUEST
+            else { return 0 }
             HTTP2ServerConnection.from(user).streamBegan(frame.pointee.hd.stream_id)
             return 0
         }
@@ -35,7 +36,8 @@ extension HTTP2ServerConnection {
             guard let frame else { return 0 }
             let type = UInt32(frame.pointee.hd.type)
             if type == NGHTTP2_HEADERS.rawValue || type == NGHTTP2_DATA.rawValue,
-               frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0 {
+                frame.pointee.hd.flags & UInt8(NGHTTP2_FLAG_END_STREAM.rawValue) != 0
+            {
                 HTTP2ServerConnection.from(user).requestComplete(frame.pointee.hd.stream_id)
             }
             return 0

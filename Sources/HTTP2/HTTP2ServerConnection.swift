@@ -67,9 +67,14 @@ final class HTTP2ServerConnection: @unchecked Sendable {
             submitCompletions()
             guard flush() else { break }
             if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
-                && outboundHead == outbound.count { break }
-            var fds = [pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
-                       pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)]
+                && outboundHead == outbound.count
+            {
+                break
+            }
+            var fds = [
+                pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)
+            ]
             if outboundHead < outbound.count { fds[0].events |= Int16(POLLOUT) }
             _ = poll(&fds, 2, 1000)
             if fds[1].revents != 0 { wake.drain() }
@@ -97,9 +102,10 @@ final class HTTP2ServerConnection: @unchecked Sendable {
             return false
         }
         var settings = [
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
-                                   value: UInt32(clamping: server.configuration.maxConcurrentStreams)),
-            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20),
+            nghttp2_settings_entry(
+                settings_id: Int32(NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS.rawValue),
+                value: UInt32(clamping: server.configuration.maxConcurrentStreams)),
+            nghttp2_settings_entry(settings_id: Int32(NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE.rawValue), value: 1 << 20)
         ]
         return nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count) == 0
     }

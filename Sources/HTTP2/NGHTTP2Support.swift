@@ -25,17 +25,21 @@ enum NGHTTP2 {
             let valuePtr = storage + offset
             value.withUnsafeBufferPointer { if let b = $0.baseAddress { valuePtr.update(from: b, count: $0.count) } }
             offset += value.count
-            nvs.append(nghttp2_nv(name: namePtr, value: valuePtr, namelen: name.count, valuelen: value.count,
-                                  flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
+            nvs.append(
+                nghttp2_nv(
+                    name: namePtr, value: valuePtr, namelen: name.count, valuelen: value.count,
+                    flags: UInt8(NGHTTP2_NV_FLAG_NONE.rawValue)))
         }
         return nvs.withUnsafeBufferPointer { body($0.baseAddress!, $0.count) }
     }
 
     /// Text of an RFC 9113 §7 error code, e.g. "REFUSED_STREAM (7)".
     static func codeName(_ code: UInt32) -> String {
-        let names = ["NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT",
-                     "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL", "COMPRESSION_ERROR",
-                     "CONNECT_ERROR", "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED"]
+        let names = [
+            "NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT",
+            "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL", "COMPRESSION_ERROR",
+            "CONNECT_ERROR", "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED"
+        ]
         return Int(code) < names.count ? "\(names[Int(code)]) (\(code))" : "error \(code)"
     }
 

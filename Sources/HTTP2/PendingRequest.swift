@@ -15,8 +15,10 @@ final class PendingRequest: Sendable {
     private let done = DispatchSemaphore(value: 0)
     private let outcome = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
 
-    init(_ request: HTTP2Request, deadline: Double, onWritten: (@Sendable () -> Void)? = nil,
-         completion: (@Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void)? = nil) {
+    init(
+        _ request: HTTP2Request, deadline: Double, onWritten: (@Sendable () -> Void)? = nil,
+        completion: (@Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void)? = nil
+    ) {
         self.request = request
         self.deadline = deadline
         self.onWritten = onWritten

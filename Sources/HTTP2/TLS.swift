@@ -60,21 +60,23 @@ enum TLS {
                 throw .tls("private key does not match the certificate: \(errorText())")
             }
         }
-        SSL_CTX_set_alpn_select_cb(ctx, { _, out, outlen, input, inlen, _ in
-            guard let out, let outlen, let input else { return SSL_TLSEXT_ERR_ALERT_FATAL }
-            var i = 0
-            let count = Int(inlen)
-            while i < count {
-                let len = Int(input[i])
-                if len == 2, i + 2 < count, input[i + 1] == 0x68, input[i + 2] == 0x32 {
-                    out.pointee = input + i + 1
-                    outlen.pointee = 2
-                    return SSL_TLSEXT_ERR_OK
+        SSL_CTX_set_alpn_select_cb(
+            ctx,
+            { _, out, outlen, input, inlen, _ in
+                guard let out, let outlen, let input else { return SSL_TLSEXT_ERR_ALERT_FATAL }
+                var i = 0
+                let count = Int(inlen)
+                while i < count {
+                    let len = Int(input[i])
+                    if len == 2, i + 2 < count, input[i + 1] == 0x68, input[i + 2] == 0x32 {
+                        out.pointee = input + i + 1
+                        outlen.pointee = 2
+                        return SSL_TLSEXT_ERR_OK
+                    }
+                    i += 1 + len
                 }
-                i += 1 + len
-            }
-            return SSL_TLSEXT_ERR_ALERT_FATAL
-        }, nil)
+                return SSL_TLSEXT_ERR_ALERT_FATAL
+            }, nil)
         ok = true
         return ctx
     }

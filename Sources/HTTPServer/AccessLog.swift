@@ -15,18 +15,22 @@ enum AccessLog {
 
     /// The access-log line of one request; `durationSeconds` is written as `duration_ms` with
     /// three decimals, `route` as null when nothing matched.
-    static func request(requestId: String, method: String, route: String?, path: String, status: Int,
-                        durationSeconds: Double, bytesIn: Int, bytesOut: Int) -> String {
-        line(level: "info", msg: "request", fields: [
-            "request_id": .string(requestId),
-            "method": .string(method),
-            "route": route.map { .string($0) } ?? .null,
-            "path": .string(path),
-            "status": .int(Int64(status)),
-            "duration_ms": .double((durationSeconds * 1_000_000).rounded() / 1000),
-            "bytes_in": .int(Int64(bytesIn)),
-            "bytes_out": .int(Int64(bytesOut)),
-        ])
+    static func request(
+        requestId: String, method: String, route: String?, path: String, status: Int,
+        durationSeconds: Double, bytesIn: Int, bytesOut: Int
+    ) -> String {
+        line(
+            level: "info", msg: "request",
+            fields: [
+                "request_id": .string(requestId),
+                "method": .string(method),
+                "route": route.map { .string($0) } ?? .null,
+                "path": .string(path),
+                "status": .int(Int64(status)),
+                "duration_ms": .double((durationSeconds * 1_000_000).rounded() / 1000),
+                "bytes_in": .int(Int64(bytesIn)),
+                "bytes_out": .int(Int64(bytesOut))
+            ])
     }
 
     /// Current UTC time as RFC 3339 with milliseconds (docs/http-conventions.md): `2026-10-18T13:00:00.000Z`.

@@ -145,8 +145,10 @@ final class ConnectionGuard: Sendable {
         }
         if !started.isEmpty {
             connections.withLock { all in
-                for (state, generation) in started where all[ObjectIdentifier(state)] === state
-                    && state.idleGeneration == generation && state.requestStarted == nil && !state.handling {
+                for (state, generation) in started
+                where all[ObjectIdentifier(state)] === state
+                    && state.idleGeneration == generation && state.requestStarted == nil && !state.handling
+                {
                     state.requestStarted = now
                 }
             }

@@ -18,8 +18,10 @@ public final class ResponseCompletion: Sendable {
     private let finish: @Sendable (@escaping @Sendable () throws -> HTTPResponse) -> Void
     private let runner: @Sendable (@escaping @Sendable () -> Void) -> Void
 
-    init(finish: @escaping @Sendable (@escaping @Sendable () throws -> HTTPResponse) -> Void,
-         runner: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void) {
+    init(
+        finish: @escaping @Sendable (@escaping @Sendable () throws -> HTTPResponse) -> Void,
+        runner: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void
+    ) {
         self.finish = finish
         self.runner = runner
     }

@@ -30,12 +30,14 @@ public struct HTTPError: Error, Sendable {
     /// The envelope response: JSON body as above with `Content-Type: application/json`,
     /// `X-Request-Id: requestId` and `headers`.
     public func response(requestId: String) -> HTTPResponse {
-        let envelope: JSONValue = .object(["error": .object([
-            "code": .string(code),
-            "message": .string(message),
-            "details": .object(details),
-            "request_id": .string(requestId),
-        ])])
+        let envelope: JSONValue = .object([
+            "error": .object([
+                "code": .string(code),
+                "message": .string(message),
+                "details": .object(details),
+                "request_id": .string(requestId)
+            ])
+        ])
         return .json(status, envelope, headers: [("X-Request-Id", requestId)] + headers)
     }
 

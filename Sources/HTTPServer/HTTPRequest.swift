@@ -29,9 +29,11 @@ public struct HTTPRequest: Sendable {
 
     /// Creates a request directly (for tests of handlers without sockets). Header names are
     /// lowercased here; `method` is uppercased.
-    public init(method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
-                body: [UInt8] = [], requestId: String = RequestID.generate(), pathParameters: [String: String] = [:],
-                remoteAddress: String? = nil, route: String? = nil) {
+    public init(
+        method: String, path: String, query: [String: String] = [:], headers: [String: String] = [:],
+        body: [UInt8] = [], requestId: String = RequestID.generate(), pathParameters: [String: String] = [:],
+        remoteAddress: String? = nil, route: String? = nil
+    ) {
         self.method = method.uppercased()
         self.path = path
         self.query = query
@@ -71,8 +73,9 @@ public struct HTTPRequest: Sendable {
         }
         // PostgreSQL text and jsonb cannot hold U+0000; refuse it here rather than fail later.
         if let path = Self.nulPath(value, "") {
-            throw HTTPError(status: 400, code: "INVALID_REQUEST", message: "strings may not contain U+0000 (NUL)",
-                            details: ["field": .string(path.isEmpty ? "body" : path)])
+            throw HTTPError(
+                status: 400, code: "INVALID_REQUEST", message: "strings may not contain U+0000 (NUL)",
+                details: ["field": .string(path.isEmpty ? "body" : path)])
         }
         return value
     }

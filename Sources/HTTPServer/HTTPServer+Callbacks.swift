@@ -31,7 +31,8 @@ final class RequestContext: @unchecked Sendable {
 }
 
 /// MHD_OPTION_URI_LOG_CALLBACK: first sight of a request; its return value becomes `*con_cls`.
-let mhdURILogCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = { cls, uri, connection in
+let mhdURILogCallback: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?, OpaquePointer?) -> UnsafeMutableRawPointer? = {
+    cls, uri, connection in
     guard let cls else { return nil }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
     server.inFlightCount.add(1, ordering: .relaxed)
@@ -53,7 +54,8 @@ let mhdCompletedCallback: MHD_RequestCompletedCallback = { cls, connection, conC
 /// MHD_OPTION_NOTIFY_CONNECTION (through the C shim): a connection opened (`started` = 1) or
 /// closed (0, before its socket is closed). Its `ConnectionState` lives in `*socket_context`,
 /// retained from open to close.
-let mhdConnectionNotify: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?, Int32) -> Void = { cls, connection, socketContext, started in
+let mhdConnectionNotify: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafeMutablePointer<UnsafeMutableRawPointer?>?, Int32) -> Void = {
+    cls, connection, socketContext, started in
     guard let cls, let connection, let socketContext else { return }
     let server = Unmanaged<HTTPServer>.fromOpaque(cls).takeUnretainedValue()
     if started != 0 {
@@ -80,8 +82,9 @@ let mhdAccessHandler: MHD_AccessHandlerCallback = { cls, connection, _, method, 
         conCls.pointee = Unmanaged.passRetained(context).toOpaque()
     }
     let methodName = method.map { String(cString: $0) }?.uppercased() ?? "GET"
-    return server.handle(connection: connection, context: context, method: methodName,
-                         uploadData: uploadData, uploadDataSize: uploadDataSize)
+    return server.handle(
+        connection: connection, context: context, method: methodName,
+        uploadData: uploadData, uploadDataSize: uploadDataSize)
 }
 
 /// MHD_OPTION_EXTERNAL_LOGGER (through the C shim, which formats the message).

@@ -26,15 +26,18 @@ extension HTTPServer {
     /// The access-handler state machine for one request (see `mhdAccessHandler`). Runs on
     /// libmicrohttpd's polling thread, so it never blocks: the handler itself runs on `pool`
     /// while the connection is suspended.
-    func handle(connection: OpaquePointer, context: RequestContext, method: String,
-                uploadData: UnsafePointer<CChar>?, uploadDataSize: UnsafeMutablePointer<Int>) -> MHD_Result {
+    func handle(
+        connection: OpaquePointer, context: RequestContext, method: String,
+        uploadData: UnsafePointer<CChar>?, uploadDataSize: UnsafeMutablePointer<Int>
+    ) -> MHD_Result {
         let limit = configuration.maxBodyBytes
         if !context.headersSeen {
             context.headersSeen = true
             if connectionGuard.count.load(ordering: .relaxed) > effectiveMaxConnections {
                 // Over the soft connection cap (the hard one is a little higher, so this answer fits).
-                return respondUnavailable(connection: connection, context: context, method: method,
-                                          message: "the server is at its connection limit; retry shortly", close: true)
+                return respondUnavailable(
+                    connection: connection, context: context, method: method,
+                    message: "the server is at its connection limit; retry shortly", close: true)
             }
             if let raw = MHD_lookup_connection_value(connection, .HEADER_KIND, "Content-Length") {
                 context.declaredLength = Self.parseContentLength(String(cString: raw))
@@ -63,14 +66,20 @@ extension HTTPServer {
             return .YES
         }
         if context.tooLarge {
-            return respondTooLarge(connection: connection, context: context, method: method,
-                                   actual: context.declaredLength ?? context.received)
+            return respondTooLarge(
+                connection: connection, context: context, method: method,
+                actual: context.declaredLength ?? context.received)
         }
         if context.dispatched {
             // Resumed: a worker left the answer in the context.
-            guard let outcome = context.outcome.withLock({ o -> RequestOutcome? in defer { o = nil }; return o }) else { return .YES }
-            return send(outcome.response, on: connection, context: context, method: method, path: outcome.path,
-                        route: outcome.route, requestId: outcome.requestId)
+            guard
+                let outcome = context.outcome.withLock({ o -> RequestOutcome? in
+                    defer { o = nil }; return o
+                })
+            else { return .YES }
+            return send(
+                outcome.response, on: connection, context: context, method: method, path: outcome.path,
+                route: outcome.route, requestId: outcome.requestId)
         }
         return dispatch(connection: connection, context: context, method: method)
     }
@@ -81,10 +90,11 @@ extension HTTPServer {
     private func dispatch(connection: OpaquePointer, context: RequestContext, method: String) -> MHD_Result {
         let headers = collectHeaders(connection)
         let (path, rawQuery) = URLDecoding.split(target: context.target)
-        let request = HTTPRequest(method: method, path: path, query: URLDecoding.parseQuery(rawQuery),
-                                  headers: headers, body: context.body,
-                                  requestId: RequestID.resolve(headers["x-request-id"]),
-                                  remoteAddress: clientAddress(connection))
+        let request = HTTPRequest(
+            method: method, path: path, query: URLDecoding.parseQuery(rawQuery),
+            headers: headers, body: context.body,
+            requestId: RequestID.resolve(headers["x-request-id"]),
+            remoteAddress: clientAddress(connection))
         context.dispatched = true
         context.body = []
         if let state = connectionState(connection) { connectionGuard.requestRead(state) }
@@ -99,30 +109,39 @@ extension HTTPServer {
             }
         }
         if !submitted {
-            let error = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the server is busy; retry shortly",
-                                  headers: [("Retry-After", "1")])
+            let error = HTTPError(
+                status: 503, code: "SERVICE_UNAVAILABLE", message: "the server is busy; retry shortly",
+                headers: [("Retry-After", "1")])
             let response = dispatcher.finalize(error.response(requestId: request.requestId), requestId: request.requestId, route: nil)
-            resume(handle, context: context, with: RequestOutcome(response: response, route: router.pattern(for: path, method: method),
-                                                                   path: path, requestId: request.requestId))
+            resume(
+                handle, context: context,
+                with: RequestOutcome(
+                    response: response, route: router.pattern(for: path, method: method),
+                    path: path, requestId: request.requestId))
         }
         return .YES
     }
 
     /// Hands a deferred response its completion; the connection stays suspended until it fires.
-    private func startDeferred(_ deferred: DeferredResponse, request: HTTPRequest, route: String?, context: RequestContext,
-                               connection: SuspendedConnection) {
+    private func startDeferred(
+        _ deferred: DeferredResponse, request: HTTPRequest, route: String?, context: RequestContext,
+        connection: SuspendedConnection
+    ) {
         let id = ObjectIdentifier(context)
-        let completion = ResponseCompletion(finish: { [self] produce in
-            let job: @Sendable () -> Void = { [self] in
-                let response = dispatcher.produce(produce, for: request)
-                _ = pendingDeferred.withLock { $0.removeValue(forKey: id) }
-                resume(connection, context: context,
-                       with: RequestOutcome(response: response, route: route, path: request.path, requestId: request.requestId))
-            }
-            if !pool.submit(force: true, job) { job() }
-        }, runner: { [self] job in
-            if !pool.submit(force: true, job) { job() }
-        })
+        let completion = ResponseCompletion(
+            finish: { [self] produce in
+                let job: @Sendable () -> Void = { [self] in
+                    let response = dispatcher.produce(produce, for: request)
+                    _ = pendingDeferred.withLock { $0.removeValue(forKey: id) }
+                    resume(
+                        connection, context: context,
+                        with: RequestOutcome(response: response, route: route, path: request.path, requestId: request.requestId))
+                }
+                if !pool.submit(force: true, job) { job() }
+            },
+            runner: { [self] job in
+                if !pool.submit(force: true, job) { job() }
+            })
         pendingDeferred.withLock { $0[id] = completion }
         deferred.start(completion)
     }
@@ -142,16 +161,20 @@ extension HTTPServer {
         return Unmanaged<ConnectionState>.fromOpaque(raw).takeUnretainedValue()
     }
 
-    private func respondUnavailable(connection: OpaquePointer, context: RequestContext, method: String, message: String,
-                                    close: Bool) -> MHD_Result {
+    private func respondUnavailable(
+        connection: OpaquePointer, context: RequestContext, method: String, message: String,
+        close: Bool
+    ) -> MHD_Result {
         let headers = collectHeaders(connection)
         let requestId = RequestID.resolve(headers["x-request-id"])
         let path = URLDecoding.split(target: context.target).path
-        let error = HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: message,
-                              headers: [("Retry-After", "1")] + (close ? [("Connection", "close")] : []))
+        let error = HTTPError(
+            status: 503, code: "SERVICE_UNAVAILABLE", message: message,
+            headers: [("Retry-After", "1")] + (close ? [("Connection", "close")] : []))
         let response = dispatcher.finalize(error.response(requestId: requestId), requestId: requestId, route: nil)
-        return send(response, on: connection, context: context, method: method, path: path,
-                    route: router.pattern(for: path, method: method), requestId: requestId)
+        return send(
+            response, on: connection, context: context, method: method, path: path,
+            route: router.pattern(for: path, method: method), requestId: requestId)
     }
 
     private func respondTooLarge(connection: OpaquePointer, context: RequestContext, method: String, actual: Int) -> MHD_Result {
@@ -159,18 +182,22 @@ extension HTTPServer {
         let requestId = RequestID.resolve(headers["x-request-id"])
         let path = URLDecoding.split(target: context.target).path
         let limit = configuration.maxBodyBytes
-        let error = HTTPError(status: 413, code: "PAYLOAD_TOO_LARGE", message: "request body exceeds \(limit) bytes",
-                              details: ["limit": .int(Int64(limit)), "actual": .int(Int64(actual))],
-                              headers: [("Connection", "close")])
+        let error = HTTPError(
+            status: 413, code: "PAYLOAD_TOO_LARGE", message: "request body exceeds \(limit) bytes",
+            details: ["limit": .int(Int64(limit)), "actual": .int(Int64(actual))],
+            headers: [("Connection", "close")])
         let response = dispatcher.finalize(error.response(requestId: requestId), requestId: requestId, route: nil)
-        return send(response, on: connection, context: context, method: method, path: path,
-                    route: router.pattern(for: path, method: method), requestId: requestId)
+        return send(
+            response, on: connection, context: context, method: method, path: path,
+            route: router.pattern(for: path, method: method), requestId: requestId)
     }
 
     /// Queues `response`, then logs and records metrics. `.NO` (close the connection) when
     /// libmicrohttpd refuses the response.
-    private func send(_ response: HTTPResponse, on connection: OpaquePointer, context: RequestContext, method: String,
-                      path: String, route: String?, requestId: String) -> MHD_Result {
+    private func send(
+        _ response: HTTPResponse, on connection: OpaquePointer, context: RequestContext, method: String,
+        path: String, route: String?, requestId: String
+    ) -> MHD_Result {
         let mhdResponse = response.body.withUnsafeBytes { buffer in
             MHD_create_response_from_buffer(buffer.count, UnsafeMutableRawPointer(mutating: buffer.baseAddress), .RESPMEM_MUST_COPY)
         }
@@ -182,8 +209,10 @@ extension HTTPServer {
             if lowered == "content-length" || lowered == "transfer-encoding" { continue }
             if lowered == "connection" { closing = true }
             if MHD_add_response_header(mhdResponse, name, value) != .YES {
-                log(AccessLog.line(level: "warn", msg: "libmicrohttpd refused a response header",
-                                   fields: ["request_id": .string(requestId), "header": .string(name)]))
+                log(
+                    AccessLog.line(
+                        level: "warn", msg: "libmicrohttpd refused a response header",
+                        fields: ["request_id": .string(requestId), "header": .string(name)]))
             }
         }
         if !closing, isDraining.load(ordering: .acquiring) {
@@ -192,16 +221,18 @@ extension HTTPServer {
         let result = MHD_queue_response(connection, UInt32(clamping: response.status), mhdResponse)
         let elapsed = ContinuousClock.now - context.start
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        observer.record(requestId: requestId, method: method, route: route, path: path, status: response.status,
-                        durationSeconds: seconds, bytesIn: context.received, bytesOut: method == "HEAD" ? 0 : response.body.count)
+        observer.record(
+            requestId: requestId, method: method, route: route, path: path, status: response.status,
+            durationSeconds: seconds, bytesIn: context.received, bytesOut: method == "HEAD" ? 0 : response.body.count)
         return result
     }
 
     private func collectHeaders(_ connection: OpaquePointer) -> [String: String] {
         let collector = HeaderCollector()
         withExtendedLifetime(collector) {
-            _ = MHD_get_connection_values(connection, .HEADER_KIND, mhdHeaderIterator,
-                                          Unmanaged.passUnretained(collector).toOpaque())
+            _ = MHD_get_connection_values(
+                connection, .HEADER_KIND, mhdHeaderIterator,
+                Unmanaged.passUnretained(collector).toOpaque())
         }
         return collector.headers
     }

@@ -59,8 +59,10 @@ public final class HTTPServer: @unchecked Sendable {
     ///   - metrics: when given, request counters and duration histograms are registered in it.
     ///   - log: receives one JSON line per request (and handler/libmicrohttpd errors); the
     ///     default writes to standard error. Called concurrently from worker threads.
-    public init(configuration: HTTPServerConfiguration, router: Router, metrics: MetricsRegistry? = nil,
-                log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }) {
+    public init(
+        configuration: HTTPServerConfiguration, router: Router, metrics: MetricsRegistry? = nil,
+        log: @escaping @Sendable (String) -> Void = { FileHandle.standardError.write(Data(($0 + "\n").utf8)) }
+    ) {
         self.configuration = configuration
         self.router = router
         self.log = log
@@ -68,8 +70,10 @@ public final class HTTPServer: @unchecked Sendable {
         self.observer = RequestObserver(metrics: metrics, accessLog: configuration.accessLog, log: log)
         self.pool = HandlerPool(threads: configuration.threads, maxThreads: configuration.maxThreads, capacity: configuration.maxQueuedRequests)
         self.connectionGuard = ConnectionGuard(deadlineSeconds: configuration.requestReadTimeoutSeconds) { n in
-            log(AccessLog.line(level: "warn", msg: "connections cut off at the request read deadline",
-                               fields: ["count": .int(Int64(n)), "deadline_seconds": .double(configuration.requestReadTimeoutSeconds)]))
+            log(
+                AccessLog.line(
+                    level: "warn", msg: "connections cut off at the request read deadline",
+                    fields: ["count": .int(Int64(n)), "deadline_seconds": .double(configuration.requestReadTimeoutSeconds)]))
         }
         maxConnectionsInEffect.store(configuration.maxConnections, ordering: .relaxed)
     }
@@ -121,10 +125,11 @@ public final class HTTPServer: @unchecked Sendable {
             maxConnectionsInEffect.store(soft, ordering: .relaxed)
             let hard = UInt32(clamping: descriptors > soft + 128 ? soft + 64 : soft)
             pool.start()
-            let daemon = lr_mhd_start(fd, hard, UInt32(clamping: max(0, c.maxConnectionsPerAddress)),
-                                      UInt32(clamping: max(0, c.connectionTimeoutSeconds)),
-                                      mhdAccessHandler, me, mhdCompletedCallback, me, mhdURILogCallback, me,
-                                      mhdConnectionNotify, me, mhdLogCallback, me, &logState)
+            let daemon = lr_mhd_start(
+                fd, hard, UInt32(clamping: max(0, c.maxConnectionsPerAddress)),
+                UInt32(clamping: max(0, c.connectionTimeoutSeconds)),
+                mhdAccessHandler, me, mhdCompletedCallback, me, mhdURILogCallback, me,
+                mhdConnectionNotify, me, mhdLogCallback, me, &logState)
             guard let daemon else {
                 close(fd)
                 pool.stop()
@@ -168,8 +173,9 @@ public final class HTTPServer: @unchecked Sendable {
         }
         for completion in pendingDeferred.withLock({ Array($0.values) }) {
             completion.complete {
-                throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the server is shutting down; retry shortly",
-                                headers: [("Retry-After", "1")])
+                throw HTTPError(
+                    status: 503, code: "SERVICE_UNAVAILABLE", message: "the server is shutting down; retry shortly",
+                    headers: [("Retry-After", "1")])
             }
         }
         pool.stop()  // runs what is queued (every suspended request gets its answer), joins the workers

@@ -42,9 +42,11 @@ public struct HTTPServerConfiguration: Sendable {
     public var maxQueuedRequests: Int = 1_024
 
     /// Creates a configuration; every parameter defaults to the property's documented default.
-    public init(host: String = "127.0.0.1", port: Int = 8080, threads: Int = 8, maxThreads: Int = 64,
-                maxBodyBytes: Int = 65_536, connectionTimeoutSeconds: Int = 30, maxConnections: Int = 16_384,
-                maxConnectionsPerAddress: Int = 256, requestReadTimeoutSeconds: Double = 10, maxQueuedRequests: Int = 1_024) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 8080, threads: Int = 8, maxThreads: Int = 64,
+        maxBodyBytes: Int = 65_536, connectionTimeoutSeconds: Int = 30, maxConnections: Int = 16_384,
+        maxConnectionsPerAddress: Int = 256, requestReadTimeoutSeconds: Double = 10, maxQueuedRequests: Int = 1_024
+    ) {
         self.maxThreads = maxThreads
         self.maxConnections = maxConnections
         self.maxConnectionsPerAddress = maxConnectionsPerAddress

@@ -18,11 +18,13 @@ struct RequestDispatcher: Sendable {
                 .response(requestId: request.requestId)
         case .methodNotAllowed(let pattern, let allow):
             route = pattern
-            response = HTTPError(status: 405, code: "METHOD_NOT_ALLOWED",
-                                 message: "method \(request.method) is not allowed here",
-                                 details: ["allowed_methods": .array(allow.map { .string($0) })],
-                                 headers: [("Allow", allow.joined(separator: ", "))])
-                .response(requestId: request.requestId)
+            response = HTTPError(
+                status: 405, code: "METHOD_NOT_ALLOWED",
+                message: "method \(request.method) is not allowed here",
+                details: ["allowed_methods": .array(allow.map { .string($0) })],
+                headers: [("Allow", allow.joined(separator: ", "))]
+            )
+            .response(requestId: request.requestId)
         case .found(let handler, let pattern, let parameters):
             route = pattern
             request.route = pattern
@@ -37,9 +39,12 @@ struct RequestDispatcher: Sendable {
     func produce(_ produce: () throws -> HTTPResponse, for request: HTTPRequest) -> HTTPResponse {
         var response = run({ _ in try produce() }, request)
         if response.deferred != nil {
-            log(AccessLog.line(level: "error", msg: "a deferred response completed with another deferred response", fields: [
-                "request_id": .string(request.requestId), "route": request.route.map { .string($0) } ?? .null,
-            ]))
+            log(
+                AccessLog.line(
+                    level: "error", msg: "a deferred response completed with another deferred response",
+                    fields: [
+                        "request_id": .string(request.requestId), "route": request.route.map { .string($0) } ?? .null
+                    ]))
             response = HTTPError.internalError.response(requestId: request.requestId)
         }
         return finalize(response, requestId: request.requestId, route: request.route)
@@ -51,11 +56,14 @@ struct RequestDispatcher: Sendable {
         } catch let error as HTTPError {
             return error.response(requestId: request.requestId)
         } catch {
-            log(AccessLog.line(level: "error", msg: "handler error", fields: [
-                "request_id": .string(request.requestId),
-                "route": request.route.map { .string($0) } ?? .null,
-                "error": .string(String(describing: error)),
-            ]))
+            log(
+                AccessLog.line(
+                    level: "error", msg: "handler error",
+                    fields: [
+                        "request_id": .string(request.requestId),
+                        "route": request.route.map { .string($0) } ?? .null,
+                        "error": .string(String(describing: error))
+                    ]))
             return HTTPError.internalError.response(requestId: request.requestId)
         }
     }
@@ -65,19 +73,26 @@ struct RequestDispatcher: Sendable {
     func finalize(_ response: HTTPResponse, requestId: String, route: String?) -> HTTPResponse {
         var out = response
         if !(100...999).contains(out.status) {
-            log(AccessLog.line(level: "error", msg: "handler returned an invalid status", fields: [
-                "request_id": .string(requestId), "status": .int(Int64(out.status)),
-            ]))
+            log(
+                AccessLog.line(
+                    level: "error", msg: "handler returned an invalid status",
+                    fields: [
+                        "request_id": .string(requestId), "status": .int(Int64(out.status))
+                    ]))
             out = HTTPError.internalError.response(requestId: requestId)
         }
         out.headers = out.headers.filter { name, value in
             if name.lowercased() == "x-request-id" { return false }
-            let bad = name.isEmpty || name.utf8.contains { $0 == 0 || $0 == 10 || $0 == 13 || $0 == 58 || $0 == 32 }
+            let bad =
+                name.isEmpty || name.utf8.contains { $0 == 0 || $0 == 10 || $0 == 13 || $0 == 58 || $0 == 32 }
                 || value.utf8.contains { $0 == 0 || $0 == 10 || $0 == 13 }
             if bad {
-                log(AccessLog.line(level: "warn", msg: "dropped invalid response header", fields: [
-                    "request_id": .string(requestId), "route": route.map { .string($0) } ?? .null,
-                ]))
+                log(
+                    AccessLog.line(
+                        level: "warn", msg: "dropped invalid response header",
+                        fields: [
+                            "request_id": .string(requestId), "route": route.map { .string($0) } ?? .null
+                        ]))
             }
             return !bad
         }

@@ -18,18 +18,24 @@ struct RequestObserver: Sendable {
     init(metrics: MetricsRegistry?, accessLog: Bool = true, log: @escaping @Sendable (String) -> Void) {
         self.log = log
         self.accessLog = accessLog
-        requests = metrics?.counter("http_requests_total", help: "HTTP requests answered, by route pattern, method and status.",
-                                    labels: ["route", "method", "status"])
-        durations = metrics?.histogram("http_request_duration_seconds",
-                                       help: "Time from request line to response queued, in seconds.",
-                                       labels: ["route", "method"], buckets: Self.durationBuckets)
+        requests = metrics?.counter(
+            "http_requests_total", help: "HTTP requests answered, by route pattern, method and status.",
+            labels: ["route", "method", "status"])
+        durations = metrics?.histogram(
+            "http_request_duration_seconds",
+            help: "Time from request line to response queued, in seconds.",
+            labels: ["route", "method"], buckets: Self.durationBuckets)
     }
 
-    func record(requestId: String, method: String, route: String?, path: String, status: Int,
-                durationSeconds: Double, bytesIn: Int, bytesOut: Int) {
+    func record(
+        requestId: String, method: String, route: String?, path: String, status: Int,
+        durationSeconds: Double, bytesIn: Int, bytesOut: Int
+    ) {
         if accessLog {
-            log(AccessLog.request(requestId: requestId, method: method, route: route, path: path, status: status,
-                                  durationSeconds: durationSeconds, bytesIn: bytesIn, bytesOut: bytesOut))
+            log(
+                AccessLog.request(
+                    requestId: requestId, method: method, route: route, path: path, status: status,
+                    durationSeconds: durationSeconds, bytesIn: bytesIn, bytesOut: bytesOut))
         }
         let routeLabel = route ?? "unmatched"
         let methodLabel = Self.knownMethods.contains(method) ? method : "OTHER"

@@ -43,8 +43,9 @@ public final class Router: @unchecked Sendable {
         let segments = Self.segments(of: pattern)
         let m = method.uppercased()
         table.withLock { routes in
-            precondition(!routes.contains { $0.method == m && $0.segments == segments },
-                         "duplicate route \(m) \(pattern)")
+            precondition(
+                !routes.contains { $0.method == m && $0.segments == segments },
+                "duplicate route \(m) \(pattern)")
             routes.append(Route(method: m, pattern: pattern, segments: segments, handler: handler))
         }
     }
@@ -69,7 +70,8 @@ public final class Router: @unchecked Sendable {
             list.min { Self.specificity($0.route.segments).lexicographicallyPrecedes(Self.specificity($1.route.segments)) }
         }
         if let hit = best(candidates.filter { $0.route.method == method })
-            ?? (method == "HEAD" ? best(candidates.filter { $0.route.method == "GET" }) : nil) {
+            ?? (method == "HEAD" ? best(candidates.filter { $0.route.method == "GET" }) : nil)
+        {
             return .found(handler: hit.route.handler, pattern: hit.route.pattern, parameters: hit.parameters)
         }
         var allow = Set(candidates.map(\.route.method))

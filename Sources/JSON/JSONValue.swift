@@ -178,7 +178,9 @@ struct JSONParser {
             case UInt8(ascii: "u"):
                 var scalar = try hex4()
                 if (0xD800...0xDBFF).contains(scalar) {
-                    guard i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else { throw fail("lone surrogate in \\u escape") }
+                    guard i + 1 < bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else {
+                        throw fail("lone surrogate in \\u escape")
+                    }
                     i += 2
                     let low = try hex4()
                     guard (0xDC00...0xDFFF).contains(low) else { throw fail("invalid surrogate pair") }

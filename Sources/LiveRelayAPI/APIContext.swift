@@ -42,12 +42,14 @@ public final class APIContext: Sendable {
     /// `LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET`; docs/priority-budget.md), reported by capabilities.
     public let priorityBudgets: PriorityBudget.Defaults
 
-    public init(db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
-                events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, webhookAllowPrivate: Bool = false,
-                now: @escaping @Sendable () -> Date = Date.init,
-                limits: TenantLimits = TenantLimits(), retentionDays: Int = TenantLimits.defaultRetentionDays,
-                fcmURL: String = "https://fcm.googleapis.com", channels: any ChannelManaging = UnconfiguredChannelManager(),
-                priorityBudgets: PriorityBudget.Defaults = .standard) {
+    public init(
+        db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
+        events: EventWaiter? = nil, defaultExpirationSeconds: Int = 3600, webhookAllowPrivate: Bool = false,
+        now: @escaping @Sendable () -> Date = Date.init,
+        limits: TenantLimits = TenantLimits(), retentionDays: Int = TenantLimits.defaultRetentionDays,
+        fcmURL: String = "https://fcm.googleapis.com", channels: any ChannelManaging = UnconfiguredChannelManager(),
+        priorityBudgets: PriorityBudget.Defaults = .standard
+    ) {
         self.channels = channels
         self.priorityBudgets = priorityBudgets
         self.limits = limits
@@ -83,12 +85,14 @@ enum Endpoint {
             throw e.http
         } catch let e as PostgresError where e.sqlState == "55P03" {
             ctx.log.warning("lock wait timed out", ["request_id": .string(req.requestId)])
-            throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the object is busy with other writes; retry shortly",
-                            headers: [("Retry-After", "1")])
+            throw HTTPError(
+                status: 503, code: "SERVICE_UNAVAILABLE", message: "the object is busy with other writes; retry shortly",
+                headers: [("Retry-After", "1")])
         } catch let e as PostgresError where e.kind == .connection || e.kind == .poolTimeout || e.kind == .closed {
             ctx.log.error("database unavailable", ["request_id": .string(req.requestId), "error": .string(e.message)])
-            throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
-                            headers: [("Retry-After", "1")])
+            throw HTTPError(
+                status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
+                headers: [("Retry-After", "1")])
         }
     }
 
@@ -148,23 +152,29 @@ enum Endpoint {
     /// different request under the same key. `seal` stores the response encrypted (it holds
     /// a secret). `before` (optional) runs first in the same transaction, for the rules that
     /// precede idempotency; `work` runs inside the tenant's transaction and returns status and body.
-    static func idempotent(_ ctx: APIContext, _ req: HTTPRequest, tenantId: String, key: String, body: JSONValue, seal: Bool,
-                           retentionSeconds: Double = IdempotencyStore.retentionSeconds,
-                           before: ((PostgresConnection) throws -> Void)? = nil,
-                           work: (PostgresConnection) throws -> (Int, JSONValue)) throws -> HTTPResponse {
+    static func idempotent(
+        _ ctx: APIContext, _ req: HTTPRequest, tenantId: String, key: String, body: JSONValue, seal: Bool,
+        retentionSeconds: Double = IdempotencyStore.retentionSeconds,
+        before: ((PostgresConnection) throws -> Void)? = nil,
+        work: (PostgresConnection) throws -> (Int, JSONValue)
+    ) throws -> HTTPResponse {
         let endpoint = "\(req.method) \(req.path)"
         let hash = Digest.sha256Hex(body.serialized())
         return try ctx.db.tenant(tenantId) { c in
             try before?(c)  // rules that precede idempotency (docs/write-semantics.md rules 1–2), in the same transaction
-            if let stored = try IdempotencyStore.claim(c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek,
-                                                       retentionSeconds: retentionSeconds) {
-                return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
-                                    body: stored.body)
+            if let stored = try IdempotencyStore.claim(
+                c, tenantId: tenantId, endpoint: endpoint, key: key, requestHash: hash, kek: ctx.kek,
+                retentionSeconds: retentionSeconds)
+            {
+                return HTTPResponse(
+                    status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
+                    body: stored.body)
             }
             let (status, value) = try work(c)
             let bytes = value.serialized()
-            try IdempotencyStore.complete(c, tenantId: tenantId, endpoint: endpoint, key: key,
-                                          response: StoredResponse(status: status, body: bytes), seal: seal ? ctx.kek : nil)
+            try IdempotencyStore.complete(
+                c, tenantId: tenantId, endpoint: endpoint, key: key,
+                response: StoredResponse(status: status, body: bytes), seal: seal ? ctx.kek : nil)
             return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: bytes)
         }
     }

@@ -30,9 +30,11 @@ public final class APIStack {
     ///     configures the routes.
     /// - Throws: whatever `makeContext` throws, or the server's bind/listen error
     ///   (`HTTPServerError`); nothing is left running then.
-    public init(db: Database, conninfo: String, log: Logger, http: HTTPServerConfiguration, metrics: MetricsRegistry,
-                serverLog: @escaping @Sendable (String) -> Void,
-                makeContext: (_ auth: Authenticator, _ events: EventWaiter) throws -> APIContext) throws {
+    public init(
+        db: Database, conninfo: String, log: Logger, http: HTTPServerConfiguration, metrics: MetricsRegistry,
+        serverLog: @escaping @Sendable (String) -> Void,
+        makeContext: (_ auth: Authenticator, _ events: EventWaiter) throws -> APIContext
+    ) throws {
         host = http.host
         auth = Authenticator(db: db, log: log.with(["component": "auth"]))
         auth.startInvalidationListener(conninfo: conninfo)
@@ -40,8 +42,9 @@ public final class APIStack {
         events.start(conninfo: conninfo)
         do {
             context = try makeContext(auth, events)
-            server = HTTPServer(configuration: http, router: APIRoutes.router(context, defaultExpirationSeconds: context.defaultExpirationSeconds),
-                                metrics: metrics, log: serverLog)
+            server = HTTPServer(
+                configuration: http, router: APIRoutes.router(context, defaultExpirationSeconds: context.defaultExpirationSeconds),
+                metrics: metrics, log: serverLog)
             try server.start()
         } catch {
             auth.stop()

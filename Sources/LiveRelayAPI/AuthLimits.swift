@@ -30,8 +30,10 @@ public struct AuthLimits: Sendable {
     /// Defaults: argon2 slots = cores − 1 (≥ 1) with a 0.25 s wait, failures remembered 30 s,
     /// 20 failures per address in a burst refilled one per 3 s (20 a minute), 5 s
     /// single-flight wait, 100,000 tracked entries.
-    public init(argon2: Argon2idLimiter = Argon2idLimiter(), failureCacheSeconds: Double = 30, failuresPerAddress: Int = 20,
-                failureRefillSeconds: Double = 3, singleFlightWaitSeconds: Double = 5, maxTrackedEntries: Int = 100_000) {
+    public init(
+        argon2: Argon2idLimiter = Argon2idLimiter(), failureCacheSeconds: Double = 30, failuresPerAddress: Int = 20,
+        failureRefillSeconds: Double = 3, singleFlightWaitSeconds: Double = 5, maxTrackedEntries: Int = 100_000
+    ) {
         self.argon2 = argon2
         self.failureCacheSeconds = failureCacheSeconds
         self.failuresPerAddress = max(1, failuresPerAddress)
@@ -46,7 +48,7 @@ public struct AuthLimits: Sendable {
 /// unit-testable without I/O.
 struct FailureTracker: Sendable {
     struct Bucket { var tokens: Double; var updated: Date }
-    var failures: [String: Date] = [:]   // token HMAC → remembered until
+    var failures: [String: Date] = [:]  // token HMAC → remembered until
     var buckets: [String: Bucket] = [:]  // client address → bucket
     let limits: AuthLimits
 
@@ -92,10 +94,14 @@ struct FailureTracker: Sendable {
         failures = failures.filter { $0.value > now }
         buckets = buckets.filter { available($0.key, at: now) < Double(limits.failuresPerAddress) }
         if failures.count >= limits.maxTrackedEntries / 2 {
-            failures = Dictionary(uniqueKeysWithValues: failures.sorted { $0.value > $1.value }.prefix(limits.maxTrackedEntries / 2).map { ($0.key, $0.value) })
+            failures = Dictionary(
+                uniqueKeysWithValues: failures.sorted { $0.value > $1.value }.prefix(limits.maxTrackedEntries / 2).map { ($0.key, $0.value) })
         }
         if buckets.count >= limits.maxTrackedEntries / 2 {
-            buckets = Dictionary(uniqueKeysWithValues: buckets.sorted { $0.value.updated > $1.value.updated }.prefix(limits.maxTrackedEntries / 2).map { ($0.key, $0.value) })
+            buckets = Dictionary(
+                uniqueKeysWithValues: buckets.sorted { $0.value.updated > $1.value.updated }.prefix(limits.maxTrackedEntries / 2).map {
+                    ($0.key, $0.value)
+                })
         }
     }
 }

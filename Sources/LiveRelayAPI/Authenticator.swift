@@ -59,8 +59,10 @@ public final class Authenticator: Sendable {
     ///   - cacheSeconds: how long a verified credential is cached, in seconds (docs/credentials.md: at most 60).
     ///   - now: the clock (injected in tests).
     ///   - limits: bounds on verifications of credentials not in the cache (docs/http-limits.md).
-    public init(db: Database, log: Logger, cacheSeconds: Double = 60, limits: AuthLimits = AuthLimits(),
-                now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        db: Database, log: Logger, cacheSeconds: Double = 60, limits: AuthLimits = AuthLimits(),
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.db = db
         self.log = log
         self.cacheSeconds = cacheSeconds
@@ -91,7 +93,8 @@ public final class Authenticator: Sendable {
     ///   argon2 slot stayed busy.
     public func authenticate(_ request: HTTPRequest) throws -> Principal {
         guard let header = request.header("authorization"), header.count > 7,
-              header.prefix(7).lowercased() == "bearer " else {
+            header.prefix(7).lowercased() == "bearer "
+        else {
             throw Self.unauthenticated("missing Authorization: Bearer <credential> header")
         }
         let tokenText = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
@@ -149,8 +152,9 @@ public final class Authenticator: Sendable {
             stored = try db.system { c in try CredentialLookup.find(c, token) }
         } catch {
             log.error("credential lookup failed", ["error": .string("\(error)")])
-            throw HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
-                            headers: [("Retry-After", "1")])
+            throw HTTPError(
+                status: 503, code: "SERVICE_UNAVAILABLE", message: "the database is unavailable; retry shortly",
+                headers: [("Retry-After", "1")])
         }
         var verified = false
         if let s = stored, s.usable {
@@ -178,13 +182,16 @@ public final class Authenticator: Sendable {
         case .operator: return .operatorKey(id: s.id)
         case .master: return .master(tenantId: s.tenantId!, keyId: s.id)
         case .sender:
-            return .sender(tenantId: s.tenantId!, scope: SenderScope(
-                keyId: s.id, targets: Set(s.targets), createdFrom: Set(s.createdFrom),
-                permissions: Set(s.permissions.compactMap(Permission.init(rawValue:)))))
+            return .sender(
+                tenantId: s.tenantId!,
+                scope: SenderScope(
+                    keyId: s.id, targets: Set(s.targets), createdFrom: Set(s.createdFrom),
+                    permissions: Set(s.permissions.compactMap(Permission.init(rawValue:)))))
         case .publishable: return .publishable(tenantId: s.tenantId!, keyId: s.id, appId: s.appId, platform: s.platform)
         case .installation:
-            return .installation(tenantId: s.tenantId!, installationId: s.installationId!, credentialId: s.id,
-                                 retired: s.installationStatus == "retired")
+            return .installation(
+                tenantId: s.tenantId!, installationId: s.installationId!, credentialId: s.id,
+                retired: s.installationStatus == "retired")
         }
     }
 
@@ -247,14 +254,16 @@ public final class Authenticator: Sendable {
 
     /// 429 `RATE_LIMITED`: too many failed authentications from this client address.
     static func rateLimited(_ seconds: Int) -> HTTPError {
-        HTTPError(status: 429, code: "RATE_LIMITED", message: "too many failed authentications from this address; retry after \(seconds) s",
-                  details: ["retry_after_seconds": .int(Int64(seconds))], headers: [("Retry-After", String(seconds))])
+        HTTPError(
+            status: 429, code: "RATE_LIMITED", message: "too many failed authentications from this address; retry after \(seconds) s",
+            details: ["retry_after_seconds": .int(Int64(seconds))], headers: [("Retry-After", String(seconds))])
     }
 
     /// 503 `SERVICE_UNAVAILABLE`: every credential-verification slot stayed busy.
     static func busy(retryAfter: Int = 1) -> HTTPError {
-        HTTPError(status: 503, code: "SERVICE_UNAVAILABLE", message: "credential verification is busy; retry shortly",
-                  headers: [("Retry-After", String(retryAfter))])
+        HTTPError(
+            status: 503, code: "SERVICE_UNAVAILABLE", message: "credential verification is busy; retry shortly",
+            headers: [("Retry-After", String(retryAfter))])
     }
 
     static func suspended() -> HTTPError {

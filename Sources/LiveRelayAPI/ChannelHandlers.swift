@@ -41,7 +41,8 @@ enum ChannelHandlers {
     static func visible(_ ctx: APIContext, _ req: HTTPRequest, permission: Permission? = nil) throws -> (String, SenderScope?, ChannelRecord) {
         let (tenant, scope) = try TargetReadHandlers.reader(ctx, req)
         let id = req.pathParameters["ch"] ?? ""
-        let found = Identifier.isValid(id, kind: .channel) ? try ctx.db.tenant(tenant) { c in try ChannelStore.get(c, tenantId: tenant, id: id) } : nil
+        let found =
+            Identifier.isValid(id, kind: .channel) ? try ctx.db.tenant(tenant) { c in try ChannelStore.get(c, tenantId: tenant, id: id) } : nil
         return (tenant, scope, try check(found, scope: scope, id: id, permission: permission))
     }
 
@@ -60,9 +61,10 @@ enum ChannelHandlers {
             let cap = ChannelRules.maxActiveChannelsPerApp
             let active = try ChannelStore.lockAndCountActive(c, tenantId: tenant, appId: r.appId, environment: r.environment, cap: cap)
             if active >= cap {
-                throw DomainError(status: 409, code: "CHANNEL_LIMIT",
-                                  message: "\(r.appId) already has \(cap) active channels in \(r.environment); end one first",
-                                  details: ["limit": .int(Int64(cap)), "actual": .int(Int64(active)), "field": "app_id"])
+                throw DomainError(
+                    status: 409, code: "CHANNEL_LIMIT",
+                    message: "\(r.appId) already has \(cap) active channels in \(r.environment); end one first",
+                    details: ["limit": .int(Int64(cap)), "actual": .int(Int64(active)), "field": "app_id"])
             }
             let apnsId: String
             switch ctx.channels.createChannel(tenantId: tenant, appId: r.appId, environment: r.environment, storagePolicy: r.apnsStoragePolicy) {
@@ -76,8 +78,10 @@ enum ChannelHandlers {
                 throw providerError("APNs channel management is unavailable: \(message)", status: nil, reason: nil)
             case .noCredentials(let message):
                 // The tenant's own set-up, not a provider failure: a 4xx naming the field to fix.
-                throw DomainError.invalid("app_id", "cannot create an APNs channel for \(r.appId) in \(r.environment): \(message); "
-                                          + "PUT /v1/provider-credentials/apns with this app in `topics` first")
+                throw DomainError.invalid(
+                    "app_id",
+                    "cannot create an APNs channel for \(r.appId) in \(r.environment): \(message); "
+                        + "PUT /v1/provider-credentials/apns with this app in `topics` first")
             }
             let ch = try ChannelStore.insert(c, tenantId: tenant, id: Identifier.make(.channel), r, apnsChannelId: apnsId, createdByKeyId: keyId)
             return (201, Encode.channel(ch))
@@ -86,8 +90,9 @@ enum ChannelHandlers {
 
     /// `502 PROVIDER_ERROR` with `details.provider_status` / `provider_reason`.
     static func providerError(_ message: String, status: Int?, reason: String?) -> DomainError {
-        DomainError(status: 502, code: "PROVIDER_ERROR", message: message,
-                    details: ["provider_status": status.map { .int(Int64($0)) } ?? .null, "provider_reason": J.str(reason)])
+        DomainError(
+            status: 502, code: "PROVIDER_ERROR", message: message,
+            details: ["provider_status": status.map { .int(Int64($0)) } ?? .null, "provider_reason": J.str(reason)])
     }
 
     /// `GET /v1/remote-updates/channels`: a sender key sees the channels its `targets` name.
@@ -110,8 +115,12 @@ enum ChannelHandlers {
         let (_, scope) = try TargetReadHandlers.reader(ctx, req)
         guard scope != nil else { throw Endpoint.forbidden("a snapshot holds business state: it needs a sender key with activities:read-state") }
         let (_, _, ch) = try visible(ctx, req, permission: .readState)
-        return .json(200, .object(["channel_id": .string(ch.id), "revision": .int(ch.revision), "state": ch.state ?? .null,
-                                   "updated_at": J.ts(ch.updatedAt)]))
+        return .json(
+            200,
+            .object([
+                "channel_id": .string(ch.id), "revision": .int(ch.revision), "state": ch.state ?? .null,
+                "updated_at": J.ts(ch.updatedAt)
+            ]))
     }
 
     static func operations(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
@@ -128,11 +137,16 @@ enum ChannelHandlers {
         let (tenant, scope) = try TargetReadHandlers.reader(ctx, req)
         let id = req.pathParameters["cop"] ?? ""
         guard Identifier.isValid(id, kind: .channelOperation),
-              let (op, ch, counts) = try ctx.db.tenant(tenant, { c -> (ChannelOperationRecord, ChannelRecord?, FanoutCounts)? in
-                  guard let op = try ChannelStore.getOperation(c, tenantId: tenant, id: id) else { return nil }
-                  return (op, try ChannelStore.get(c, tenantId: tenant, id: op.channelId),
-                          try ChannelStore.fanoutCounts(c, tenantId: tenant, ids: [id])[id] ?? FanoutCounts())
-              }) else { throw Endpoint.notFound("channel operation") }
+            let (op, ch, counts) = try ctx.db.tenant(
+                tenant,
+                { c -> (ChannelOperationRecord, ChannelRecord?, FanoutCounts)? in
+                    guard let op = try ChannelStore.getOperation(c, tenantId: tenant, id: id) else { return nil }
+                    return (
+                        op, try ChannelStore.get(c, tenantId: tenant, id: op.channelId),
+                        try ChannelStore.fanoutCounts(c, tenantId: tenant, ids: [id])[id] ?? FanoutCounts()
+                    )
+                })
+        else { throw Endpoint.notFound("channel operation") }
         _ = try check(ch, scope: scope, id: op.channelId, permission: nil)
         return .json(200, Encode.channelOperation(op, counts))
     }
@@ -144,8 +158,9 @@ enum ChannelHandlers {
         if let s = req.query["status"], TargetStatus(rawValue: s) == nil {
             throw DomainError.invalid("status", "status must be one of \(TargetStatus.allCases.map(\.rawValue).joined(separator: ", "))")
         }
-        let filter = TargetFilter(status: req.query["status"], businessKey: req.query["business_key"], installationId: req.query["installation_id"],
-                                  startTargetId: req.query["start_target_id"], channelId: ch.id, coverage: nil)
+        let filter = TargetFilter(
+            status: req.query["status"], businessKey: req.query["business_key"], installationId: req.query["installation_id"],
+            startTargetId: req.query["start_target_id"], channelId: ch.id, coverage: nil)
         let page = try ctx.db.tenant(tenant) { c in try TargetStore.list(c, tenantId: tenant, filter: filter, limit: limit, after: after) }
         return Endpoint.list(page) { Encode.target($0, now: ctx.now()) }
     }
@@ -160,10 +175,13 @@ enum ChannelHandlers {
         var q = try QuotaStore.decode(try c.query(QuotaStore.readSQL, [tenant, day])[0])
         if q.reserved + q.used + needed + Int64(QuotaStore.shards) > q.limit { q = try QuotaStore.lockAll(c, tenantId: tenant, day: day) }
         if q.reserved + q.used + needed > q.limit {
-            throw DomainError(status: 429, code: "QUOTA_EXCEEDED",
-                              message: "this channel write needs \(needed) push units (1 + fan-out members); \(max(0, q.limit - q.reserved - q.used)) remain today",
-                              details: ["resets_at": .string(Timestamp.format(WriteRules.quotaResetsAt(now))), "limit": .int(q.limit),
-                                        "needed": .int(needed)])
+            throw DomainError(
+                status: 429, code: "QUOTA_EXCEEDED",
+                message: "this channel write needs \(needed) push units (1 + fan-out members); \(max(0, q.limit - q.reserved - q.used)) remain today",
+                details: [
+                    "resets_at": .string(Timestamp.format(WriteRules.quotaResetsAt(now))), "limit": .int(q.limit),
+                    "needed": .int(needed)
+                ])
         }
     }
 
@@ -171,8 +189,9 @@ enum ChannelHandlers {
     /// `active` (`409 CHANNEL_ENDED`), then `expected_revision`, schema and payload size.
     static func checkWritable(_ ch: ChannelRecord) throws {
         if ch.refusesWrites {
-            throw DomainError(status: 409, code: "CHANNEL_ENDED", message: "channel \(ch.id) is \(ch.status); it takes no more writes",
-                              details: ["channel_id": .string(ch.id), "status": .string(ch.status)])
+            throw DomainError(
+                status: 409, code: "CHANNEL_ENDED", message: "channel \(ch.id) is \(ch.status); it takes no more writes",
+                details: ["channel_id": .string(ch.id), "status": .string(ch.status)])
         }
     }
 
@@ -182,8 +201,10 @@ enum ChannelHandlers {
 
     /// Commits one channel write: supersedes the queued broadcasts it replaces, inserts the
     /// channel operation and moves the channel on. Never reads or writes a member row.
-    static func commit(_ c: PostgresConnection, tenant: String, ch: ChannelRecord, kind: PushEvent, state: JSONValue?, alert: PushAlert?,
-                       options: WriteOptions, dismissAt: Date?, quotaDay: String?, keyId: String?, idempotencyKey: String) throws -> JSONValue {
+    static func commit(
+        _ c: PostgresConnection, tenant: String, ch: ChannelRecord, kind: PushEvent, state: JSONValue?, alert: PushAlert?,
+        options: WriteOptions, dismissAt: Date?, quotaDay: String?, keyId: String?, idempotencyKey: String
+    ) throws -> JSONValue {
         let opId = Identifier.make(.channelOperation)
         let queued = try ChannelStore.queuedBroadcasts(c, tenantId: tenant, channelId: ch.id)
         let victims = kind == .end ? queued.map(\.id) : (state != nil ? ChannelRules.supersededBroadcasts(by: kind, queued: queued) : [])
@@ -192,30 +213,38 @@ enum ChannelHandlers {
         var opts = options
         opts.staleAt = options.staleAt ?? ch.staleAt
         opts.relevanceScore = options.relevanceScore ?? ch.relevanceScore
-        let op = try ChannelStore.insertOperation(c, tenantId: tenant, ChannelStore.NewOperation(
-            id: opId, channelId: ch.id, seq: ch.opSeq + 1, kind: kind, revision: revision, state: state ?? ch.state, alert: alert,
-            options: opts, dismissAt: dismissAt, consumesQuota: state != nil, quotaDay: state != nil ? quotaDay : nil, createdByKeyId: keyId,
-            idempotencyKey: idempotencyKey))
-        let updated = try ChannelStore.applyWrite(c, tenantId: tenant, id: ch.id, revision: revision, state: state,
-                                                  staleAt: options.staleAt, relevanceScore: options.relevanceScore,
-                                                  status: kind == .end ? "ending" : nil)
+        let op = try ChannelStore.insertOperation(
+            c, tenantId: tenant,
+            ChannelStore.NewOperation(
+                id: opId, channelId: ch.id, seq: ch.opSeq + 1, kind: kind, revision: revision, state: state ?? ch.state, alert: alert,
+                options: opts, dismissAt: dismissAt, consumesQuota: state != nil, quotaDay: state != nil ? quotaDay : nil, createdByKeyId: keyId,
+                idempotencyKey: idempotencyKey))
+        let updated = try ChannelStore.applyWrite(
+            c, tenantId: tenant, id: ch.id, revision: revision, state: state,
+            staleAt: options.staleAt, relevanceScore: options.relevanceScore,
+            status: kind == .end ? "ending" : nil)
         return .object(["channel_operation": Encode.channelOperation(op, FanoutCounts()), "channel": Encode.channel(updated)])
     }
 
     /// The skeleton of a channel write (docs/write-semantics.md rule order): inside one transaction the
     /// channel is locked and rule 1 decided (404/403), then the body's shape (rule 2, `shape`),
     /// idempotency (rule 3, `Endpoint.idempotent`), then `work` with the locked channel.
-    static func write<Body>(_ ctx: APIContext, _ req: HTTPRequest, tenant: String, scope: SenderScope?, permission: Permission,
-                            body: JSONValue, shape: Result<Body, any Error>, key: (Body) -> String,
-                            work: @escaping (PostgresConnection, ChannelRecord, Body) throws -> JSONValue) throws -> HTTPResponse {
+    static func write<Body>(
+        _ ctx: APIContext, _ req: HTTPRequest, tenant: String, scope: SenderScope?, permission: Permission,
+        body: JSONValue, shape: Result<Body, any Error>, key: (Body) -> String,
+        work: @escaping (PostgresConnection, ChannelRecord, Body) throws -> JSONValue
+    ) throws -> HTTPResponse {
         let id = req.pathParameters["ch"] ?? ""
         var locked: ChannelRecord?
-        return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: (try? shape.get()).map(key) ?? "", body: body, seal: false,
-                                       retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds, before: { c in
-            let found = Identifier.isValid(id, kind: .channel) ? try ChannelStore.get(c, tenantId: tenant, id: id, lock: "update") : nil
-            locked = try check(found, scope: scope, id: id, permission: permission)
-            _ = try shape.get()
-        }) { c in
+        return try Endpoint.idempotent(
+            ctx, req, tenantId: tenant, key: (try? shape.get()).map(key) ?? "", body: body, seal: false,
+            retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds,
+            before: { c in
+                let found = Identifier.isValid(id, kind: .channel) ? try ChannelStore.get(c, tenantId: tenant, id: id, lock: "update") : nil
+                locked = try check(found, scope: scope, id: id, permission: permission)
+                _ = try shape.get()
+            }
+        ) { c in
             let ch = locked!
             try checkWritable(ch)
             return (202, try work(c, ch, try shape.get()))
@@ -235,12 +264,14 @@ enum ChannelHandlers {
         return try write(ctx, req, tenant: tenant, scope: scope, permission: .update, body: body, shape: shape, key: \.idempotencyKey) { c, ch, u in
             try WriteRules.checkRevision(expected: u.expectedRevision, current: ch.revision)
             try checkState(ch, u.state)
-            try ChannelRequests.checkPayload(channelId: ch.id, event: .update, state: u.state, alert: u.alert,
-                                             staleAt: u.options.staleAt ?? ch.staleAt, relevanceScore: u.options.relevanceScore ?? ch.relevanceScore,
-                                             dismissAt: nil, now: now)
+            try ChannelRequests.checkPayload(
+                channelId: ch.id, event: .update, state: u.state, alert: u.alert,
+                staleAt: u.options.staleAt ?? ch.staleAt, relevanceScore: u.options.relevanceScore ?? ch.relevanceScore,
+                dismissAt: nil, now: now)
             try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now)
-            return try commit(c, tenant: tenant, ch: ch, kind: .update, state: u.state, alert: u.alert, options: u.options, dismissAt: nil,
-                              quotaDay: QuotaStore.day(now), keyId: scope.keyId, idempotencyKey: u.idempotencyKey)
+            return try commit(
+                c, tenant: tenant, ch: ch, kind: .update, state: u.state, alert: u.alert, options: u.options, dismissAt: nil,
+                quotaDay: QuotaStore.day(now), keyId: scope.keyId, idempotencyKey: u.idempotencyKey)
         }
     }
 
@@ -262,12 +293,14 @@ enum ChannelHandlers {
             if let rev = e.expectedRevision { try WriteRules.checkRevision(expected: rev, current: ch.revision) }
             if let state = e.state {
                 try checkState(ch, state)
-                try ChannelRequests.checkPayload(channelId: ch.id, event: .end, state: state, alert: nil, staleAt: ch.staleAt,
-                                                 relevanceScore: ch.relevanceScore, dismissAt: e.dismissAt, now: now)
+                try ChannelRequests.checkPayload(
+                    channelId: ch.id, event: .end, state: state, alert: nil, staleAt: ch.staleAt,
+                    relevanceScore: ch.relevanceScore, dismissAt: e.dismissAt, now: now)
                 try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now)
             }
-            return try commit(c, tenant: tenant, ch: ch, kind: .end, state: e.state, alert: nil, options: WriteOptions(),
-                              dismissAt: e.dismissAt, quotaDay: QuotaStore.day(now), keyId: scope?.keyId, idempotencyKey: e.idempotencyKey)
+            return try commit(
+                c, tenant: tenant, ch: ch, kind: .end, state: e.state, alert: nil, options: WriteOptions(),
+                dismissAt: e.dismissAt, quotaDay: QuotaStore.day(now), keyId: scope?.keyId, idempotencyKey: e.idempotencyKey)
         }
     }
 }
@@ -282,26 +315,32 @@ extension Encode {
             "status": .string(ch.status), "end_reason": J.str(ch.endReason), "revision": .int(ch.revision),
             "state_present": .bool(ch.state != nil),
             "members": .object(["broadcast": .int(ch.membersBroadcast), "fanout": .int(ch.membersFanout), "ended": .int(ch.membersEnded)]),
-            "created_at": J.ts(ch.createdAt), "updated_at": J.ts(ch.updatedAt), "ended_at": J.ts(ch.endedAt),
+            "created_at": J.ts(ch.createdAt), "updated_at": J.ts(ch.updatedAt), "ended_at": J.ts(ch.endedAt)
         ])
     }
 
     /// The channel operation object (docs/channels.md); `fanout` sums its per-target operations.
     static func channelOperation(_ op: ChannelOperationRecord, _ f: FanoutCounts) -> JSONValue {
-        let broadcast: JSONValue = op.broadcastStatus.map { s in
-            .object(["status": .string(s.rawValue), "apns_request_id": J.str(op.apnsRequestId), "apns_unique_id": J.str(op.apnsUniqueId),
-                     "failure": op.broadcastFailure ?? .null])
-        } ?? .null
-        let status = ChannelRules.operationStatus(broadcast: op.broadcastStatus, fanoutDone: op.fanoutDone,
-                                                  fanoutStarted: op.fanoutCursor != nil || f.members > 0, superseded: op.supersededBy != nil)
+        let broadcast: JSONValue =
+            op.broadcastStatus.map { s in
+                .object([
+                    "status": .string(s.rawValue), "apns_request_id": J.str(op.apnsRequestId), "apns_unique_id": J.str(op.apnsUniqueId),
+                    "failure": op.broadcastFailure ?? .null
+                ])
+            } ?? .null
+        let status = ChannelRules.operationStatus(
+            broadcast: op.broadcastStatus, fanoutDone: op.fanoutDone,
+            fanoutStarted: op.fanoutCursor != nil || f.members > 0, superseded: op.supersededBy != nil)
         return .object([
             "id": .string(op.id), "object": "channel_operation", "channel_id": .string(op.channelId), "kind": .string(op.kind.rawValue),
             "status": .string(status), "revision": .int(op.revision), "has_alert": .bool(op.alert != nil),
             "priority": .int(Int64(op.priority)), "superseded_by": J.str(op.supersededBy), "broadcast": broadcast,
-            "fanout": .object(["members": .int(f.members), "queued": .int(f.count("queued")), "sent": .int(f.count("sending")),
-                               "accepted": .int(f.count("accepted")), "failed": .int(f.count("failed") + f.count("unknown") + f.count("expired")),
-                               "superseded": .int(f.count("superseded") + f.count("cancelled")), "done": .bool(op.fanoutDone)]),
-            "created_at": J.ts(op.createdAt), "updated_at": J.ts(op.updatedAt),
+            "fanout": .object([
+                "members": .int(f.members), "queued": .int(f.count("queued")), "sent": .int(f.count("sending")),
+                "accepted": .int(f.count("accepted")), "failed": .int(f.count("failed") + f.count("unknown") + f.count("expired")),
+                "superseded": .int(f.count("superseded") + f.count("cancelled")), "done": .bool(op.fanoutDone)
+            ]),
+            "created_at": J.ts(op.createdAt), "updated_at": J.ts(op.updatedAt)
         ])
     }
 }

@@ -36,17 +36,19 @@ enum ChannelJoin {
         let ch = f.channel
         try ChannelHandlers.checkWritable(ch)
         func mismatch(_ field: String, _ mine: String, _ theirs: String) -> DomainError {
-            DomainError(status: 409, code: "CHANNEL_MISMATCH",
-                        message: "the activity's \(field) (\(mine)) differs from channel \(ch.id)'s (\(theirs))",
-                        details: ["field": .string(field), "channel_id": .string(ch.id)])
+            DomainError(
+                status: 409, code: "CHANNEL_MISMATCH",
+                message: "the activity's \(field) (\(mine)) differs from channel \(ch.id)'s (\(theirs))",
+                details: ["field": .string(field), "channel_id": .string(ch.id)])
         }
         if j.appId != ch.appId { throw mismatch("app_id", j.appId, ch.appId) }
         if f.environment != ch.environment { throw mismatch("environment", f.environment, ch.environment) }
         if j.activityType != ch.activityType { throw mismatch("activity_type", j.activityType, ch.activityType) }
         if (j.attributesType ?? "") != ch.attributesType { throw mismatch("attributes_type", j.attributesType ?? "none", ch.attributesType) }
         if j.schema != ch.schema {
-            throw DomainError(status: 409, code: "CHANNEL_MISMATCH", message: "the activity's template schema differs from channel \(ch.id)'s schema",
-                              details: ["field": "schema", "channel_id": .string(ch.id)])
+            throw DomainError(
+                status: 409, code: "CHANNEL_MISMATCH", message: "the activity's template schema differs from channel \(ch.id)'s schema",
+                details: ["field": "schema", "channel_id": .string(ch.id)])
         }
         let broadcast = localStart ? f.platform == "ios" : ChannelRules.deliversByBroadcast(platform: f.platform, osVersion: f.osVersion)
         return Decision(channel: ch, delivery: broadcast ? "broadcast" : "fanout")
@@ -55,9 +57,10 @@ enum ChannelJoin {
     /// `409 TARGET_ON_CHANNEL`: members are driven by their channel only.
     static func checkNotMember(_ t: TargetRecord) throws {
         if let ch = t.channelId {
-            throw DomainError(status: 409, code: "TARGET_ON_CHANNEL",
-                              message: "target \(t.id) is a member of channel \(ch); write to the channel instead",
-                              details: ["channel_id": .string(ch)])
+            throw DomainError(
+                status: 409, code: "TARGET_ON_CHANNEL",
+                message: "target \(t.id) is a member of channel \(ch); write to the channel instead",
+                details: ["channel_id": .string(ch)])
         }
     }
 }

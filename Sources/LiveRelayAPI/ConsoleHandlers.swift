@@ -32,13 +32,15 @@ enum ConsoleHandlers {
         guard let asset = ConsoleAssets.asset(named: name) else {
             throw HTTPError(status: 404, code: "NOT_FOUND", message: "no console file \(name.debugDescription)")
         }
-        return HTTPResponse(status: 200, headers: [
-            ("Content-Type", asset.contentType),
-            ("Content-Security-Policy", contentSecurityPolicy),
-            ("X-Content-Type-Options", "nosniff"),
-            ("X-Frame-Options", "DENY"),
-            ("Referrer-Policy", "no-referrer"),
-            ("Cache-Control", "no-cache"),
-        ], body: asset.bytes)
+        return HTTPResponse(
+            status: 200,
+            headers: [
+                ("Content-Type", asset.contentType),
+                ("Content-Security-Policy", contentSecurityPolicy),
+                ("X-Content-Type-Options", "nosniff"),
+                ("X-Frame-Options", "DENY"),
+                ("Referrer-Policy", "no-referrer"),
+                ("Cache-Control", "no-cache")
+            ], body: asset.bytes)
     }
 }

@@ -22,8 +22,10 @@ extension DeviceHandlers {
         try r.finish()
         if me.retired { throw InstallationHandlers.retiredError() }
         let now = ctx.now()
-        let report: JSONValue = .object(["revision": .int(revision), "template_version": .string(templateVersion),
-                                         "stage_code": stageCode, "received_at": J.ts(now)])
+        let report: JSONValue = .object([
+            "revision": .int(revision), "template_version": .string(templateVersion),
+            "stage_code": stageCode, "received_at": J.ts(now)
+        ])
         let (target, stored) = try ctx.db.tenant(me.tenant) { c -> (RenderReportTarget, JSONValue?) in
             // The credential cache may not know about a disconnect yet; the row does.
             if try InstallationStore.get(c, tenantId: me.tenant, id: me.id)?.status != "active" { throw InstallationHandlers.retiredError() }
@@ -31,18 +33,23 @@ extension DeviceHandlers {
                 throw Endpoint.notFound("target")
             }
             if revision > t.revision {
-                throw DomainError.invalid("revision", "revision \(revision) is newer than the target's current revision \(t.revision)",
-                                          extra: ["current_revision": .int(t.revision)])
+                throw DomainError.invalid(
+                    "revision", "revision \(revision) is newer than the target's current revision \(t.revision)",
+                    extra: ["current_revision": .int(t.revision)])
             }
-            let kept = try TemplateStore.storeRenderReport(c, tenantId: me.tenant, installationId: me.id, targetId: targetId,
-                                                           report: report, revision: revision)
+            let kept = try TemplateStore.storeRenderReport(
+                c, tenantId: me.tenant, installationId: me.id, targetId: targetId,
+                report: report, revision: revision)
             return (t, kept)
         }
-        return .json(200, .object([
-            "target_id": .string(target.id), "revision": .int(target.revision),
-            "stored": .bool(stored == report),
-            "report": renderReportView(report, currentRevision: target.revision),
-            "last_render_report": renderReportView(stored, currentRevision: target.revision)]))
+        return .json(
+            200,
+            .object([
+                "target_id": .string(target.id), "revision": .int(target.revision),
+                "stored": .bool(stored == report),
+                "report": renderReportView(report, currentRevision: target.revision),
+                "last_render_report": renderReportView(stored, currentRevision: target.revision)
+            ]))
     }
 
     /// `stage_code`: a string of 1–64 characters or a non-negative integer, as the device sends it.

@@ -28,9 +28,10 @@ enum DeviceHandlers {
     }
 
     static func bindingRetired(_ id: String) -> DomainError {
-        DomainError(status: 409, code: "BINDING_RETIRED",
-                    message: "binding \(id) was retired; a replaced script prepares under a new binding_id",
-                    details: ["field": "binding_id"])
+        DomainError(
+            status: 409, code: "BINDING_RETIRED",
+            message: "binding \(id) was retired; a replaced script prepares under a new binding_id",
+            details: ["field": "binding_id"])
     }
 
     /// `POST /v1/installations/{id}/start-targets` (prepare, docs/endpoints.md, docs/templates.md, docs/limits.md) →
@@ -54,8 +55,10 @@ enum DeviceHandlers {
         return .json(status, value)
     }
 
-    static func prepareWork(_ ctx: APIContext, _ c: PostgresConnection, _ tenant: String, _ installationId: String,
-                            _ m: PrepareManifest, _ tv: String) throws -> (Int, JSONValue) {
+    static func prepareWork(
+        _ ctx: APIContext, _ c: PostgresConnection, _ tenant: String, _ installationId: String,
+        _ m: PrepareManifest, _ tv: String
+    ) throws -> (Int, JSONValue) {
         let now = ctx.now()
         guard let inst = try InstallationStore.get(c, tenantId: tenant, id: installationId, forUpdate: true) else {
             throw Endpoint.notFound("installation")
@@ -78,30 +81,38 @@ enum DeviceHandlers {
             for v in toEvict {
                 try TemplateStore.delete(c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId, id: v.id)
                 evicted.append(v.id)
-                ctx.log.info("template version evicted", [
-                    "tenant_id": .string(tenant), "installation_id": .string(installationId), "binding_id": .string(m.bindingId),
-                    "template_version": .string(v.id), "bytes": .int(v.bytes),
-                    "last_reference_ended_at": J.ts(v.lastReferenceEndedAt ?? v.createdAt)])
+                ctx.log.info(
+                    "template version evicted",
+                    [
+                        "tenant_id": .string(tenant), "installation_id": .string(installationId), "binding_id": .string(m.bindingId),
+                        "template_version": .string(v.id), "bytes": .int(v.bytes),
+                        "last_reference_ended_at": J.ts(v.lastReferenceEndedAt ?? v.createdAt)
+                    ])
             }
-            try TemplateStore.insert(c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId, version: newVersion(m, tv), now: now)
+            try TemplateStore.insert(
+                c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId, version: newVersion(m, tv), now: now)
         }
 
         let status: Int
         var st: StartTargetRecord
-        if let existing = try StartTargetStore.find(c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId,
-                                                    activityType: m.activityType) {
+        if let existing = try StartTargetStore.find(
+            c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId,
+            activityType: m.activityType)
+        {
             st = existing
             if st.currentTemplateVersion != tv {
-                try TemplateStore.release(c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId,
-                                          id: st.currentTemplateVersion, at: now)
+                try TemplateStore.release(
+                    c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId,
+                    id: st.currentTemplateVersion, at: now)
                 try TemplateStore.unrelease(c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId, id: tv)
                 st = try StartTargetStore.setCurrentVersion(c, tenantId: tenant, id: st.id, templateVersion: tv, now: now)
             }
             status = 200
         } else {
             let initial = inst.platform == "android" && inst.fcmToken != nil ? "ready" : "pending"
-            st = try StartTargetStore.insert(c, tenantId: tenant, id: Identifier.make(.startTarget, now: now), installationId: installationId,
-                                             bindingId: m.bindingId, activityType: m.activityType, templateVersion: tv, status: initial, now: now)
+            st = try StartTargetStore.insert(
+                c, tenantId: tenant, id: Identifier.make(.startTarget, now: now), installationId: installationId,
+                bindingId: m.bindingId, activityType: m.activityType, templateVersion: tv, status: initial, now: now)
             status = 201
         }
         var out = startTarget(st, platform: inst.platform, attributesType: m.attributesType)
@@ -113,12 +124,14 @@ enum DeviceHandlers {
     }
 
     static func newVersion(_ m: PrepareManifest, _ tv: String) -> NewTemplateVersion {
-        NewTemplateVersion(id: tv, activityType: m.activityType, attributesType: m.attributesType, rendererDigest: m.rendererDigest,
-                           schema: m.schemaJSON,
-                           resources: .array(m.resources.map {
-                               .object(["path": .string($0.path), "sha256": .string($0.sha256), "bytes": .int(Int64($0.bytes))])
-                           }),
-                           bundleBytes: m.bundleBytes, bundleModules: m.bundleModules, bundleFiles: m.bundleFiles)
+        NewTemplateVersion(
+            id: tv, activityType: m.activityType, attributesType: m.attributesType, rendererDigest: m.rendererDigest,
+            schema: m.schemaJSON,
+            resources: .array(
+                m.resources.map {
+                    .object(["path": .string($0.path), "sha256": .string($0.sha256), "bytes": .int(Int64($0.bytes))])
+                }),
+            bundleBytes: m.bundleBytes, bundleModules: m.bundleModules, bundleFiles: m.bundleFiles)
     }
 
     /// `PUT /v1/installations/{id}/start-targets/{st}/push-to-start-token {token}` → 200, the
@@ -139,17 +152,24 @@ enum DeviceHandlers {
                 throw Endpoint.notFound("start target")
             }
             if st.status == "retired" {
-                throw DomainError(status: 409, code: "START_TARGET_RETIRED",
-                                  message: "start target \(stId) was retired with its binding; prepare again under a new binding_id")
+                throw DomainError(
+                    status: 409, code: "START_TARGET_RETIRED",
+                    message: "start target \(stId) was retired with its binding; prepare again under a new binding_id")
             }
             if inst.platform == "android" {
-                throw DomainError.invalid("token", "Android start targets have no push-to-start token; they are ready once the installation's FCM token is registered (PUT /v1/installations/{id}/fcm-token)")
+                throw DomainError.invalid(
+                    "token",
+                    "Android start targets have no push-to-start token; they are ready once the installation's FCM token is registered (PUT /v1/installations/{id}/fcm-token)"
+                )
             }
             return (try StartTargetStore.setPushToStartToken(c, tenantId: me.tenant, id: stId, token: token, now: ctx.now()), inst.platform)
         }
-        ctx.log.info("push-to-start token registered", [
-            "tenant_id": .string(me.tenant), "installation_id": .string(me.id), "start_target_id": .string(st.id),
-            "token_fingerprint": .string(tokenFingerprint(token)), "request_id": .string(req.requestId)])
+        ctx.log.info(
+            "push-to-start token registered",
+            [
+                "tenant_id": .string(me.tenant), "installation_id": .string(me.id), "start_target_id": .string(st.id),
+                "token_fingerprint": .string(tokenFingerprint(token)), "request_id": .string(req.requestId)
+            ])
         return .json(200, startTarget(st, platform: platform))
     }
 
@@ -175,16 +195,21 @@ enum DeviceHandlers {
         try r.finish()
         if me.retired { throw InstallationHandlers.retiredError() }
         let (b, ids) = try ctx.db.tenant(me.tenant) { c -> (BindingRecord, [String]) in
-            guard let inst = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else { throw Endpoint.notFound("installation") }
+            guard let inst = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
+                throw Endpoint.notFound("installation")
+            }
             if inst.status == "retired" { throw InstallationHandlers.retiredError() }
             guard let done = try BindingStore.retire(c, tenantId: me.tenant, installationId: me.id, id: bindingId, now: ctx.now()) else {
                 throw Endpoint.notFound("binding")
             }
             return (done.0, done.startTargetIds)
         }
-        return .json(200, .object([
-            "id": .string(b.id), "object": "binding", "binding_id": .string(b.id), "installation_id": .string(b.installationId),
-            "status": .string(b.status), "start_target_ids": J.strs(ids), "created_at": J.ts(b.createdAt), "retired_at": J.ts(b.retiredAt)]))
+        return .json(
+            200,
+            .object([
+                "id": .string(b.id), "object": "binding", "binding_id": .string(b.id), "installation_id": .string(b.installationId),
+                "status": .string(b.status), "start_target_ids": J.strs(ids), "created_at": J.ts(b.createdAt), "retired_at": J.ts(b.retiredAt)
+            ]))
     }
 
     /// The start target response object (never the token itself).
@@ -195,7 +220,8 @@ enum DeviceHandlers {
             "status": .string(st.status), "platform": .string(platform),
             "push_to_start_token_registered": .bool(st.pushToStartToken != nil),
             "push_to_start_token_fingerprint": st.pushToStartToken.map { .string(tokenFingerprint($0)) } ?? .null,
-            "created_at": J.ts(st.createdAt), "updated_at": J.ts(st.updatedAt)]
+            "created_at": J.ts(st.createdAt), "updated_at": J.ts(st.updatedAt)
+        ]
         if let attributesType { o["attributes_type"] = .string(attributesType) }
         return .object(o)
     }

@@ -23,9 +23,13 @@ enum DeviceTargetHandlers {
         let body = try req.jsonBody()
         let r = try WriteRequests.reservation(body)
         if me.retired { throw InstallationHandlers.retiredError() }
-        return try Endpoint.idempotent(ctx, req, tenantId: me.tenant, key: r.idempotencyKey, body: body, seal: false,
-                                       retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds) { c in
-            guard let inst = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else { throw Endpoint.notFound("installation") }
+        return try Endpoint.idempotent(
+            ctx, req, tenantId: me.tenant, key: r.idempotencyKey, body: body, seal: false,
+            retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds
+        ) { c in
+            guard let inst = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
+                throw Endpoint.notFound("installation")
+            }
             if inst.status == "retired" { throw InstallationHandlers.retiredError() }
             try TargetStore.lockBusiness(c, tenantId: me.tenant, key: r.businessKey, generation: r.businessGeneration)
             if let holder = try TargetStore.byBusiness(c, tenantId: me.tenant, key: r.businessKey, generation: r.businessGeneration) {
@@ -34,28 +38,38 @@ enum DeviceTargetHandlers {
             let pinned = try TargetStore.currentTemplate(c, tenantId: me.tenant, installationId: me.id, activityType: r.activityType)
             if let schema = pinned?.1 { try StateSchema.compile(schema).check(r.state) }
             let join = try r.channelId.map { ch in
-                try ChannelJoin.decide(c, tenant: me.tenant, channelId: ch, joiner: ChannelJoin.Joiner(
-                    installationId: me.id, appId: inst.appId, activityType: r.activityType,
-                    attributesType: try pinned.flatMap { try ChannelStore.templateAttributesType(c, tenantId: me.tenant, installationId: me.id,
-                                                                                              templateVersion: $0.0) },
-                    schema: pinned?.1), localStart: true)
+                try ChannelJoin.decide(
+                    c, tenant: me.tenant, channelId: ch,
+                    joiner: ChannelJoin.Joiner(
+                        installationId: me.id, appId: inst.appId, activityType: r.activityType,
+                        attributesType: try pinned.flatMap {
+                            try ChannelStore.templateAttributesType(
+                                c, tenantId: me.tenant, installationId: me.id,
+                                templateVersion: $0.0)
+                        },
+                        schema: pinned?.1), localStart: true)
             }
             try TenantCapStore.check(c, tenantId: me.tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let targetId = Identifier.make(.target)
-            try WriteRules.checkLocalStartSize(attributes: .object(["target_id": .string(targetId), "business_key": .string(r.businessKey)]),
-                                               state: r.state)
-            let t = try TargetStore.insert(c, tenantId: me.tenant, TargetStore.New(
-                id: targetId, installationId: me.id, startTargetId: nil, createdByKeyId: nil, origin: "local", activityType: r.activityType,
-                templateVersion: pinned?.0, businessKey: r.businessKey, businessGeneration: r.businessGeneration, status: .reserved,
-                state: r.state, staleAt: r.staleAt, relevanceScore: r.relevanceScore,
-                tokenStatus: inst.platform == "android" && inst.fcmToken != nil ? "registered" : "pending"))
+            try WriteRules.checkLocalStartSize(
+                attributes: .object(["target_id": .string(targetId), "business_key": .string(r.businessKey)]),
+                state: r.state)
+            let t = try TargetStore.insert(
+                c, tenantId: me.tenant,
+                TargetStore.New(
+                    id: targetId, installationId: me.id, startTargetId: nil, createdByKeyId: nil, origin: "local", activityType: r.activityType,
+                    templateVersion: pinned?.0, businessKey: r.businessKey, businessGeneration: r.businessGeneration, status: .reserved,
+                    state: r.state, staleAt: r.staleAt, relevanceScore: r.relevanceScore,
+                    tokenStatus: inst.platform == "android" && inst.fcmToken != nil ? "registered" : "pending"))
             if inst.platform == "android" && inst.fcmToken != nil {
                 // Android has no per-activity token: the target is ready once the installation has an FCM token (docs/providers.md).
                 try TargetStore.setStatus(c, tenantId: me.tenant, id: t.id, status: .ready)
             }
             if let join {
-                _ = try c.query(ChannelStore.joinStatement(tenantId: me.tenant, targetId: t.id, channelId: join.channel.id, delivery: join.delivery,
-                                                           channelSeq: join.channel.opSeq, ready: join.delivery == "broadcast"))
+                _ = try c.query(
+                    ChannelStore.joinStatement(
+                        tenantId: me.tenant, targetId: t.id, channelId: join.channel.id, delivery: join.delivery,
+                        channelSeq: join.channel.opSeq, ready: join.delivery == "broadcast"))
             }
             return (201, Encode.target(try TargetStore.get(c, tenantId: me.tenant, id: t.id)!))
         }
@@ -67,7 +81,8 @@ enum DeviceTargetHandlers {
     static func ownTarget(_ c: PostgresConnection, tenant: String, installation: String, id: String) throws -> TargetRecord {
         if try InstallationStore.get(c, tenantId: tenant, id: installation)?.status != "active" { throw InstallationHandlers.retiredError() }
         guard Identifier.isValid(id, kind: .target), let t = try TargetStore.get(c, tenantId: tenant, id: id, forUpdate: true),
-              t.installationId == installation else { throw Endpoint.notFound("target") }
+            t.installationId == installation
+        else { throw Endpoint.notFound("target") }
         return t
     }
 
@@ -87,8 +102,9 @@ enum DeviceTargetHandlers {
         let t = try ctx.db.tenant(me.tenant) { c -> TargetRecord in
             let t = try ownTarget(c, tenant: me.tenant, installation: me.id, id: req.pathParameters["tgt"] ?? "")
             if t.status.isTerminal {
-                throw DomainError(status: 409, code: "TARGET_ENDED", message: "target \(t.id) is \(t.status.rawValue); its token is not replaced",
-                                  details: ["status": .string(t.status.rawValue)])
+                throw DomainError(
+                    status: 409, code: "TARGET_ENDED", message: "target \(t.id) is \(t.status.rawValue); its token is not replaced",
+                    details: ["status": .string(t.status.rawValue)])
             }
             let updated = try TargetStore.setPushToken(c, tenantId: me.tenant, id: t.id, token: token)
             try c.notify(OperationStore.eventsChannel, payload: t.id)
@@ -117,10 +133,13 @@ enum DeviceTargetHandlers {
         let t = try ctx.db.tenant(me.tenant) { c -> TargetRecord in
             let t = try ownTarget(c, tenant: me.tenant, installation: me.id, id: req.pathParameters["tgt"] ?? "")
             if t.status.isTerminal { return t }  // idempotent
-            if status == .creationFailed && !(t.status == .reserved || t.status == .starting || t.status == .tokenPending || t.status == .startUnknown) {
-                throw DomainError(status: 409, code: "TARGET_ENDED",
-                                  message: "target \(t.id) is \(t.status.rawValue); creation can no longer fail",
-                                  details: ["status": .string(t.status.rawValue)])
+            if status == .creationFailed
+                && !(t.status == .reserved || t.status == .starting || t.status == .tokenPending || t.status == .startUnknown)
+            {
+                throw DomainError(
+                    status: 409, code: "TARGET_ENDED",
+                    message: "target \(t.id) is \(t.status.rawValue); creation can no longer fail",
+                    details: ["status": .string(t.status.rawValue)])
             }
             try OperationStore.cancelQueued(c, tenantId: me.tenant, targetId: t.id, reason: cancelReason)
             try TargetStore.setStatus(c, tenantId: me.tenant, id: t.id, status: status, endReason: reason)

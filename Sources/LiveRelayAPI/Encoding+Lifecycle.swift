@@ -26,9 +26,10 @@ extension Encode {
             "last_render_report": report, "created_at": J.ts(t.createdAt), "updated_at": J.ts(t.updatedAt),
             "started_at": J.ts(t.startedAt), "ended_at": J.ts(t.endedAt),
             "channel_id": J.str(t.channelId), "delivery": J.str(t.delivery),
-            "priority10_sent_last_hour": t.priority10Budget == nil ? .null
+            "priority10_sent_last_hour": t.priority10Budget == nil
+                ? .null
                 : .int(Int64(PriorityBudget.sendsInWindow(t.priority10Sends, nowMs: PriorityBudget.epochMilliseconds(now)))),
-            "priority10_budget": t.priority10Budget.map { .int(Int64($0)) } ?? .null,
+            "priority10_budget": t.priority10Budget.map { .int(Int64($0)) } ?? .null
         ])
     }
 
@@ -40,12 +41,14 @@ extension Encode {
             "consumes_quota": .bool(o.consumesQuota), "has_alert": .bool(o.hasAlert), "priority": .int(Int64(o.effectivePriority)),
             "requested_priority": .int(Int64(o.priority)), "priority_downgraded": .bool(o.priorityDowngraded),
             "expires_at": J.ts(o.expiresAt), "created_at": J.ts(o.createdAt), "updated_at": J.ts(o.updatedAt),
-            "accepted_at": J.ts(o.acceptedAt),
+            "accepted_at": J.ts(o.acceptedAt)
         ])
     }
 
     static func snapshot(_ t: TargetRecord) -> JSONValue {
-        .object(["target_id": .string(t.id), "revision": .int(t.revision), "state": t.state, "status": .string(t.status.rawValue),
-                 "source_version": t.sourceVersion.map(JSONValue.int) ?? .null, "updated_at": J.ts(t.updatedAt)])
+        .object([
+            "target_id": .string(t.id), "revision": .int(t.revision), "state": t.state, "status": .string(t.status.rawValue),
+            "source_version": t.sourceVersion.map(JSONValue.int) ?? .null, "updated_at": J.ts(t.updatedAt)
+        ])
     }
 }

@@ -45,8 +45,10 @@ public final class EventWaiter: Sendable {
         var woken = false
         var finished = false
 
-        init(key: String, credential: String, deadline: Date, check: @escaping @Sendable () throws -> Bool,
-             run: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void, finish: @escaping @Sendable (Result<Bool, Error>) -> Void) {
+        init(
+            key: String, credential: String, deadline: Date, check: @escaping @Sendable () throws -> Bool,
+            run: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void, finish: @escaping @Sendable (Result<Bool, Error>) -> Void
+        ) {
             self.key = key
             self.credential = credential
             self.deadline = deadline
@@ -122,12 +124,15 @@ public final class EventWaiter: Sendable {
     ///
     /// Returns false, and does nothing else, when `credential` (a credential id) already has
     /// `maxWaitsPerCredential` waits in progress.
-    public func waitAsync(for key: String, credential: String, timeoutSeconds: Double,
-                          run: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void,
-                          check: @escaping @Sendable () throws -> Bool,
-                          finish: @escaping @Sendable (Result<Bool, Error>) -> Void) -> Bool {
-        let w = AsyncWaiter(key: key, credential: credential, deadline: Date().addingTimeInterval(max(0, timeoutSeconds)),
-                            check: check, run: run, finish: finish)
+    public func waitAsync(
+        for key: String, credential: String, timeoutSeconds: Double,
+        run: @escaping @Sendable (@escaping @Sendable () -> Void) -> Void,
+        check: @escaping @Sendable () throws -> Bool,
+        finish: @escaping @Sendable (Result<Bool, Error>) -> Void
+    ) -> Bool {
+        let w = AsyncWaiter(
+            key: key, credential: credential, deadline: Date().addingTimeInterval(max(0, timeoutSeconds)),
+            check: check, run: run, finish: finish)
         let admitted = asyncState.withLock { st -> Bool in
             guard st.perCredential[credential, default: 0] < maxWaitsPerCredential else { return false }
             st.perCredential[credential, default: 0] += 1

@@ -62,8 +62,9 @@ enum LifecycleHandlers {
         }
 
         func claim(_ tenant: String) -> PostgresStatement {
-            IdempotencyStore.claimStatement(tenantId: tenant, endpoint: endpoint, key: key, requestHash: hash,
-                                            retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds)
+            IdempotencyStore.claimStatement(
+                tenantId: tenant, endpoint: endpoint, key: key, requestHash: hash,
+                retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds)
         }
 
         /// Rule 3 from the claim's result: nil (do the work) or the replay response.
@@ -75,8 +76,9 @@ enum LifecycleHandlers {
                 throw IdempotencyStore.inUse
             }
             guard let stored = try IdempotencyStore.claimed(rows, requestHash: hash) else { return nil }
-            return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
-                                body: stored.body)
+            return HTTPResponse(
+                status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
+                body: stored.body)
         }
     }
 
@@ -93,16 +95,19 @@ enum LifecycleHandlers {
     /// failed once, the counters are locked and read exactly (`QuotaStore.lockAll`, one more
     /// round trip) so the quota is never overshot.
     /// - Returns: whether round trip 2 must re-read the counters.
-    static func checkQuota(_ c: PostgresConnection, tenant: String, day: String, read q: (limit: Int64, reserved: Int64, used: Int64),
-                           exact: Bool, now: Date) throws -> Bool {
+    static func checkQuota(
+        _ c: PostgresConnection, tenant: String, day: String, read q: (limit: Int64, reserved: Int64, used: Int64),
+        exact: Bool, now: Date
+    ) throws -> Bool {
         try WriteRules.checkQuota(limit: q.limit, reserved: q.reserved, used: q.used, now: now)
         if !exact && QuotaStore.worthFastPath(limit: q.limit, reserved: q.reserved, used: q.used) { return true }
         let e = try QuotaStore.lockAll(c, tenantId: tenant, day: day)
         try WriteRules.checkQuota(limit: e.limit, reserved: e.reserved, used: e.used, now: now)
         // Only the exact path can take the day's last unit: `quota.exhausted` is recorded (in
         // this transaction, once per day) when this write's reservation uses it up.
-        try EventStore.quotaReserved(c, tenantId: tenant, day: day, limit: e.limit, used: e.used, reserved: e.reserved + 1,
-                                     resetsAt: WriteRules.quotaResetsAt(now))
+        try EventStore.quotaReserved(
+            c, tenantId: tenant, day: day, limit: e.limit, used: e.used, reserved: e.reserved + 1,
+            resetsAt: WriteRules.quotaResetsAt(now))
         return false
     }
 
@@ -120,8 +125,13 @@ enum LifecycleHandlers {
     /// Round trip 3: stores the response under the idempotency key and commits, in one pipeline.
     static func finish(_ c: PostgresConnection, tenant: String, _ idem: Idempotency, status: Int, _ value: JSONValue) throws -> HTTPResponse {
         let bytes = value.serialized()
-        _ = try c.pipeline([WritePath.complete(tenantId: tenant, endpoint: idem.endpoint, key: idem.key,
-                                               response: StoredResponse(status: status, body: bytes))], commit: true).get()
+        _ = try c.pipeline(
+            [
+                WritePath.complete(
+                    tenantId: tenant, endpoint: idem.endpoint, key: idem.key,
+                    response: StoredResponse(status: status, body: bytes))
+            ], commit: true
+        ).get()
         return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: bytes)
     }
 
@@ -132,9 +142,10 @@ enum LifecycleHandlers {
         let body = try req.jsonBody()
         let stId = try WriteRequests.startTargetId(body)
         guard Coverage.canStart(scope, startTargetId: stId) else {
-            throw Endpoint.forbidden(scope.permissions.contains(.start)
-                ? "this sender key does not name start target \(stId) in its targets"
-                : "this sender key lacks the activities:start permission")
+            throw Endpoint.forbidden(
+                scope.permissions.contains(.start)
+                    ? "this sender key does not name start target \(stId) in its targets"
+                    : "this sender key lacks the activities:start permission")
         }
         let s = try WriteRequests.start(body)
         if let ch = s.channelId { try ChannelJoin.checkCoverage(scope, channelId: ch) }
@@ -152,8 +163,10 @@ enum LifecycleHandlers {
             var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId), WritePath.readQuota(tenantId: tenant, day: day)]
             let business = s.businessKey.flatMap { bk in s.businessGeneration.map { (bk, $0) } }
             if let (bk, bg) = business {
-                reads += [WritePath.lockBusiness(tenantId: tenant, key: bk, generation: bg),
-                          WritePath.businessHolder(tenantId: tenant, key: bk, generation: bg)]
+                reads += [
+                    WritePath.lockBusiness(tenantId: tenant, key: bk, generation: bg),
+                    WritePath.businessHolder(tenantId: tenant, key: bk, generation: bg)
+                ]
             }
             let capIndex = reads.count
             reads.append(TenantCapStore.statement(tenantId: tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant))
@@ -165,51 +178,66 @@ enum LifecycleHandlers {
             }
             let ready = st.status == "ready" && (st.platform == "android" ? st.hasFCMToken : st.hasPushToStartToken)
             guard ready else {
-                throw DomainError(status: 409, code: "TOKEN_PENDING",
-                                  message: st.status == "retired" ? "start target \(stId) is retired" : "start target \(stId) has no push-to-start token yet",
-                                  details: ["start_target_id": .string(stId), "status": .string(st.status)])
+                throw DomainError(
+                    status: 409, code: "TOKEN_PENDING",
+                    message: st.status == "retired" ? "start target \(stId) is retired" : "start target \(stId) has no push-to-start token yet",
+                    details: ["start_target_id": .string(stId), "status": .string(st.status)])
             }
             guard s.templateVersion == st.currentTemplateVersion else {
-                throw DomainError(status: 409, code: "TEMPLATE_VERSION_MISMATCH",
-                                  message: "template_version does not match the start target's current version",
-                                  details: ["field": "template_version", "current_template_version": .string(st.currentTemplateVersion)])
+                throw DomainError(
+                    status: 409, code: "TEMPLATE_VERSION_MISMATCH",
+                    message: "template_version does not match the start target's current version",
+                    details: ["field": "template_version", "current_template_version": .string(st.currentTemplateVersion)])
             }
             let alert = try WriteRules.requireStartAlert(s.alert)
             let join = try s.channelId.map { ch in
-                try ChannelJoin.decide(c, tenant: tenant, channelId: ch, joiner: ChannelJoin.Joiner(
-                    installationId: st.installationId, appId: st.appId, activityType: st.activityType, attributesType: st.attributesType,
-                    schema: st.schema), localStart: false)
+                try ChannelJoin.decide(
+                    c, tenant: tenant, channelId: ch,
+                    joiner: ChannelJoin.Joiner(
+                        installationId: st.installationId, appId: st.appId, activityType: st.activityType, attributesType: st.attributesType,
+                        schema: st.schema), localStart: false)
             }
             if let (bk, bg) = business, try WritePath.holder(result(r1, 4)) != nil,
-               let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg) {
+                let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg)
+            {
                 // The conflict path only: one more read to decide whether the caller may see the holder.
                 throw businessConflict(holder.id, visible: Coverage.covers(scope, holder.ownership))
             }
             if let schemaJSON = st.schema {
-                try SchemaCache.shared.schema(tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion,
-                                              json: schemaJSON).check(s.state)
+                try SchemaCache.shared.schema(
+                    tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion,
+                    json: schemaJSON
+                ).check(s.state)
             }
             let targetId = Identifier.make(.target)
-            try DeliveryPayload.check(platform: st.platform, DeliveryPayload.Content(
-                event: .start, targetId: targetId, revision: 1, templateVersion: st.currentTemplateVersion, state: s.state, alert: alert,
-                staleAt: s.options.staleAt, relevanceScore: s.options.relevanceScore, dismissAt: nil,
-                attributesType: st.attributesType, businessKey: s.businessKey), now: now)
+            try DeliveryPayload.check(
+                platform: st.platform,
+                DeliveryPayload.Content(
+                    event: .start, targetId: targetId, revision: 1, templateVersion: st.currentTemplateVersion, state: s.state, alert: alert,
+                    staleAt: s.options.staleAt, relevanceScore: s.options.relevanceScore, dismissAt: nil,
+                    attributesType: st.attributesType, businessKey: s.businessKey), now: now)
             try TenantCapStore.evaluate(result(r1, capIndex), .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 2)), exact: exactQuota, now: now)
             // Round trip 2: the target, its start operation, the quota re-check.
             var writes = [
-                WritePath.insertTarget(tenantId: tenant, TargetStore.New(
-                    id: targetId, installationId: st.installationId, startTargetId: stId, createdByKeyId: scope.keyId, origin: "remote",
-                    activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: s.businessKey,
-                    businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
-                    relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending")),
-                WritePath.insertOperation(tenantId: tenant, OperationStore.New(
-                    id: Identifier.make(.operation), targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
-                    options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey)),
+                WritePath.insertTarget(
+                    tenantId: tenant,
+                    TargetStore.New(
+                        id: targetId, installationId: st.installationId, startTargetId: stId, createdByKeyId: scope.keyId, origin: "remote",
+                        activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: s.businessKey,
+                        businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
+                        relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending")),
+                WritePath.insertOperation(
+                    tenantId: tenant,
+                    OperationStore.New(
+                        id: Identifier.make(.operation), targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
+                        options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey))
             ]
             if let join {
-                writes.append(ChannelStore.joinStatement(tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
-                                                         channelSeq: join.channel.opSeq, ready: false))
+                writes.append(
+                    ChannelStore.joinStatement(
+                        tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
+                        channelSeq: join.channel.opSeq, ready: false))
             }
             let quotaIndex = writes.count
             if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
@@ -229,20 +257,25 @@ enum LifecycleHandlers {
     /// keys to other callers' targets (docs/security.md "Business keys").
     static func businessConflict(_ holder: String, visible: Bool) -> DomainError {
         guard visible else {
-            return DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
-                               message: "business_key/business_generation is already taken by another target; start a new lifecycle with a new business_generation",
-                               details: ["field": "business_generation"])
+            return DomainError(
+                status: 409, code: "BUSINESS_GENERATION_CONFLICT",
+                message: "business_key/business_generation is already taken by another target; start a new lifecycle with a new business_generation",
+                details: ["field": "business_generation"])
         }
-        return DomainError(status: 409, code: "BUSINESS_GENERATION_CONFLICT",
-                           message: "business_key/business_generation is already taken by target \(holder); start a new lifecycle with a new business_generation",
-                           details: ["target_id": .string(holder)])
+        return DomainError(
+            status: 409, code: "BUSINESS_GENERATION_CONFLICT",
+            message: "business_key/business_generation is already taken by target \(holder); start a new lifecycle with a new business_generation",
+            details: ["target_id": .string(holder)])
     }
 
     /// Round trip 1 of update and end: the locked target with its platform, its queued
     /// operations, and — when the body's shape is valid — the idempotency claim and the quota
     /// counters. Rule 1 (coverage) is decided from it before rule 2 (`shape`) and rule 3.
-    static func readTarget(_ c: PostgresConnection, tenant: String, targetId: String, claim: PostgresStatement?, day: String)
-        throws -> PostgresPipelineOutcome {
+    static func readTarget(
+        _ c: PostgresConnection, tenant: String, targetId: String, claim: PostgresStatement?, day: String
+    )
+        throws -> PostgresPipelineOutcome
+    {
         var reads = [WritePath.lockTarget(tenantId: tenant, id: targetId), WritePath.lockQueued(tenantId: tenant, targetId: targetId)]
         if let claim { reads += [claim, WritePath.readQuota(tenantId: tenant, day: day)] }
         return try c.pipeline(reads)
@@ -279,18 +312,22 @@ enum LifecycleHandlers {
             try WriteRules.checkSourceVersion(u.sourceVersion, last: t.sourceVersion)
             try checkState(c, tenant: tenant, target: t, state: u.state)
             let revision = t.revision + 1
-            try DeliveryPayload.check(platform: locked!.platform, DeliveryPayload.Content(
-                event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
-                staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
+            try DeliveryPayload.check(
+                platform: locked!.platform,
+                DeliveryPayload.Content(
+                    event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
+                    staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
             let opId = Identifier.make(.operation)
             let victims = WriteRules.superseded(by: .update, hasState: true, queued: try WritePath.queued(result(r1, 1)))
             var opts = u.options
             opts.staleAt = u.options.staleAt ?? t.staleAt
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
-            return try commitQueued(c, tenant: tenant, target: t,
-                targetWrite: WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
-                                                  staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
+            return try commitQueued(
+                c, tenant: tenant, target: t,
+                targetWrite: WritePath.applyState(
+                    tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
+                    staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
                 operation: OperationStore.New(
                     id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
                     consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
@@ -302,9 +339,12 @@ enum LifecycleHandlers {
     /// Rule 8 state: the pinned schema of the target's template version, when it has one.
     static func checkState(_ c: PostgresConnection, tenant: String, target t: TargetRecord, state: JSONValue) throws {
         guard let tv = t.templateVersion,
-              let schema = try SchemaCache.shared.schema(tenant: tenant, installation: t.installationId, templateVersion: tv, load: {
-                  try TargetStore.templateSchema(c, tenantId: tenant, installationId: t.installationId, templateVersion: tv)
-              }) else { return }
+            let schema = try SchemaCache.shared.schema(
+                tenant: tenant, installation: t.installationId, templateVersion: tv,
+                load: {
+                    try TargetStore.templateSchema(c, tenantId: tenant, installationId: t.installationId, templateVersion: tv)
+                })
+        else { return }
         try schema.check(state)
     }
 
@@ -353,26 +393,32 @@ enum LifecycleHandlers {
                 if t.status.isTerminal {
                     let r2 = try c.pipeline([
                         WritePath.bumpSeq(tenantId: tenant, id: t.id, status: nil),
-                        WritePath.insertOperation(tenantId: tenant, OperationStore.New(
-                            id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, status: .cancelled, pendingReason: "already_ended",
-                            revision: t.revision, state: nil, alert: nil, options: WriteOptions(expiresAt: e.expiresAt), dismissAt: e.dismissAt,
-                            consumesQuota: false, quotaDay: nil, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey)),
+                        WritePath.insertOperation(
+                            tenantId: tenant,
+                            OperationStore.New(
+                                id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, status: .cancelled, pendingReason: "already_ended",
+                                revision: t.revision, state: nil, alert: nil, options: WriteOptions(expiresAt: e.expiresAt), dismissAt: e.dismissAt,
+                                consumesQuota: false, quotaDay: nil, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey))
                         // Further statements of this write (e.g. event rows) join here.
                     ]).get()
                     return try finish(c, tenant: tenant, idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
                 }
-                return try queueEnd(c, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
-                                    day: nil, recheck: false, exactNext: &exactQuota, idem: idem)
+                return try queueEnd(
+                    c, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
+                    day: nil, recheck: false, exactNext: &exactQuota, idem: idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: e.expectedRevision!, current: t.revision)
             try checkState(c, tenant: tenant, target: t, state: state)
-            try DeliveryPayload.check(platform: locked!.platform, DeliveryPayload.Content(
-                event: .end, targetId: t.id, revision: t.revision + 1, templateVersion: t.templateVersion ?? "", state: state, alert: nil,
-                staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
+            try DeliveryPayload.check(
+                platform: locked!.platform,
+                DeliveryPayload.Content(
+                    event: .end, targetId: t.id, revision: t.revision + 1, templateVersion: t.templateVersion ?? "", state: state, alert: nil,
+                    staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
-            return try queueEnd(c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
-                                day: day, recheck: recheck, exactNext: &exactQuota, idem: idem)
+            return try queueEnd(
+                c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
+                day: day, recheck: recheck, exactNext: &exactQuota, idem: idem)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
@@ -381,13 +427,19 @@ enum LifecycleHandlers {
     /// final state and revision + 1 when `state` is given), the end operation is inserted, the
     /// queued operations it supersedes (`WriteRules.superseded`) are marked, then the response
     /// is stored and the transaction commits.
-    static func queueEnd(_ c: PostgresConnection, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
-                         scope: SenderScope?, queued: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
-                         idem: Idempotency) throws -> HTTPResponse {
+    static func queueEnd(
+        _ c: PostgresConnection, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
+        scope: SenderScope?, queued: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
+        idem: Idempotency
+    ) throws -> HTTPResponse {
         let revision = state == nil ? t.revision : t.revision + 1
-        return try commitQueued(c, tenant: tenant, target: t,
-            targetWrite: state.map { WritePath.applyState(tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
-                                                          staleAt: nil, relevanceScore: nil, status: .ending) }
+        return try commitQueued(
+            c, tenant: tenant, target: t,
+            targetWrite: state.map {
+                WritePath.applyState(
+                    tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
+                    staleAt: nil, relevanceScore: nil, status: .ending)
+            }
                 ?? WritePath.bumpSeq(tenantId: tenant, id: t.id, status: .ending),
             operation: OperationStore.New(
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
@@ -405,9 +457,11 @@ enum LifecycleHandlers {
     /// the operation, its victims and, when `targetChanged` (its status), the target.
     /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
-    static func commitQueued(_ c: PostgresConnection, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
-                             operation: OperationStore.New, victims: [String], recheckDay: String?, exactNext: inout Bool,
-                             targetChanged: Bool, idem: Idempotency) throws -> HTTPResponse {
+    static func commitQueued(
+        _ c: PostgresConnection, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
+        operation: OperationStore.New, victims: [String], recheckDay: String?, exactNext: inout Bool,
+        targetChanged: Bool, idem: Idempotency
+    ) throws -> HTTPResponse {
         var writes = [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }
         let quotaIndex = writes.count
@@ -416,8 +470,9 @@ enum LifecycleHandlers {
         let r2 = try c.pipeline(writes).get()
         let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
         if recheckDay != nil { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
-        try WritePath.notify(c, tenantId: tenant, queued: true, superseded: victims, targetChanged: targetChanged ? t.id : nil,
-                             operationId: operation.id)
+        try WritePath.notify(
+            c, tenantId: tenant, queued: true, superseded: victims, targetChanged: targetChanged ? t.id : nil,
+            operationId: operation.id)
         return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
     }
 
@@ -432,20 +487,25 @@ enum LifecycleHandlers {
     /// response is answered at once, without waiting (docs/http-limits.md, "Long-polls").
     static func waitIfAsked(_ ctx: APIContext, tenant: String, response: HTTPResponse, waitMs: Int, req: HTTPRequest? = nil) throws -> HTTPResponse {
         guard waitMs > 0, let v = try? JSONValue.parse(response.body), let opId = v["operation"]?["id"]?.stringValue,
-              let targetId = v["target"]?["id"]?.stringValue else { return response }
+            let targetId = v["target"]?["id"]?.stringValue
+        else { return response }
         let request = req ?? HTTPRequest(method: "POST", path: "/")
         let latest = Mutex<OperationRecord?>(nil)
-        return LongPoll.respond(ctx, request, key: opId, timeoutSeconds: Double(waitMs) / 1000, check: {
-            let op = try ctx.db.tenant(tenant) { c in try OperationStore.get(c, tenantId: tenant, id: opId) }
-            latest.withLock { $0 = op }
-            return op?.status.isFinal ?? true
-        }, render: { result in
-            _ = try result.get()
-            guard let op = latest.withLock({ $0 }),
-                  let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: targetId) }) else { return response }
-            var r = HTTPResponse.json(response.status, writeBody(op, t))
-            r.headers += response.headers.filter { $0.0.lowercased() == "idempotent-replayed" }
-            return r
-        }, refused: { response })
+        return LongPoll.respond(
+            ctx, request, key: opId, timeoutSeconds: Double(waitMs) / 1000,
+            check: {
+                let op = try ctx.db.tenant(tenant) { c in try OperationStore.get(c, tenantId: tenant, id: opId) }
+                latest.withLock { $0 = op }
+                return op?.status.isFinal ?? true
+            },
+            render: { result in
+                _ = try result.get()
+                guard let op = latest.withLock({ $0 }),
+                    let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: targetId) })
+                else { return response }
+                var r = HTTPResponse.json(response.status, writeBody(op, t))
+                r.headers += response.headers.filter { $0.0.lowercased() == "idempotent-replayed" }
+                return r
+            }, refused: { response })
     }
 }

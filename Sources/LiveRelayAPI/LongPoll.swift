@@ -17,21 +17,26 @@ enum LongPoll {
 
     /// 429 `RATE_LIMITED`: the credential already has `limit` long-polls waiting.
     static func tooMany(_ limit: Int) -> HTTPError {
-        HTTPError(status: 429, code: "RATE_LIMITED",
-                  message: "this credential already has \(limit) long-polls waiting; retry when one finishes",
-                  details: ["limit": .int(Int64(limit)), "retry_after_seconds": 1], headers: [("Retry-After", "1")])
+        HTTPError(
+            status: 429, code: "RATE_LIMITED",
+            message: "this credential already has \(limit) long-polls waiting; retry when one finishes",
+            details: ["limit": .int(Int64(limit)), "retry_after_seconds": 1], headers: [("Retry-After", "1")])
     }
 
     /// A deferred response that waits on `key` (see `EventWaiter.waitAsync`) for up to
     /// `timeoutSeconds`, then answers `render(result)` (run through `Endpoint.run`'s error
     /// mapping, on a worker). When the credential is at its cap, answers `refused()` instead.
-    static func respond(_ ctx: APIContext, _ req: HTTPRequest, key: String, timeoutSeconds: Double,
-                        check: @escaping @Sendable () throws -> Bool,
-                        render: @escaping @Sendable (Result<Bool, Error>) throws -> HTTPResponse,
-                        refused: @escaping @Sendable () throws -> HTTPResponse) -> HTTPResponse {
+    static func respond(
+        _ ctx: APIContext, _ req: HTTPRequest, key: String, timeoutSeconds: Double,
+        check: @escaping @Sendable () throws -> Bool,
+        render: @escaping @Sendable (Result<Bool, Error>) throws -> HTTPResponse,
+        refused: @escaping @Sendable () throws -> HTTPResponse
+    ) -> HTTPResponse {
         .deferred { completion in
-            let admitted = ctx.events.waitAsync(for: key, credential: credentialId(req), timeoutSeconds: timeoutSeconds,
-                                                run: { job in completion.run(job) }, check: check) { result in
+            let admitted = ctx.events.waitAsync(
+                for: key, credential: credentialId(req), timeoutSeconds: timeoutSeconds,
+                run: { job in completion.run(job) }, check: check
+            ) { result in
                 completion.complete { try Endpoint.run(ctx, req) { try render(result) } }
             }
             if !admitted { completion.complete { try Endpoint.run(ctx, req) { try refused() } } }

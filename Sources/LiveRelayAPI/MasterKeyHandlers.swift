@@ -30,8 +30,9 @@ enum MasterKeyHandlers {
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: body, seal: true) { c in
             let minted = try CredentialMint.make(.master)
             let k = try KeyStore.insertMasterKey(c, tenantId: tenant, id: minted.id, label: label, secretHash: minted.secretHash, createdBy: actor)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "master_key.create", objectType: "master_key",
-                                  objectId: k.id, requestId: req.requestId, details: ["label": .string(label)])
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "master_key.create", objectType: "master_key",
+                objectId: k.id, requestId: req.requestId, details: ["label": .string(label)])
             return (201, Encode.masterKey(k, now: ctx.now(), credential: minted.token))
         }
     }
@@ -62,8 +63,9 @@ enum MasterKeyHandlers {
             let expires = dbNow.addingTimeInterval(Double(grace))
             if unrevoked.contains(id) {
                 if unrevoked == [id] {
-                    throw DomainError(status: 409, code: "LAST_MASTER_KEY",
-                                      message: "this is the tenant's last active master key; create another before revoking it")
+                    throw DomainError(
+                        status: 409, code: "LAST_MASTER_KEY",
+                        message: "this is the tenant's last active master key; create another before revoking it")
                 }
             } else if !(existing.expiresAt.map { $0 > expires } ?? false) {
                 return (existing, dbNow)  // already revoked, stopping no later than asked: idempotent
@@ -71,8 +73,9 @@ enum MasterKeyHandlers {
             // New revocation, or one that cuts a running grace period short (a key found leaked
             // mid-rotation must be stoppable at once); a later expiry never extends an earlier one.
             guard let k = try KeyStore.revokeMasterKey(c, tenantId: tenant, id: id, expiresAt: expires) else { throw Endpoint.notFound("master key") }
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "master_key.revoke", objectType: "master_key",
-                                  objectId: id, requestId: req.requestId, details: ["expires_in_seconds": .int(grace)])
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "master_key.revoke", objectType: "master_key",
+                objectId: id, requestId: req.requestId, details: ["expires_in_seconds": .int(grace)])
             try CredentialLookup.announceInvalidation(c, subject: id)
             return (k, dbNow)
         }
@@ -90,10 +93,12 @@ enum MasterKeyHandlers {
         try r.finish()
         let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
             let minted = try CredentialMint.make(.publishable)
-            let k = try KeyStore.insertPublishableKey(c, tenantId: tenant, id: minted.id, appId: appId, platform: platform,
-                                                      label: label, secretHash: minted.secretHash, createdBy: actor)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "publishable_key.create", objectType: "publishable_key",
-                                  objectId: k.id, requestId: req.requestId, details: ["app_id": .string(appId), "platform": .string(platform)])
+            let k = try KeyStore.insertPublishableKey(
+                c, tenantId: tenant, id: minted.id, appId: appId, platform: platform,
+                label: label, secretHash: minted.secretHash, createdBy: actor)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "publishable_key.create", objectType: "publishable_key",
+                objectId: k.id, requestId: req.requestId, details: ["app_id": .string(appId), "platform": .string(platform)])
             return (201, Encode.publishableKey(k, credential: minted.token))
         }
         if let key {
@@ -118,8 +123,9 @@ enum MasterKeyHandlers {
         try r.finish()
         let k = try ctx.db.tenant(tenant) { c -> PublishableKeyRecord in
             guard let k = try KeyStore.revokePublishableKey(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("publishable key") }
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "publishable_key.revoke", objectType: "publishable_key",
-                                  objectId: id, requestId: req.requestId)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "publishable_key.revoke", objectType: "publishable_key",
+                objectId: id, requestId: req.requestId)
             try CredentialLookup.announceInvalidation(c, subject: id)
             return k
         }

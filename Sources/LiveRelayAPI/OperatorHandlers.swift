@@ -36,11 +36,13 @@ enum OperatorHandlers {
         let hash = Digest.sha256Hex(try req.jsonBody().serialized())
         return try ctx.db.system { c in
             if let stored = try IdempotencyStore.claimOperator(c, endpoint: "POST /v1/operator/tenants", key: key, requestHash: hash, kek: ctx.kek) {
-                return HTTPResponse(status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
+                return HTTPResponse(
+                    status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
             }
             let created = try TenantProvisioning.create(c, name: name, dailyPushQuota: quota, actorId: op, requestId: req.requestId)
             let body = created.json(now: ctx.now()).serialized()
-            try IdempotencyStore.completeOperator(c, endpoint: "POST /v1/operator/tenants", key: key, response: StoredResponse(status: 201, body: body), kek: ctx.kek)
+            try IdempotencyStore.completeOperator(
+                c, endpoint: "POST /v1/operator/tenants", key: key, response: StoredResponse(status: 201, body: body), kek: ctx.kek)
             return HTTPResponse(status: 201, headers: [("Content-Type", "application/json")], body: body)
         }
     }
@@ -77,8 +79,11 @@ enum OperatorHandlers {
         try r.finish()
         let t = try ctx.db.system { c -> TenantRecord in
             guard let before = try TenantStore.get(c, id: id) else { throw Endpoint.notFound("tenant") }
-            guard let t = try TenantStore.update(c, id: id, name: name, dailyPushQuota: quota, status: status,
-                                                 priority10HourlyBudget: p10, frequentUpdatesHourlyBudget: frequent) else {
+            guard
+                let t = try TenantStore.update(
+                    c, id: id, name: name, dailyPushQuota: quota, status: status,
+                    priority10HourlyBudget: p10, frequentUpdatesHourlyBudget: frequent)
+            else {
                 throw Endpoint.notFound("tenant")
             }
             var changes: [String: JSONValue] = [:]
@@ -87,8 +92,9 @@ enum OperatorHandlers {
             if let status { changes["status"] = .string(status) }
             if let p10 { changes["priority10_hourly_budget"] = .int(p10) }
             if let frequent { changes["frequent_updates_hourly_budget"] = .int(frequent) }
-            try AuditStore.record(c, tenantId: id, actorId: op, action: "tenant.update", objectType: "tenant", objectId: id,
-                                  requestId: req.requestId, details: changes)
+            try AuditStore.record(
+                c, tenantId: id, actorId: op, action: "tenant.update", objectType: "tenant", objectId: id,
+                requestId: req.requestId, details: changes)
             if before.status != t.status { try CredentialLookup.announceInvalidation(c, subject: "tenant:\(id)") }
             return t
         }
@@ -109,9 +115,11 @@ public enum TenantProvisioning {
 
         /// `{"tenant": …, "master_key": {id, credential, …}, "publishable_key": {id, credential, …}}`.
         public func json(now: Date) -> JSONValue {
-            .object(["tenant": Encode.tenant(tenant),
-                     "master_key": Encode.masterKey(masterKey, now: now, credential: masterCredential),
-                     "publishable_key": Encode.publishableKey(publishableKey, credential: publishableCredential)])
+            .object([
+                "tenant": Encode.tenant(tenant),
+                "master_key": Encode.masterKey(masterKey, now: now, credential: masterCredential),
+                "publishable_key": Encode.publishableKey(publishableKey, credential: publishableCredential)
+            ])
         }
     }
 
@@ -128,19 +136,25 @@ public enum TenantProvisioning {
         let tenantId = Identifier.make(.tenant)
         do {
             let t = try TenantStore.insert(c, id: tenantId, name: name, dailyPushQuota: dailyPushQuota)
-            let mk = try KeyStore.insertMasterKey(c, tenantId: tenantId, id: master.id, label: "first master key",
-                                                  secretHash: master.secretHash, createdBy: actorId)
-            let pk = try KeyStore.insertPublishableKey(c, tenantId: tenantId, id: publishable.id, appId: nil, platform: nil,
-                                                       label: "default", secretHash: publishable.secretHash, createdBy: actorId)
-            try AuditStore.record(c, tenantId: tenantId, actorId: actorId, action: "tenant.create", objectType: "tenant",
-                                  objectId: tenantId, requestId: requestId,
-                                  details: ["name": .string(name), "daily_push_quota": .int(dailyPushQuota)])
-            try AuditStore.record(c, tenantId: tenantId, actorId: actorId, action: "master_key.create", objectType: "master_key",
-                                  objectId: mk.id, requestId: requestId)
-            try AuditStore.record(c, tenantId: tenantId, actorId: actorId, action: "publishable_key.create",
-                                  objectType: "publishable_key", objectId: pk.id, requestId: requestId)
-            return Created(tenant: t, masterKey: mk, masterCredential: master.token, publishableKey: pk,
-                           publishableCredential: publishable.token)
+            let mk = try KeyStore.insertMasterKey(
+                c, tenantId: tenantId, id: master.id, label: "first master key",
+                secretHash: master.secretHash, createdBy: actorId)
+            let pk = try KeyStore.insertPublishableKey(
+                c, tenantId: tenantId, id: publishable.id, appId: nil, platform: nil,
+                label: "default", secretHash: publishable.secretHash, createdBy: actorId)
+            try AuditStore.record(
+                c, tenantId: tenantId, actorId: actorId, action: "tenant.create", objectType: "tenant",
+                objectId: tenantId, requestId: requestId,
+                details: ["name": .string(name), "daily_push_quota": .int(dailyPushQuota)])
+            try AuditStore.record(
+                c, tenantId: tenantId, actorId: actorId, action: "master_key.create", objectType: "master_key",
+                objectId: mk.id, requestId: requestId)
+            try AuditStore.record(
+                c, tenantId: tenantId, actorId: actorId, action: "publishable_key.create",
+                objectType: "publishable_key", objectId: pk.id, requestId: requestId)
+            return Created(
+                tenant: t, masterKey: mk, masterCredential: master.token, publishableKey: pk,
+                publishableCredential: publishable.token)
         }
     }
 }

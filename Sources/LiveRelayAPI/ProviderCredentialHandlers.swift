@@ -47,10 +47,13 @@ enum ProviderCredentialHandlers {
         let deleted = try ctx.db.tenant(tenant) { c -> [APNsCredentialRecord] in
             let rows = try ProviderCredentialStore.deleteAPNs(c, tenantId: tenant, environment: environment)
             for r in rows {
-                try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "provider_credential.apns.delete",
-                                      objectType: "provider_credential", objectId: "apns_\(r.environment)", requestId: req.requestId,
-                                      details: ["environment": .string(r.environment), "team_id": .string(r.teamId),
-                                                "key_id": .string(r.keyId), "fingerprint": .string(r.fingerprint)])
+                try AuditStore.record(
+                    c, tenantId: tenant, actorId: actor, action: "provider_credential.apns.delete",
+                    objectType: "provider_credential", objectId: "apns_\(r.environment)", requestId: req.requestId,
+                    details: [
+                        "environment": .string(r.environment), "team_id": .string(r.teamId),
+                        "key_id": .string(r.keyId), "fingerprint": .string(r.fingerprint)
+                    ])
             }
             if !rows.isEmpty { try ProviderCredentialStore.notifyChanged(c, tenantId: tenant) }
             return rows
@@ -58,8 +61,12 @@ enum ProviderCredentialHandlers {
         guard !deleted.isEmpty else {
             throw Endpoint.notFound(environment.map { "APNs credential for environment \($0)" } ?? "APNs credential")
         }
-        ctx.log.info("apns credential deleted", ["tenant_id": .string(tenant),
-                                                 "fingerprints": .array(deleted.map { .string($0.fingerprint) })])
+        ctx.log.info(
+            "apns credential deleted",
+            [
+                "tenant_id": .string(tenant),
+                "fingerprints": .array(deleted.map { .string($0.fingerprint) })
+            ])
         return .json(200, .object(["deleted": .array(deleted.map(encodeAPNs))]))
     }
 
@@ -69,10 +76,13 @@ enum ProviderCredentialHandlers {
         let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
         let deleted = try ctx.db.tenant(tenant) { c -> FCMCredentialRecord? in
             guard let r = try ProviderCredentialStore.deleteFCM(c, tenantId: tenant) else { return nil }
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "provider_credential.fcm.delete",
-                                  objectType: "provider_credential", objectId: "fcm", requestId: req.requestId,
-                                  details: ["project_id": .string(r.projectId), "client_email": .string(r.clientEmail),
-                                            "fingerprint": .string(r.fingerprint)])
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "provider_credential.fcm.delete",
+                objectType: "provider_credential", objectId: "fcm", requestId: req.requestId,
+                details: [
+                    "project_id": .string(r.projectId), "client_email": .string(r.clientEmail),
+                    "fingerprint": .string(r.fingerprint)
+                ])
             try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
             return r
         }
@@ -95,32 +105,44 @@ enum ProviderCredentialHandlers {
         }
         guard !topics.isEmpty else { throw DomainError.invalid("topics", "topics must name at least one bundle id") }
         for (i, t) in topics.enumerated() where !isBundleId(t) {
-            throw DomainError.invalid("topics.\(i)", "topics.\(i) must be a bundle id such as com.example.app (letters, digits, '.', '-'; without the .push-type.liveactivity suffix)")
+            throw DomainError.invalid(
+                "topics.\(i)",
+                "topics.\(i) must be a bundle id such as com.example.app (letters, digits, '.', '-'; without the .push-type.liveactivity suffix)")
         }
         let environment = try r.enumValue("environment", ["sandbox", "production"])
         let idem = try optionalIdempotencyKey(&r)
         try r.finish()
         let key: P256PrivateKey
         do { key = try P256PrivateKey(pem: pem) } catch {
-            throw DomainError.invalid("private_key", "private_key must be the APNs token-signing key: a PEM (.p8) P-256 private key (\(reason(error)))")
+            throw DomainError.invalid(
+                "private_key", "private_key must be the APNs token-signing key: a PEM (.p8) P-256 private key (\(reason(error)))")
         }
         let fingerprint = key.publicKey.fingerprint
-        let sealed = try ProviderCredentialStore.sealPrivateKey(key.pkcs8PEM, kek: ctx.kek, tenantId: tenant, provider: "apns",
-                                                                environment: environment)
+        let sealed = try ProviderCredentialStore.sealPrivateKey(
+            key.pkcs8PEM, kek: ctx.kek, tenantId: tenant, provider: "apns",
+            environment: environment)
         let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
-            let (rec, created) = try ProviderCredentialStore.upsertAPNs(c, tenantId: tenant, environment: environment, teamId: teamId,
-                                                                        keyId: keyId, topics: topics, privateKeySealed: sealed,
-                                                                        fingerprint: fingerprint, actorId: actor)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "provider_credential.apns.put", objectType: "provider_credential",
-                                  objectId: "apns_\(environment)", requestId: req.requestId, details: [
-                                    "environment": .string(environment), "team_id": .string(teamId), "key_id": .string(keyId),
-                                    "topics": J.strs(topics), "fingerprint": .string(fingerprint), "created": .bool(created)])
+            let (rec, created) = try ProviderCredentialStore.upsertAPNs(
+                c, tenantId: tenant, environment: environment, teamId: teamId,
+                keyId: keyId, topics: topics, privateKeySealed: sealed,
+                fingerprint: fingerprint, actorId: actor)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "provider_credential.apns.put", objectType: "provider_credential",
+                objectId: "apns_\(environment)", requestId: req.requestId,
+                details: [
+                    "environment": .string(environment), "team_id": .string(teamId), "key_id": .string(keyId),
+                    "topics": J.strs(topics), "fingerprint": .string(fingerprint), "created": .bool(created)
+                ])
             try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
             return (created ? 201 : 200, encodeAPNs(rec))
         }
         let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
-        ctx.log.info("apns credential stored", ["tenant_id": .string(tenant), "environment": .string(environment),
-                                                "fingerprint": .string(fingerprint)])
+        ctx.log.info(
+            "apns credential stored",
+            [
+                "tenant_id": .string(tenant), "environment": .string(environment),
+                "fingerprint": .string(fingerprint)
+            ])
         return response
     }
 
@@ -146,31 +168,42 @@ enum ProviderCredentialHandlers {
         }
         let tokenURI = try sa.string("token_uri", maxLength: 2048)
         guard let u = URL(string: tokenURI), u.scheme?.lowercased() == "https" || u.scheme?.lowercased() == "http",
-              let host = u.host, !host.isEmpty, TokenURIPolicy.allows(tokenURI, fcmURL: ctx.fcmURL) else {
-            throw DomainError.invalid("service_account.token_uri",
-                                      "service_account.token_uri must be Google's token endpoint \(TokenURIPolicy.googleTokenURI) (or a URL on the configured FCM origin)")
+            let host = u.host, !host.isEmpty, TokenURIPolicy.allows(tokenURI, fcmURL: ctx.fcmURL)
+        else {
+            throw DomainError.invalid(
+                "service_account.token_uri",
+                "service_account.token_uri must be Google's token endpoint \(TokenURIPolicy.googleTokenURI) (or a URL on the configured FCM origin)")
         }
         // Other members of the Google key file (client_id, auth_uri, …) are accepted and not stored.
         let key: RSAPrivateKey
         do { key = try RSAPrivateKey(pem: pem) } catch {
-            throw DomainError.invalid("service_account.private_key", "service_account.private_key must be an RSA private key PEM of 2048 to 4096 bits (\(reason(error)))")
+            throw DomainError.invalid(
+                "service_account.private_key", "service_account.private_key must be an RSA private key PEM of 2048 to 4096 bits (\(reason(error)))")
         }
         let fingerprint = key.publicKey.fingerprint
         let sealed = try ProviderCredentialStore.sealPrivateKey(key.pkcs8PEM, kek: ctx.kek, tenantId: tenant, provider: "fcm", environment: nil)
         let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
-            let (rec, created) = try ProviderCredentialStore.upsertFCM(c, tenantId: tenant, projectId: projectId, clientEmail: clientEmail,
-                                                                       privateKeyId: privateKeyId, tokenURI: tokenURI, privateKeySealed: sealed,
-                                                                       fingerprint: fingerprint, actorId: actor)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "provider_credential.fcm.put", objectType: "provider_credential",
-                                  objectId: "fcm", requestId: req.requestId, details: [
-                                    "project_id": .string(projectId), "client_email": .string(clientEmail),
-                                    "private_key_id": .string(privateKeyId), "fingerprint": .string(fingerprint), "created": .bool(created)])
+            let (rec, created) = try ProviderCredentialStore.upsertFCM(
+                c, tenantId: tenant, projectId: projectId, clientEmail: clientEmail,
+                privateKeyId: privateKeyId, tokenURI: tokenURI, privateKeySealed: sealed,
+                fingerprint: fingerprint, actorId: actor)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "provider_credential.fcm.put", objectType: "provider_credential",
+                objectId: "fcm", requestId: req.requestId,
+                details: [
+                    "project_id": .string(projectId), "client_email": .string(clientEmail),
+                    "private_key_id": .string(privateKeyId), "fingerprint": .string(fingerprint), "created": .bool(created)
+                ])
             try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
             return (created ? 201 : 200, encodeFCM(rec))
         }
         let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
-        ctx.log.info("fcm credential stored", ["tenant_id": .string(tenant), "project_id": .string(projectId),
-                                               "fingerprint": .string(fingerprint)])
+        ctx.log.info(
+            "fcm credential stored",
+            [
+                "tenant_id": .string(tenant), "project_id": .string(projectId),
+                "fingerprint": .string(fingerprint)
+            ])
         return response
     }
 
@@ -187,8 +220,10 @@ enum ProviderCredentialHandlers {
 
     // MARK: - helpers
 
-    static func respond(_ ctx: APIContext, _ req: HTTPRequest, tenant: String, idempotencyKey: String?, body: JSONValue,
-                        work: (PostgresConnection) throws -> (Int, JSONValue)) throws -> HTTPResponse {
+    static func respond(
+        _ ctx: APIContext, _ req: HTTPRequest, tenant: String, idempotencyKey: String?, body: JSONValue,
+        work: (PostgresConnection) throws -> (Int, JSONValue)
+    ) throws -> HTTPResponse {
         if let idempotencyKey {
             // The stored replay holds no secret (fingerprints only), so it is kept in clear.
             return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: idempotencyKey, body: body, seal: false, work: work)
@@ -210,7 +245,8 @@ enum ProviderCredentialHandlers {
         let v = try r.requiredRaw("service_account")
         if case .string(let text) = v {
             guard text.utf8.count <= 64 * 1024, let parsed = try? JSONValue.parse(Array(text.utf8), maxDepth: 8),
-                  parsed.objectValue != nil else {
+                parsed.objectValue != nil
+            else {
                 throw DomainError.invalid("service_account", "service_account must be the service-account JSON object (or its text)")
             }
             // The outer body was checked for U+0000 (HTTPRequest.jsonBody); this inner document was not.
@@ -252,7 +288,7 @@ enum ProviderCredentialHandlers {
         var o: [String: JSONValue] = [
             "id": .string("apns_\(r.environment)"), "provider": "apns", "environment": .string(r.environment),
             "team_id": .string(r.teamId), "key_id": .string(r.keyId), "topics": J.strs(r.topics),
-            "fingerprint": .string(r.fingerprint), "created_at": J.ts(r.createdAt), "updated_at": J.ts(r.updatedAt),
+            "fingerprint": .string(r.fingerprint), "created_at": J.ts(r.createdAt), "updated_at": J.ts(r.updatedAt)
         ]
         o.merge(health(r.lastSuccessAt, r.lastFailureAt, r.lastFailureReason)) { a, _ in a }
         return .object(o)
@@ -262,7 +298,7 @@ enum ProviderCredentialHandlers {
         var o: [String: JSONValue] = [
             "id": "fcm", "provider": "fcm", "project_id": .string(r.projectId), "client_email": .string(r.clientEmail),
             "private_key_id": .string(r.privateKeyId), "token_uri": .string(r.tokenURI), "fingerprint": .string(r.fingerprint),
-            "created_at": J.ts(r.createdAt), "updated_at": J.ts(r.updatedAt),
+            "created_at": J.ts(r.createdAt), "updated_at": J.ts(r.updatedAt)
         ]
         o.merge(health(r.lastSuccessAt, r.lastFailureAt, r.lastFailureReason)) { a, _ in a }
         return .object(o)

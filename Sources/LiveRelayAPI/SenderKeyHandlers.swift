@@ -27,14 +27,16 @@ enum SenderKeyHandlers {
     static func parse(_ r: inout RequestReader, now: Date) throws -> Body {
         let perms = try r.optionalStringArray("permissions", maxCount: Permission.allCases.count, maxLength: 64)
         guard let perms, !perms.isEmpty else {
-            throw DomainError.invalid("permissions", "permissions must list at least one of \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw DomainError.invalid(
+                "permissions", "permissions must list at least one of \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         for (i, p) in perms.enumerated() where Permission(rawValue: p) == nil {
-            throw DomainError.invalid("permissions.\(i)", "unknown permission \(p.debugDescription); known: \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
+            throw DomainError.invalid(
+                "permissions.\(i)", "unknown permission \(p.debugDescription); known: \(Permission.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         let targets = try r.optionalStringArray("targets", maxCount: maxIds, maxLength: 64) ?? []
         for (i, t) in targets.enumerated()
-            where !(Identifier.isValid(t, kind: .startTarget) || Identifier.isValid(t, kind: .target) || Identifier.isValid(t, kind: .channel)) {
+        where !(Identifier.isValid(t, kind: .startTarget) || Identifier.isValid(t, kind: .target) || Identifier.isValid(t, kind: .channel)) {
             throw DomainError.invalid("targets.\(i)", "targets.\(i) must be a start target id (st_…), a target id (tgt_…) or a channel id (ch_…)")
         }
         let createdFrom = try r.optionalStringArray("created_from", maxCount: maxIds, maxLength: 64) ?? []
@@ -67,13 +69,17 @@ enum SenderKeyHandlers {
                 throw DomainError.invalid("created_from.\(i)", "created_from.\(i): no start target \(id) in this tenant")
             }
             let minted = try CredentialMint.make(.sender)
-            let k = try KeyStore.insertSenderKey(c, tenantId: tenant, id: minted.id, label: b.label, secretHash: minted.secretHash,
-                                                 targets: b.targets, createdFrom: b.createdFrom, permissions: b.permissions,
-                                                 createdBy: actor, expiresAt: b.expiresAt)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "sender_key.create", objectType: "sender_key",
-                                  objectId: k.id, requestId: req.requestId,
-                                  details: ["permissions": J.strs(b.permissions), "targets": J.strs(b.targets),
-                                            "created_from": J.strs(b.createdFrom)])
+            let k = try KeyStore.insertSenderKey(
+                c, tenantId: tenant, id: minted.id, label: b.label, secretHash: minted.secretHash,
+                targets: b.targets, createdFrom: b.createdFrom, permissions: b.permissions,
+                createdBy: actor, expiresAt: b.expiresAt)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "sender_key.create", objectType: "sender_key",
+                objectId: k.id, requestId: req.requestId,
+                details: [
+                    "permissions": J.strs(b.permissions), "targets": J.strs(b.targets),
+                    "created_from": J.strs(b.createdFrom)
+                ])
             return (201, Encode.senderKey(k, now: ctx.now(), credential: minted.token))
         }
     }
@@ -104,8 +110,9 @@ enum SenderKeyHandlers {
         try r.finish()
         let k = try ctx.db.tenant(tenant) { c -> SenderKeyRecord in
             guard let k = try KeyStore.revokeSenderKey(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("sender key") }
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "sender_key.revoke", objectType: "sender_key",
-                                  objectId: id, requestId: req.requestId)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "sender_key.revoke", objectType: "sender_key",
+                objectId: id, requestId: req.requestId)
             try CredentialLookup.announceInvalidation(c, subject: id)
             return k
         }

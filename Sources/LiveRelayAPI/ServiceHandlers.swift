@@ -14,8 +14,9 @@ enum ServiceHandlers {
         r.add("GET", "/metrics") { _ in
             .text(200, ctx.metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }
-        let caps = Capabilities.document(defaultExpirationSeconds: defaultExpirationSeconds, limits: ctx.limits,
-                                         retentionDays: ctx.retentionDays, priorityBudgets: ctx.priorityBudgets)
+        let caps = Capabilities.document(
+            defaultExpirationSeconds: defaultExpirationSeconds, limits: ctx.limits,
+            retentionDays: ctx.retentionDays, priorityBudgets: ctx.priorityBudgets)
         r.add("GET", "/v1/remote-updates/capabilities") { req in
             try Endpoint.run(ctx, req) {
                 _ = try ctx.auth.authenticate(req)  // any valid credential

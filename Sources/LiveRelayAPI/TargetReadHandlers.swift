@@ -33,10 +33,12 @@ enum TargetReadHandlers {
     /// not covered → 403.
     static func visibleTarget(_ ctx: APIContext, tenant: String, scope: SenderScope?, id: String, action: TargetAction) throws -> TargetRecord {
         guard Identifier.isValid(id, kind: .target),
-              let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: id) }) else { throw Endpoint.notFound("target") }
+            let t = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: id) })
+        else { throw Endpoint.notFound("target") }
         if let scope, !Coverage.allows(scope, action, on: t.ownership) {
-            throw Endpoint.forbidden(Coverage.covers(scope, t.ownership)
-                ? "this sender key lacks the permission for this read" : "this sender key does not cover target \(id)")
+            throw Endpoint.forbidden(
+                Coverage.covers(scope, t.ownership)
+                    ? "this sender key lacks the permission for this read" : "this sender key does not cover target \(id)")
         }
         return t
     }
@@ -57,24 +59,28 @@ enum TargetReadHandlers {
         let t = try visibleTarget(ctx, tenant: tenant, scope: scope, id: id, action: .readMetadata)
         guard let waitMs else { return .json(200, Encode.target(t, now: ctx.now())) }
         @Sendable func pending(_ t: TargetRecord) -> DomainError {
-            DomainError(status: 409, code: "TOKEN_PENDING",
-                        message: "target \(id) is \(t.status.rawValue), not ready, after waiting \(waitMs) ms",
-                        details: ["status": .string(t.status.rawValue), "target_id": .string(id)])
+            DomainError(
+                status: 409, code: "TOKEN_PENDING",
+                message: "target \(id) is \(t.status.rawValue), not ready, after waiting \(waitMs) ms",
+                details: ["status": .string(t.status.rawValue), "target_id": .string(id)])
         }
         if t.status == .ready { return .json(200, Encode.target(t, now: ctx.now())) }
         if t.status.isTerminal || waitMs == 0 { throw pending(t) }
         // Long-poll without holding a worker thread (docs/http-limits.md, "Long-polls").
         let latest = Mutex<TargetRecord>(t)
-        return LongPoll.respond(ctx, req, key: id, timeoutSeconds: Double(waitMs) / 1000, check: {
-            if let fresh = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: id) }) { latest.withLock { $0 = fresh } }
-            let t = latest.withLock { $0 }
-            return t.status == .ready || t.status.isTerminal
-        }, render: { result in
-            let ready = try result.get()
-            let t = latest.withLock { $0 }
-            if ready && t.status == .ready { return .json(200, Encode.target(t, now: ctx.now())) }
-            throw pending(t)
-        }, refused: { throw LongPoll.tooMany(ctx.events.maxWaitsPerCredential) })
+        return LongPoll.respond(
+            ctx, req, key: id, timeoutSeconds: Double(waitMs) / 1000,
+            check: {
+                if let fresh = try ctx.db.tenant(tenant, { c in try TargetStore.get(c, tenantId: tenant, id: id) }) { latest.withLock { $0 = fresh } }
+                let t = latest.withLock { $0 }
+                return t.status == .ready || t.status.isTerminal
+            },
+            render: { result in
+                let ready = try result.get()
+                let t = latest.withLock { $0 }
+                if ready && t.status == .ready { return .json(200, Encode.target(t, now: ctx.now())) }
+                throw pending(t)
+            }, refused: { throw LongPoll.tooMany(ctx.events.maxWaitsPerCredential) })
     }
 
     /// `GET …/snapshot`: business state, needs `activities:read-state` (a master key may not).
@@ -89,7 +95,9 @@ enum TargetReadHandlers {
         let (tenant, scope) = try reader(ctx, req)
         let t = try visibleTarget(ctx, tenant: tenant, scope: scope, id: req.pathParameters["tgt"] ?? "", action: .readMetadata)
         let (limit, before) = try Endpoint.listParameters(req)
-        let page = try ctx.db.tenant(tenant) { c in try OperationStore.listForTarget(c, tenantId: tenant, targetId: t.id, limit: limit, before: before) }
+        let page = try ctx.db.tenant(tenant) { c in
+            try OperationStore.listForTarget(c, tenantId: tenant, targetId: t.id, limit: limit, before: before)
+        }
         return Endpoint.list(page, Encode.operation)
     }
 
@@ -97,7 +105,8 @@ enum TargetReadHandlers {
         let (tenant, scope) = try reader(ctx, req)
         let id = req.pathParameters["op"] ?? ""
         guard Identifier.isValid(id, kind: .operation),
-              let op = try ctx.db.tenant(tenant, { c in try OperationStore.get(c, tenantId: tenant, id: id) }) else { throw Endpoint.notFound("operation") }
+            let op = try ctx.db.tenant(tenant, { c in try OperationStore.get(c, tenantId: tenant, id: id) })
+        else { throw Endpoint.notFound("operation") }
         _ = try visibleTarget(ctx, tenant: tenant, scope: scope, id: op.targetId, action: .readMetadata)
         return .json(200, Encode.operation(op))
     }
@@ -111,8 +120,9 @@ enum TargetReadHandlers {
         if let s = req.query["status"], TargetStatus(rawValue: s) == nil {
             throw DomainError.invalid("status", "status must be one of \(TargetStatus.allCases.map(\.rawValue).joined(separator: ", "))")
         }
-        let filter = TargetFilter(status: req.query["status"], businessKey: req.query["business_key"],
-                                  installationId: req.query["installation_id"], startTargetId: req.query["start_target_id"], coverage: scope)
+        let filter = TargetFilter(
+            status: req.query["status"], businessKey: req.query["business_key"],
+            installationId: req.query["installation_id"], startTargetId: req.query["start_target_id"], coverage: scope)
         let page = try ctx.db.tenant(tenant) { c in try TargetStore.list(c, tenantId: tenant, filter: filter, limit: limit, after: after) }
         return Endpoint.list(page) { Encode.target($0, now: ctx.now()) }
     }
@@ -123,11 +133,17 @@ enum TargetReadHandlers {
         let now = ctx.now()
         let day = QuotaStore.day(now)
         let (limit, u) = try ctx.db.tenant(tenant) { c in
-            (try c.query("SELECT daily_push_quota FROM tenants WHERE tenant_id = $1", [tenant])[0].int64("daily_push_quota"),
-             try QuotaStore.usage(c, tenantId: tenant, day: day))
+            (
+                try c.query("SELECT daily_push_quota FROM tenants WHERE tenant_id = $1", [tenant])[0].int64("daily_push_quota"),
+                try QuotaStore.usage(c, tenantId: tenant, day: day)
+            )
         }
-        return .json(200, ["day": .string(day), "limit": .int(limit), "used": .int(u.used), "reserved": .int(u.reserved),
-                           "remaining": .int(max(0, limit - u.used - u.reserved)),
-                           "resets_at": .string(Timestamp.format(WriteRules.quotaResetsAt(now)))])
+        return .json(
+            200,
+            [
+                "day": .string(day), "limit": .int(limit), "used": .int(u.used), "reserved": .int(u.reserved),
+                "remaining": .int(max(0, limit - u.used - u.reserved)),
+                "resets_at": .string(Timestamp.format(WriteRules.quotaResetsAt(now)))
+            ])
     }
 }

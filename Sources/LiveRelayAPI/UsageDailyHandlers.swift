@@ -24,7 +24,8 @@ enum UsageDailyHandlers {
         var days = DailyOutcomes.defaultDays
         if let d = req.query["days"] {
             guard let v = Int(d), DailyOutcomes.dayRange.contains(v) else {
-                throw DomainError.invalid("days", "days must be an integer from \(DailyOutcomes.dayRange.lowerBound) to \(DailyOutcomes.dayRange.upperBound)")
+                throw DomainError.invalid(
+                    "days", "days must be an integer from \(DailyOutcomes.dayRange.lowerBound) to \(DailyOutcomes.dayRange.upperBound)")
             }
             days = v
         }
@@ -32,12 +33,17 @@ enum UsageDailyHandlers {
         let since = DailyOutcomes.start(endingAt: now, days: days)
         let rows = try ctx.db.tenant(tenant) { c in try OperationStore.dailyCounts(c, tenantId: tenant, since: since) }
         let series = DailyOutcomes(now: now, days: days, counts: rows.counts, quota: rows.quota)
-        return .json(200, .object([
-            "object": "usage_daily", "days": .int(Int64(days)),
-            "data": .array(series.days.map { d in
-                .object(["day": .string(d.day), "total": .int(d.total), "quota_used": .int(d.quotaUsed),
-                         "outcomes": .object(Dictionary(uniqueKeysWithValues: d.counts.map { ($0.key.rawValue, JSONValue.int($0.value)) }))])
-            }),
-        ]))
+        return .json(
+            200,
+            .object([
+                "object": "usage_daily", "days": .int(Int64(days)),
+                "data": .array(
+                    series.days.map { d in
+                        .object([
+                            "day": .string(d.day), "total": .int(d.total), "quota_used": .int(d.quotaUsed),
+                            "outcomes": .object(Dictionary(uniqueKeysWithValues: d.counts.map { ($0.key.rawValue, JSONValue.int($0.value)) }))
+                        ])
+                    })
+            ]))
     }
 }

@@ -33,12 +33,14 @@ enum WebhookHandlers {
         try r.finish()
         try WebhookAddressCheck.check(url, allowPrivate: ctx.webhookAllowPrivate)
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true) { c in
-            let e = try WebhookStore.insertEndpoint(c, tenantId: tenant, id: Identifier.make(.webhookEndpoint), url: url,
-                                                    events: events, description: description)
+            let e = try WebhookStore.insertEndpoint(
+                c, tenantId: tenant, id: Identifier.make(.webhookEndpoint), url: url,
+                events: events, description: description)
             let secret = WebhookStore.newSecret()
             try WebhookStore.addSecret(c, tenantId: tenant, endpointId: e.id, secret: secret, kek: ctx.kek)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.create", objectType: "webhook_endpoint",
-                                  objectId: e.id, requestId: req.requestId, details: ["events": J.strs(events)])
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.create", objectType: "webhook_endpoint",
+                objectId: e.id, requestId: req.requestId, details: ["events": J.strs(events)])
             return (201, Encode.webhookEndpoint(e, secret: secret))
         }
     }
@@ -76,16 +78,20 @@ enum WebhookHandlers {
         try r.finish()
         if let url { try WebhookAddressCheck.check(url, allowPrivate: ctx.webhookAllowPrivate) }
         let e = try ctx.db.tenant(tenant) { c -> WebhookEndpointRecord in
-            guard let e = try WebhookStore.updateEndpoint(c, tenantId: tenant, id: req.pathParameters["we"] ?? "", url: url,
-                                                          events: events, description: description, status: status) else {
+            guard
+                let e = try WebhookStore.updateEndpoint(
+                    c, tenantId: tenant, id: req.pathParameters["we"] ?? "", url: url,
+                    events: events, description: description, status: status)
+            else {
                 throw Endpoint.notFound("webhook endpoint")
             }
             var details: [String: JSONValue] = [:]
             if let status { details["status"] = .string(status) }
             if let events { details["events"] = J.strs(events) }
             if url != nil { details["url_changed"] = true }
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.update", objectType: "webhook_endpoint",
-                                  objectId: e.id, requestId: req.requestId, details: details)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.update", objectType: "webhook_endpoint",
+                objectId: e.id, requestId: req.requestId, details: details)
             return e
         }
         return .json(200, Encode.webhookEndpoint(e))
@@ -97,8 +103,9 @@ enum WebhookHandlers {
         let id = req.pathParameters["we"] ?? ""
         try ctx.db.tenant(tenant) { c in
             guard try WebhookStore.deleteEndpoint(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("webhook endpoint") }
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.delete", objectType: "webhook_endpoint",
-                                  objectId: id, requestId: req.requestId)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.delete", objectType: "webhook_endpoint",
+                objectId: id, requestId: req.requestId)
         }
         return .json(200, ["id": .string(id), "object": "webhook_endpoint", "deleted": true])
     }
@@ -119,8 +126,9 @@ enum WebhookHandlers {
             try WebhookStore.expireSecrets(c, tenantId: tenant, endpointId: e.id, now: now, expiresAt: now.addingTimeInterval(Double(overlap)))
             let secret = WebhookStore.newSecret()
             try WebhookStore.addSecret(c, tenantId: tenant, endpointId: e.id, secret: secret, kek: ctx.kek)
-            try AuditStore.record(c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.rotate_secret", objectType: "webhook_endpoint",
-                                  objectId: e.id, requestId: req.requestId, details: ["expires_in_seconds": .int(overlap)])
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "webhook_endpoint.rotate_secret", objectType: "webhook_endpoint",
+                objectId: e.id, requestId: req.requestId, details: ["expires_in_seconds": .int(overlap)])
             return (200, Encode.webhookEndpoint(e, secret: secret))
         }
         if let key {
@@ -205,10 +213,12 @@ extension Encode {
     /// `{id, object: "webhook_endpoint", url, events, description, status, disabled_reason,
     /// created_at, updated_at}` plus `secret` in the responses that make one.
     static func webhookEndpoint(_ e: WebhookEndpointRecord, secret: String? = nil) -> JSONValue {
-        var o: [String: JSONValue] = ["id": .string(e.id), "object": "webhook_endpoint", "url": .string(e.url),
-                                      "events": J.strs(e.events), "description": .string(e.description),
-                                      "status": .string(e.status), "disabled_reason": J.str(e.disabledReason),
-                                      "created_at": J.ts(e.createdAt), "updated_at": J.ts(e.updatedAt)]
+        var o: [String: JSONValue] = [
+            "id": .string(e.id), "object": "webhook_endpoint", "url": .string(e.url),
+            "events": J.strs(e.events), "description": .string(e.description),
+            "status": .string(e.status), "disabled_reason": J.str(e.disabledReason),
+            "created_at": J.ts(e.createdAt), "updated_at": J.ts(e.updatedAt)
+        ]
         if let secret { o["secret"] = .string(secret) }
         return .object(o)
     }
@@ -217,9 +227,11 @@ extension Encode {
     /// event_type, attempt, status_code, error, duration_ms, delivered_at}` (`delivered_at` is
     /// when the attempt was made, whatever its result).
     static func webhookAttempt(_ a: WebhookAttemptRecord, endpointId: String) -> JSONValue {
-        .object(["id": .string(String(a.id)), "object": "webhook_delivery", "endpoint_id": .string(endpointId),
-                 "event_id": .string(a.eventId), "event_type": .string(a.eventType), "attempt": .int(Int64(a.attempt)),
-                 "status_code": a.statusCode.map { .int(Int64($0)) } ?? .null, "error": J.str(a.error),
-                 "duration_ms": .int(Int64(a.durationMs)), "delivered_at": J.ts(a.deliveredAt)])
+        .object([
+            "id": .string(String(a.id)), "object": "webhook_delivery", "endpoint_id": .string(endpointId),
+            "event_id": .string(a.eventId), "event_type": .string(a.eventType), "attempt": .int(Int64(a.attempt)),
+            "status_code": a.statusCode.map { .int(Int64($0)) } ?? .null, "error": J.str(a.error),
+            "duration_ms": .int(Int64(a.durationMs)), "delivered_at": J.ts(a.deliveredAt)
+        ])
     }
 }

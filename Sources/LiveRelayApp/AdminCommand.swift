@@ -11,25 +11,25 @@ import Postgres
 /// running `serve` started, or started for the command and stopped after it).
 enum AdminCommand {
     static let usage = """
-    usage: liverelay admin <task>
+        usage: liverelay admin <task>
 
-    tasks:
-      tenants create --name NAME [--daily-push-quota Q]   prints {"tenant", "master_key": {id, credential}, "publishable_key"}
-      operator-keys create [--label LABEL]                prints {"id", "credential"}
-      tenants list [--limit N] [--cursor C]               prints {"data": [tenant…], "next_cursor"} (every tenant without --limit)
-      tenants suspend --tenant T                          status suspended: every credential of T gets 403 TENANT_SUSPENDED
-      tenants resume --tenant T                           status active again
-      tenants set-quota --tenant T --daily-push-quota Q   prints the tenant
-      master-keys rotate --tenant T [--grace SECONDS] [--label LABEL]
-                                                          creates a master key (printed once) and schedules the revocation of
-                                                          every other active master key of T after SECONDS (default 3600,
-                                                          0 = now, at most 2592000); prints {"master_key", "revoked": [...]}
-      usage --tenant T                                    today's (UTC) push quota: {"tenant_id", "day", "limit", "used",
-                                                          "reserved", "remaining", "resets_at"}
+        tasks:
+          tenants create --name NAME [--daily-push-quota Q]   prints {"tenant", "master_key": {id, credential}, "publishable_key"}
+          operator-keys create [--label LABEL]                prints {"id", "credential"}
+          tenants list [--limit N] [--cursor C]               prints {"data": [tenant…], "next_cursor"} (every tenant without --limit)
+          tenants suspend --tenant T                          status suspended: every credential of T gets 403 TENANT_SUSPENDED
+          tenants resume --tenant T                           status active again
+          tenants set-quota --tenant T --daily-push-quota Q   prints the tenant
+          master-keys rotate --tenant T [--grace SECONDS] [--label LABEL]
+                                                              creates a master key (printed once) and schedules the revocation of
+                                                              every other active master key of T after SECONDS (default 3600,
+                                                              0 = now, at most 2592000); prints {"master_key", "revoked": [...]}
+          usage --tenant T                                    today's (UTC) push quota: {"tenant_id", "day", "limit", "used",
+                                                              "reserved", "remaining", "resets_at"}
 
-    Secrets are printed once and stored only as argon2id hashes. Every change is recorded as an
-    audit event with actor "cli".
-    """
+        Secrets are printed once and stored only as argon2id hashes. Every change is recorded as an
+        audit event with actor "cli".
+        """
 
     static func run(_ args: [String], config: Configuration, log: Logger) throws {
         if args.first == "usage" {
@@ -85,7 +85,9 @@ enum AdminCommand {
             guard let name = opts["name"], !name.isEmpty, name.count <= 200 else { throw UsageError("--name NAME (1–200 characters) is required") }
             var quota: Int64 = 10_000
             if let q = opts["daily-push-quota"] {
-                guard let v = Int64(q), v >= 0, v <= 1_000_000_000 else { throw UsageError("--daily-push-quota must be an integer from 0 to 1000000000") }
+                guard let v = Int64(q), v >= 0, v <= 1_000_000_000 else {
+                    throw UsageError("--daily-push-quota must be an integer from 0 to 1000000000")
+                }
                 quota = v
             }
             try check(opts, allowed: ["name", "daily-push-quota"])
@@ -157,14 +159,18 @@ enum AdminTasks {
     static func ts(_ d: Date?) -> JSONValue { d.map { .string(Timestamp.format($0)) } ?? .null }
 
     static func tenantJSON(_ t: TenantRecord) -> JSONValue {
-        .object(["id": .string(t.id), "name": .string(t.name), "daily_push_quota": .int(t.dailyPushQuota),
-                 "status": .string(t.status), "created_at": ts(t.createdAt), "updated_at": ts(t.updatedAt)])
+        .object([
+            "id": .string(t.id), "name": .string(t.name), "daily_push_quota": .int(t.dailyPushQuota),
+            "status": .string(t.status), "created_at": ts(t.createdAt), "updated_at": ts(t.updatedAt)
+        ])
     }
 
     static func masterKeyJSON(_ k: MasterKeyRecord, now: Date, credential: String? = nil) -> JSONValue {
-        var o: [String: JSONValue] = ["id": .string(k.id), "object": "master_key", "label": .string(k.label),
-                                      "status": .string(k.status(now: now)), "created_by": k.createdBy.map(JSONValue.string) ?? .null,
-                                      "created_at": ts(k.createdAt), "revoked_at": ts(k.revokedAt), "expires_at": ts(k.expiresAt)]
+        var o: [String: JSONValue] = [
+            "id": .string(k.id), "object": "master_key", "label": .string(k.label),
+            "status": .string(k.status(now: now)), "created_by": k.createdBy.map(JSONValue.string) ?? .null,
+            "created_at": ts(k.createdAt), "revoked_at": ts(k.revokedAt), "expires_at": ts(k.expiresAt)
+        ]
         if let credential { o["credential"] = .string(credential) }
         return .object(o)
     }
@@ -208,8 +214,9 @@ enum AdminTasks {
             var changes: [String: JSONValue] = [:]
             if let quota { changes["daily_push_quota"] = .int(quota) }
             if let status { changes["status"] = .string(status) }
-            try AuditStore.record(c, tenantId: id, actorId: "cli", action: "tenant.update", objectType: "tenant", objectId: id,
-                                  requestId: "cli", details: changes)
+            try AuditStore.record(
+                c, tenantId: id, actorId: "cli", action: "tenant.update", objectType: "tenant", objectId: id,
+                requestId: "cli", details: changes)
             if before.status != t.status { try CredentialLookup.announceInvalidation(c, subject: "tenant:\(id)") }
             return tenantJSON(t)
         }
@@ -225,14 +232,16 @@ enum AdminTasks {
         return try db.tenant(tenant) { c in
             let old = try KeyStore.lockUnrevokedMasterKeyIds(c, tenantId: tenant)
             let k = try KeyStore.insertMasterKey(c, tenantId: tenant, id: minted.id, label: label, secretHash: minted.secretHash, createdBy: "cli")
-            try AuditStore.record(c, tenantId: tenant, actorId: "cli", action: "master_key.create", objectType: "master_key",
-                                  objectId: k.id, requestId: "cli", details: ["label": .string(label), "rotation": true])
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: "cli", action: "master_key.create", objectType: "master_key",
+                objectId: k.id, requestId: "cli", details: ["label": .string(label), "rotation": true])
             var revoked: [JSONValue] = []
             let expires = now.addingTimeInterval(Double(graceSeconds))
             for id in old {
                 guard let r = try KeyStore.revokeMasterKey(c, tenantId: tenant, id: id, expiresAt: expires) else { continue }
-                try AuditStore.record(c, tenantId: tenant, actorId: "cli", action: "master_key.revoke", objectType: "master_key",
-                                      objectId: id, requestId: "cli", details: ["expires_in_seconds": .int(graceSeconds), "rotation": true])
+                try AuditStore.record(
+                    c, tenantId: tenant, actorId: "cli", action: "master_key.revoke", objectType: "master_key",
+                    objectId: id, requestId: "cli", details: ["expires_in_seconds": .int(graceSeconds), "rotation": true])
                 try CredentialLookup.announceInvalidation(c, subject: id)
                 revoked.append(masterKeyJSON(r, now: now))
             }
@@ -246,8 +255,10 @@ enum AdminTasks {
         let day = QuotaStore.day(now)
         let t = try db.system { c in try requireTenant(c, tenant) }
         let u = try db.tenant(tenant) { c in try QuotaStore.usage(c, tenantId: tenant, day: day) }
-        return .object(["tenant_id": .string(tenant), "day": .string(day), "limit": .int(t.dailyPushQuota), "used": .int(u.used),
-                        "reserved": .int(u.reserved), "remaining": .int(max(0, t.dailyPushQuota - u.used - u.reserved)),
-                        "resets_at": .string(Timestamp.format(WriteRules.quotaResetsAt(now)))])
+        return .object([
+            "tenant_id": .string(tenant), "day": .string(day), "limit": .int(t.dailyPushQuota), "used": .int(u.used),
+            "reserved": .int(u.reserved), "remaining": .int(max(0, t.dailyPushQuota - u.used - u.reserved)),
+            "resets_at": .string(Timestamp.format(WriteRules.quotaResetsAt(now)))
+        ])
     }
 }

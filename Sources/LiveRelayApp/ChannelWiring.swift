@@ -11,20 +11,30 @@ import Metrics
 extension WorkerCommand {
     /// APNs channel management for an API node: its own credential source (invalidated by
     /// NOTIFY like the dispatcher's) and `APNsChannelClient` on the configured channel hosts.
-    static func makeChannelManager(config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
-                                   log: Logger) throws -> (manager: any ChannelManaging, stop: () -> Void) {
+    static func makeChannelManager(
+        config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
+        log: Logger
+    ) throws -> (manager: any ChannelManaging, stop: () -> Void) {
         let source = DatabaseProviderCredentialSource(db: db, kek: try AESGCM(key: kek), log: log.with(["component": "channels"]))
         source.start()
         source.startChangeListener(conninfo: conninfo)
         let client = APNsChannelClient(source: source, endpoints: config.providerEndpoints(maxConnectionsPerPool: 1), metrics: metrics)
-        return (APNsChannelProvider(client: client), { client.close(); source.stop() })
+        return (
+            APNsChannelProvider(client: client),
+            {
+                client.close(); source.stop()
+            }
+        )
     }
 
     /// The channel worker of `serve` and `worker`, sending broadcasts and deleting channels
     /// through the push sender's `APNsChannelClient` (one JWT cache for both).
-    static func makeChannelWorker(config: Configuration, db: Database, conninfo: String, sender: any PushSender, metrics: MetricsRegistry,
-                                  log: Logger, env: [String: String] = ProcessInfo.processInfo.environment) -> ChannelWorker {
-        let provider: any ChannelManaging & BroadcastSending = (sender as? ProviderSender).map { APNsChannelProvider(client: $0.channels) }
+    static func makeChannelWorker(
+        config: Configuration, db: Database, conninfo: String, sender: any PushSender, metrics: MetricsRegistry,
+        log: Logger, env: [String: String] = ProcessInfo.processInfo.environment
+    ) -> ChannelWorker {
+        let provider: any ChannelManaging & BroadcastSending =
+            (sender as? ProviderSender).map { APNsChannelProvider(client: $0.channels) }
             ?? UnconfiguredChannelManager()
         let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
         let wc = ChannelWorkerConfiguration(workerId: id + "-channels", defaultExpirationSeconds: config.defaultExpirationSeconds)

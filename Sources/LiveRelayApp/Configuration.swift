@@ -96,7 +96,9 @@ public struct Configuration: Sendable {
 
         var kek: [UInt8]?
         if let k = nonEmpty("LIVERELAY_KEK") {
-            if let d = Data(base64Encoded: k), d.count == 32 { kek = Array(d) } else {
+            if let d = Data(base64Encoded: k), d.count == 32 {
+                kek = Array(d)
+            } else {
                 problems.append("LIVERELAY_KEK must be the base64 of exactly 32 random bytes (e.g. `openssl rand -base64 32`)")
             }
         }
@@ -139,19 +141,25 @@ public struct Configuration: Sendable {
         let webhookThreads = int("LIVERELAY_WEBHOOK_THREADS", 8, 0...256)
         var allowPrivate = false
         if let v = nonEmpty("LIVERELAY_WEBHOOK_ALLOW_PRIVATE") {
-            if v == "1" { allowPrivate = true } else if v != "0" {
+            if v == "1" {
+                allowPrivate = true
+            } else if v != "0" {
                 problems.append("LIVERELAY_WEBHOOK_ALLOW_PRIVATE must be 1 (or unset), got \(v.debugDescription)")
             }
         }
 
         var level = LogLevel.info
         if let l = nonEmpty("LIVERELAY_LOG_LEVEL") {
-            if let v = LogLevel(name: l) { level = v } else {
+            if let v = LogLevel(name: l) {
+                level = v
+            } else {
                 problems.append("LIVERELAY_LOG_LEVEL must be one of debug, info, warning, error, got \(l.debugDescription)")
             }
         }
-        let home = URL(fileURLWithPath: nonEmpty("LIVERELAY_HOME") ?? ".liverelay",
-                       relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL
+        let home = URL(
+            fileURLWithPath: nonEmpty("LIVERELAY_HOME") ?? ".liverelay",
+            relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+        ).standardizedFileURL
 
         let maxInstallations = int("LIVERELAY_MAX_INSTALLATIONS_PER_TENANT", TenantLimits.defaultMaxInstallations, 1...1_000_000_000)
         let maxLiveTargets = int("LIVERELAY_MAX_LIVE_TARGETS_PER_TENANT", TenantLimits.defaultMaxLiveTargets, 1...1_000_000_000)
@@ -161,15 +169,18 @@ public struct Configuration: Sendable {
         let process = ProcessSettings.read(&reader)
         problems += reader.problems
         let budgets = PriorityBudget.Defaults(
-            priority10HourlyBudget: int("LIVERELAY_PRIORITY10_HOURLY_BUDGET", PriorityBudget.Defaults.standard.priority10HourlyBudget,
-                                        0...PriorityBudget.maxBudget),
-            frequentUpdatesHourlyBudget: int("LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET", PriorityBudget.Defaults.standard.frequentUpdatesHourlyBudget,
-                                             0...PriorityBudget.maxBudget))
+            priority10HourlyBudget: int(
+                "LIVERELAY_PRIORITY10_HOURLY_BUDGET", PriorityBudget.Defaults.standard.priority10HourlyBudget,
+                0...PriorityBudget.maxBudget),
+            frequentUpdatesHourlyBudget: int(
+                "LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET", PriorityBudget.Defaults.standard.frequentUpdatesHourlyBudget,
+                0...PriorityBudget.maxBudget))
 
         if !problems.isEmpty { throw ConfigurationError(problems: problems) }
-        var config = Configuration(databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
-                             apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
-                             logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
+        var config = Configuration(
+            databaseURL: db, listenHost: host, listenPort: port, kek: kek, apnsProductionURL: apnsProd,
+            apnsSandboxURL: apnsSandbox, fcmURL: fcm, extraCAFile: ca, defaultExpirationSeconds: exp,
+            logLevel: level, home: home, httpThreads: threads, databasePoolSize: poolSize)
         config.allowPrivilegedRole = allowPrivileged
         config.apnsChannelsSandboxURL = channelsSandbox; config.apnsChannelsProductionURL = channelsProd
         config.apnsBroadcastSandboxURL = broadcastSandbox; config.apnsBroadcastProductionURL = broadcastProd
@@ -187,8 +198,9 @@ extension Configuration {
     /// The provider URLs, extra CA and connections per pool as `ProviderEndpoints` (every URL was
     /// validated by `load`).
     public func providerEndpoints(maxConnectionsPerPool: Int = 4) -> ProviderEndpoints {
-        var e = ProviderEndpoints(apnsProductionURL: URL(string: apnsProductionURL)!, apnsSandboxURL: URL(string: apnsSandboxURL)!,
-                                  fcmURL: URL(string: fcmURL)!, extraCAFile: extraCAFile, maxConnectionsPerPool: maxConnectionsPerPool)
+        var e = ProviderEndpoints(
+            apnsProductionURL: URL(string: apnsProductionURL)!, apnsSandboxURL: URL(string: apnsSandboxURL)!,
+            fcmURL: URL(string: fcmURL)!, extraCAFile: extraCAFile, maxConnectionsPerPool: maxConnectionsPerPool)
         e.apnsChannelsSandboxURL = URL(string: apnsChannelsSandboxURL)!
         e.apnsChannelsProductionURL = URL(string: apnsChannelsProductionURL)!
         e.apnsBroadcastSandboxURL = URL(string: apnsBroadcastSandboxURL)!

@@ -60,12 +60,14 @@ public struct DeviceSimulator: Sendable, Equatable {
         case "apns":
             if let tpl = state.templates.first(where: { $0.pushToStartToken == push.token }) {
                 guard content.event == .start else {
-                    return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: content.targetId,
-                                       reason: "a \(content.event.rawValue) push on a push-to-start token")
+                    return DeviceEvent(
+                        sequence: push.sequence, kind: .ignored, targetId: content.targetId,
+                        reason: "a \(content.event.rawValue) push on a push-to-start token")
                 }
                 if let at = content.attributesType, at != tpl.attributesType {
-                    return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: content.targetId,
-                                       reason: "attributes-type \(at) does not match the push-to-start token's \(tpl.attributesType)")
+                    return DeviceEvent(
+                        sequence: push.sequence, kind: .ignored, targetId: content.targetId,
+                        reason: "attributes-type \(at) does not match the push-to-start token's \(tpl.attributesType)")
                 }
                 targetId = content.targetId
             } else if let a = state.activities.first(where: { $0.updateToken == push.token }) {
@@ -92,9 +94,10 @@ public struct DeviceSimulator: Sendable, Equatable {
             if state.activities.contains(where: { $0.targetId == targetId }) {
                 return DeviceEvent(sequence: push.sequence, kind: .ignored, targetId: targetId, reason: "duplicate start: the activity exists")
             }
-            var a = SimulatedActivity(targetId: targetId, activityType: activityType(for: content), origin: "remote",
-                                      templateVersion: content.templateVersion, businessKey: content.businessKey,
-                                      state: .object([:]), revision: content.revision, timestamp: content.timestamp, phase: .active)
+            var a = SimulatedActivity(
+                targetId: targetId, activityType: activityType(for: content), origin: "remote",
+                templateVersion: content.templateVersion, businessKey: content.businessKey,
+                state: .object([:]), revision: content.revision, timestamp: content.timestamp, phase: .active)
             a.alert = content.alert
             a.staleDate = content.staleDate
             a.relevanceScore = content.relevanceScore
@@ -109,8 +112,9 @@ public struct DeviceSimulator: Sendable, Equatable {
                 token = t
             }
             state.activities.append(a)
-            return DeviceEvent(sequence: push.sequence, kind: .started, targetId: targetId, reason: a.placeholder,
-                               registerUpdateToken: token)
+            return DeviceEvent(
+                sequence: push.sequence, kind: .started, targetId: targetId, reason: a.placeholder,
+                registerUpdateToken: token)
         }
 
         return applyChange(content, to: targetId, sequence: push.sequence, nowS: nowS)
@@ -126,8 +130,9 @@ public struct DeviceSimulator: Sendable, Equatable {
             return DeviceEvent(sequence: sequence, kind: .ignored, targetId: targetId, reason: "the activity has ended")
         }
         guard content.timestamp > a.timestamp else {
-            return DeviceEvent(sequence: sequence, kind: .ignored, targetId: targetId,
-                               reason: "timestamp \(content.timestamp) is not newer than \(a.timestamp)")
+            return DeviceEvent(
+                sequence: sequence, kind: .ignored, targetId: targetId,
+                reason: "timestamp \(content.timestamp) is not newer than \(a.timestamp)")
         }
         a.timestamp = content.timestamp
         a.alert = content.alert
@@ -175,10 +180,13 @@ public struct DeviceSimulator: Sendable, Equatable {
     /// A local start (`POST …/targets` answered with `target`): the activity exists on the
     /// device at once with `state`; iOS gives it `updateToken` to register.
     /// `channelId`: started with `pushType: .channel(id)` (iOS 18): no update token.
-    public mutating func localStart(targetId: String, activityType: String, templateVersion: String?, businessKey: String?,
-                                    state s: JSONValue, now: Date, updateToken: String?, channelId: String? = nil) -> DeviceEvent {
-        var a = SimulatedActivity(targetId: targetId, activityType: activityType, origin: "local", templateVersion: templateVersion,
-                                  businessKey: businessKey, state: s, revision: nil, timestamp: 0, phase: .active)
+    public mutating func localStart(
+        targetId: String, activityType: String, templateVersion: String?, businessKey: String?,
+        state s: JSONValue, now: Date, updateToken: String?, channelId: String? = nil
+    ) -> DeviceEvent {
+        var a = SimulatedActivity(
+            targetId: targetId, activityType: activityType, origin: "local", templateVersion: templateVersion,
+            businessKey: businessKey, state: s, revision: nil, timestamp: 0, phase: .active)
         // Only FCM data messages carry revisions; an iOS device never learns them.
         if state.platform == .android { a.revision = 1 }
         a.updateToken = state.platform == .ios && channelId == nil ? updateToken : nil
@@ -270,7 +278,8 @@ public struct DevicePush: Sendable, Equatable {
     /// From one element of the sandbox's `GET /sandbox/deliveries` `data`.
     public init?(sandboxDelivery d: JSONValue) {
         guard let seq = d["sequence"]?.intValue, let provider = d["provider"]?.stringValue, let token = d["token"]?.stringValue,
-              let payload = d["payload"] else { return nil }
+            let payload = d["payload"]
+        else { return nil }
         self.init(sequence: Int(seq), provider: provider, token: token, payload: payload)
     }
 }
@@ -307,10 +316,11 @@ struct PushContent: Equatable {
             }
             var alert: DeviceAlert?
             if let t = s("alert_title") { alert = DeviceAlert(title: t, body: s("alert_body") ?? "") }
-            return PushContent(event: ev, timestamp: ts, targetId: s("target_id"), templateVersion: s("template_version"),
-                               attributesType: nil, businessKey: nil, state: state, alert: alert,
-                               staleDate: s("stale_at").flatMap { Int64($0) }, dismissalDate: s("dismiss_at").flatMap { Int64($0) },
-                               relevanceScore: nil, revision: s("revision").flatMap { Int64($0) })
+            return PushContent(
+                event: ev, timestamp: ts, targetId: s("target_id"), templateVersion: s("template_version"),
+                attributesType: nil, businessKey: nil, state: state, alert: alert,
+                staleDate: s("stale_at").flatMap { Int64($0) }, dismissalDate: s("dismiss_at").flatMap { Int64($0) },
+                relevanceScore: nil, revision: s("revision").flatMap { Int64($0) })
         }
         guard let aps = p.payload["aps"]?.objectValue else { throw Unreadable(description: "no aps") }
         guard let ev = aps["event"]?.stringValue.flatMap(PushEvent.init(rawValue:)) else { throw Unreadable(description: "aps.event") }
@@ -320,12 +330,13 @@ struct PushContent: Equatable {
             alert = DeviceAlert(title: a["title"]?.stringValue ?? "", body: a["body"]?.stringValue ?? "")
         }
         let attrs = aps["attributes"]
-        return PushContent(event: ev, timestamp: ts, targetId: attrs?["target_id"]?.stringValue,
-                           templateVersion: attrs?["template_version"]?.stringValue, attributesType: aps["attributes-type"]?.stringValue,
-                           businessKey: attrs?["business_key"]?.stringValue, state: aps["content-state"], alert: alert,
-                           staleDate: aps["stale-date"]?.intValue, dismissalDate: aps["dismissal-date"]?.intValue,
-                           relevanceScore: aps["relevance-score"]?.doubleValue, revision: nil,
-                           inputPushChannel: aps["input-push-channel"]?.stringValue)
+        return PushContent(
+            event: ev, timestamp: ts, targetId: attrs?["target_id"]?.stringValue,
+            templateVersion: attrs?["template_version"]?.stringValue, attributesType: aps["attributes-type"]?.stringValue,
+            businessKey: attrs?["business_key"]?.stringValue, state: aps["content-state"], alert: alert,
+            staleDate: aps["stale-date"]?.intValue, dismissalDate: aps["dismissal-date"]?.intValue,
+            relevanceScore: aps["relevance-score"]?.doubleValue, revision: nil,
+            inputPushChannel: aps["input-push-channel"]?.stringValue)
     }
 }
 

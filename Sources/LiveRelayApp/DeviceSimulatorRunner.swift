@@ -79,8 +79,10 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
     /// The last poll's error (background loop), for diagnostics.
     public private(set) var lastError: String?
 
-    public init(state: DeviceSimulatorState, stateFile: URL?, now: @escaping @Sendable () -> Date = Date.init,
-                output: @escaping @Sendable (String) -> Void) {
+    public init(
+        state: DeviceSimulatorState, stateFile: URL?, now: @escaping @Sendable () -> Date = Date.init,
+        output: @escaping @Sendable (String) -> Void
+    ) {
         sim = DeviceSimulator(state: state)
         self.stateFile = stateFile
         self.now = now
@@ -140,19 +142,24 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
     @discardableResult
     public func register(publishableKey: String) throws -> JSONValue {
         let s = state
-        var body: [String: JSONValue] = ["platform": .string(s.platform.rawValue), "app_id": .string(s.appId),
-                                         "environment": .string(s.environment), "install_id": .string(s.installId)]
+        var body: [String: JSONValue] = [
+            "platform": .string(s.platform.rawValue), "app_id": .string(s.appId),
+            "environment": .string(s.environment), "install_id": .string(s.installId)
+        ]
         if let v = s.osVersion { body["os_version"] = .string(v) }
         let v = try http.ok("POST", s.apiURL + "/v1/installations", body: .object(body), bearer: publishableKey, context: "register")
         guard let id = v["installation_id"]?.stringValue, let cred = v["credential"]?.stringValue else {
             throw DeviceAPIError(status: 200, code: nil, body: v, context: "register: no installation_id/credential in the answer")
         }
-        mutate { $0.state.installationId = id; $0.state.credential = cred }
+        mutate {
+            $0.state.installationId = id; $0.state.credential = cred
+        }
         var answer = v
         if s.platform == .android {
             let token = s.fcmToken ?? ("sim" + Self.hexToken().prefix(22) + ":APA91b" + Self.hexToken().prefix(40))
-            answer = try http.ok("PUT", s.apiURL + "/v1/installations/\(id)/fcm-token", body: ["token": .string(token)], bearer: cred,
-                                 context: "register FCM token")
+            answer = try http.ok(
+                "PUT", s.apiURL + "/v1/installations/\(id)/fcm-token", body: ["token": .string(token)], bearer: cred,
+                context: "register FCM token")
             mutate { $0.state.fcmToken = token }
         }
         try save()
@@ -172,22 +179,26 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         guard let st = v["start_target_id"]?.stringValue, let tv = v["template_version"]?.stringValue else {
             throw DeviceAPIError(status: 200, code: nil, body: v, context: "prepare: no start_target_id/template_version in the answer")
         }
-        var t = SimulatedTemplate(startTargetId: st, templateVersion: tv, bindingId: template["binding_id"]?.stringValue ?? "",
-                                  activityType: template["activity_type"]?.stringValue ?? "",
-                                  attributesType: template["attributes_type"]?.stringValue ?? "",
-                                  schema: template["schema"].flatMap { $0 == .null ? nil : $0 }, pushToStartToken: nil)
+        var t = SimulatedTemplate(
+            startTargetId: st, templateVersion: tv, bindingId: template["binding_id"]?.stringValue ?? "",
+            activityType: template["activity_type"]?.stringValue ?? "",
+            attributesType: template["attributes_type"]?.stringValue ?? "",
+            schema: template["schema"].flatMap { $0 == .null ? nil : $0 }, pushToStartToken: nil)
         var status = v["status"]?.stringValue ?? "pending"
         if s.platform == .ios {
             let token = s.templates.first(where: { $0.startTargetId == st })?.pushToStartToken ?? Self.hexToken()
-            let r = try http.ok("PUT", s.apiURL + "/v1/installations/\(id)/start-targets/\(st)/push-to-start-token",
-                                body: ["token": .string(token)], bearer: cred, context: "register push-to-start token")
+            let r = try http.ok(
+                "PUT", s.apiURL + "/v1/installations/\(id)/start-targets/\(st)/push-to-start-token",
+                body: ["token": .string(token)], bearer: cred, context: "register push-to-start token")
             status = r["status"]?.stringValue ?? status
             t.pushToStartToken = token
         }
         mutate { $0.state.prepared(t) }
         try save()
-        return .object(["start_target_id": .string(st), "template_version": .string(tv), "status": .string(status),
-                        "activity_type": .string(t.activityType), "platform": .string(s.platform.rawValue)])
+        return .object([
+            "start_target_id": .string(st), "template_version": .string(tv), "status": .string(status),
+            "activity_type": .string(t.activityType), "platform": .string(s.platform.rawValue)
+        ])
     }
 
     /// Local start: reserves the business instance (`POST …/targets`), creates the activity on
@@ -197,14 +208,18 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
     /// activity subscribes to `apnsChannelId` (the channel's `apns_channel_id`) and registers no
     /// update token.
     @discardableResult
-    public func localStart(activityType: String, businessKey: String, businessGeneration: String, state st: JSONValue,
-                           idempotencyKey: String? = nil, extra: [String: JSONValue] = [:], channelId: String? = nil,
-                           apnsChannelId: String? = nil) throws -> JSONValue {
+    public func localStart(
+        activityType: String, businessKey: String, businessGeneration: String, state st: JSONValue,
+        idempotencyKey: String? = nil, extra: [String: JSONValue] = [:], channelId: String? = nil,
+        apnsChannelId: String? = nil
+    ) throws -> JSONValue {
         let (id, cred) = try installation()
         let s = state
-        var body: [String: JSONValue] = ["activity_type": .string(activityType), "business_key": .string(businessKey),
-                                         "business_generation": .string(businessGeneration), "state": st,
-                                         "idempotency_key": .string(idempotencyKey ?? "\(businessKey):start:\(businessGeneration)")]
+        var body: [String: JSONValue] = [
+            "activity_type": .string(activityType), "business_key": .string(businessKey),
+            "business_generation": .string(businessGeneration), "state": st,
+            "idempotency_key": .string(idempotencyKey ?? "\(businessKey):start:\(businessGeneration)")
+        ]
         if let channelId { body["channel_id"] = .string(channelId) }
         for (k, v) in extra { body[k] = v }
         let target = try http.ok("POST", s.apiURL + "/v1/installations/\(id)/targets", body: .object(body), bearer: cred, context: "local start")
@@ -215,20 +230,23 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         var subscribe: String?
         if channelId != nil {
             guard let id = apnsChannelId ?? target["apns_channel_id"]?.stringValue else {
-                throw DeviceSimulatorState.Invalid(description: "reserved \(tgt) into the channel, but its apns_channel_id is unknown: pass --apns-channel-id")
+                throw DeviceSimulatorState.Invalid(
+                    description: "reserved \(tgt) into the channel, but its apns_channel_id is unknown: pass --apns-channel-id")
             }
             subscribe = id
         }
         let ev = mutate {
-            $0.localStart(targetId: tgt, activityType: activityType, templateVersion: target["template_version"]?.stringValue,
-                          businessKey: businessKey, state: st, now: now(), updateToken: token,
-                          channelId: subscribe)
+            $0.localStart(
+                targetId: tgt, activityType: activityType, templateVersion: target["template_version"]?.stringValue,
+                businessKey: businessKey, state: st, now: now(), updateToken: token,
+                channelId: subscribe)
         }
         try save()
         report(ev, header: "local start")
         guard let token = ev.registerUpdateToken else { return target }
-        let registered = try http.ok("PUT", s.apiURL + "/v1/installations/\(id)/targets/\(tgt)/push-token", body: ["token": .string(token)],
-                                     bearer: cred, context: "register update token")
+        let registered = try http.ok(
+            "PUT", s.apiURL + "/v1/installations/\(id)/targets/\(tgt)/push-token", body: ["token": .string(token)],
+            bearer: cred, context: "register update token")
         output("  update token registered for \(tgt): target \(registered["status"]?.stringValue ?? "?")")
         return registered
     }
@@ -243,10 +261,12 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         let s = state
         var pushes: [DevicePush] = []
         var runId: String?
-        for (provider, token) in sim_watched(s) {
+        for (provider, token) in tokensToWatch(s) {
             var comps = URLComponents(string: s.sandboxURL + "/sandbox/deliveries")
-            comps?.queryItems = [URLQueryItem(name: "token", value: token), URLQueryItem(name: "provider", value: provider),
-                                 URLQueryItem(name: "accepted", value: "true")]
+            comps?.queryItems = [
+                URLQueryItem(name: "token", value: token), URLQueryItem(name: "provider", value: provider),
+                URLQueryItem(name: "accepted", value: "true")
+            ]
             // '+' and ':' are legal in a query but some servers read '+' as a space.
             let url = (comps?.url?.absoluteString ?? "").replacingOccurrences(of: "+", with: "%2B")
             let v = try http.ok("GET", url, context: "read the sandbox delivery log")
@@ -275,8 +295,9 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
             if let token = ev.registerUpdateToken, let tgt = ev.targetId {
                 do {
                     let (id, cred) = try installation()
-                    let t = try http.ok("PUT", s.apiURL + "/v1/installations/\(id)/targets/\(tgt)/push-token", body: ["token": .string(token)],
-                                        bearer: cred, context: "register update token")
+                    let t = try http.ok(
+                        "PUT", s.apiURL + "/v1/installations/\(id)/targets/\(tgt)/push-token", body: ["token": .string(token)],
+                        bearer: cred, context: "register update token")
                     output("  update token registered for \(tgt): target \(t["status"]?.stringValue ?? "?")")
                 } catch {
                     output("  update token for \(tgt) NOT registered: \(error)")
@@ -291,7 +312,7 @@ public final class DeviceSimulatorRunner: @unchecked Sendable {  // `sim` and `s
         return events + dismissed
     }
 
-    private func sim_watched(_ s: DeviceSimulatorState) -> [(provider: String, token: String)] {
+    private func tokensToWatch(_ s: DeviceSimulatorState) -> [(provider: String, token: String)] {
         DeviceSimulator(state: s).watchedTokens
     }
 

@@ -16,8 +16,10 @@ public struct SimulatedTemplate: Sendable, Equatable {
     /// iOS: the push-to-start token registered for the start target (the latest one).
     public var pushToStartToken: String?
 
-    public init(startTargetId: String, templateVersion: String, bindingId: String, activityType: String, attributesType: String,
-                schema: JSONValue?, pushToStartToken: String?) {
+    public init(
+        startTargetId: String, templateVersion: String, bindingId: String, activityType: String, attributesType: String,
+        schema: JSONValue?, pushToStartToken: String?
+    ) {
         self.startTargetId = startTargetId; self.templateVersion = templateVersion; self.bindingId = bindingId
         self.activityType = activityType; self.attributesType = attributesType; self.schema = schema
         self.pushToStartToken = pushToStartToken
@@ -54,8 +56,10 @@ public struct SimulatedActivity: Sendable, Equatable {
     /// activity has no update token and receives the channel's broadcasts.
     public var channelId: String?
 
-    public init(targetId: String, activityType: String, origin: String, templateVersion: String?, businessKey: String?,
-                state: JSONValue, revision: Int64?, timestamp: Int64, phase: Phase) {
+    public init(
+        targetId: String, activityType: String, origin: String, templateVersion: String?, businessKey: String?,
+        state: JSONValue, revision: Int64?, timestamp: Int64, phase: Phase
+    ) {
         self.targetId = targetId; self.activityType = activityType; self.origin = origin; self.templateVersion = templateVersion
         self.businessKey = businessKey; self.state = state; self.revision = revision; self.timestamp = timestamp; self.phase = phase
     }
@@ -92,9 +96,11 @@ public struct DeviceSimulatorState: Sendable, Equatable {
     /// the first read.
     public var sandboxRunId: String?
 
-    public init(platform: DevicePlatform, appId: String, environment: String = "sandbox", apiURL: String, sandboxURL: String,
-                installId: String = UUID().uuidString.lowercased(), installationId: String? = nil, credential: String? = nil,
-                fcmToken: String? = nil) {
+    public init(
+        platform: DevicePlatform, appId: String, environment: String = "sandbox", apiURL: String, sandboxURL: String,
+        installId: String = UUID().uuidString.lowercased(), installationId: String? = nil, credential: String? = nil,
+        fcmToken: String? = nil
+    ) {
         self.platform = platform; self.appId = appId; self.environment = environment; self.apiURL = apiURL
         self.sandboxURL = sandboxURL; self.installId = installId; self.installationId = installationId
         self.credential = credential; self.fcmToken = fcmToken
@@ -123,10 +129,12 @@ extension DeviceSimulatorState {
         func opt(_ s: String?) -> JSONValue { s.map(JSONValue.string) ?? .null }
         func optI(_ i: Int64?) -> JSONValue { i.map(JSONValue.int) ?? .null }
         func tpl(_ t: SimulatedTemplate) -> JSONValue {
-            .object(["start_target_id": .string(t.startTargetId), "template_version": .string(t.templateVersion),
-                     "binding_id": .string(t.bindingId), "activity_type": .string(t.activityType),
-                     "attributes_type": .string(t.attributesType), "schema": t.schema ?? .null,
-                     "push_to_start_token": opt(t.pushToStartToken)])
+            .object([
+                "start_target_id": .string(t.startTargetId), "template_version": .string(t.templateVersion),
+                "binding_id": .string(t.bindingId), "activity_type": .string(t.activityType),
+                "attributes_type": .string(t.attributesType), "schema": t.schema ?? .null,
+                "push_to_start_token": opt(t.pushToStartToken)
+            ])
         }
         return .object([
             "platform": .string(platform.rawValue), "app_id": .string(appId), "environment": .string(environment),
@@ -134,18 +142,21 @@ extension DeviceSimulatorState {
             "installation_id": opt(installationId), "credential": opt(credential), "fcm_token": opt(fcmToken),
             "os_version": opt(osVersion),
             "templates": .array(templates.map(tpl)), "installed_templates": .array(installedTemplates.map(tpl)),
-            "activities": .array(activities.map { a in
-                .object(["target_id": .string(a.targetId), "activity_type": .string(a.activityType), "origin": .string(a.origin),
-                         "template_version": opt(a.templateVersion), "business_key": opt(a.businessKey), "state": a.state,
-                         "revision": optI(a.revision), "timestamp": .int(a.timestamp), "phase": .string(a.phase.rawValue),
-                         "update_token": opt(a.updateToken),
-                         "alert": a.alert.map { .object(["title": .string($0.title), "body": .string($0.body)]) } ?? .null,
-                         "stale_date": optI(a.staleDate), "relevance_score": a.relevanceScore.map(JSONValue.double) ?? .null,
-                         "ended_at": optI(a.endedAt), "dismiss_at": optI(a.dismissAt), "placeholder": opt(a.placeholder),
-                         "channel_id": opt(a.channelId)])
-            }),
+            "activities": .array(
+                activities.map { a in
+                    .object([
+                        "target_id": .string(a.targetId), "activity_type": .string(a.activityType), "origin": .string(a.origin),
+                        "template_version": opt(a.templateVersion), "business_key": opt(a.businessKey), "state": a.state,
+                        "revision": optI(a.revision), "timestamp": .int(a.timestamp), "phase": .string(a.phase.rawValue),
+                        "update_token": opt(a.updateToken),
+                        "alert": a.alert.map { .object(["title": .string($0.title), "body": .string($0.body)]) } ?? .null,
+                        "stale_date": optI(a.staleDate), "relevance_score": a.relevanceScore.map(JSONValue.double) ?? .null,
+                        "ended_at": optI(a.endedAt), "dismiss_at": optI(a.dismissAt), "placeholder": opt(a.placeholder),
+                        "channel_id": opt(a.channelId)
+                    ])
+                }),
             "cursors": .object(cursors.mapValues { .int(Int64($0)) }),
-            "sandbox_run_id": opt(sandboxRunId),
+            "sandbox_run_id": opt(sandboxRunId)
         ])
     }
 
@@ -157,24 +168,27 @@ extension DeviceSimulatorState {
             return s
         }
         guard let p = DevicePlatform(rawValue: try req("platform")) else { throw Invalid(description: "platform must be ios or android") }
-        self.init(platform: p, appId: try req("app_id"), environment: try req("environment"), apiURL: try req("api_url"),
-                  sandboxURL: try req("sandbox_url"), installId: try req("install_id"), installationId: v["installation_id"]?.stringValue,
-                  credential: v["credential"]?.stringValue, fcmToken: v["fcm_token"]?.stringValue)
+        self.init(
+            platform: p, appId: try req("app_id"), environment: try req("environment"), apiURL: try req("api_url"),
+            sandboxURL: try req("sandbox_url"), installId: try req("install_id"), installationId: v["installation_id"]?.stringValue,
+            credential: v["credential"]?.stringValue, fcmToken: v["fcm_token"]?.stringValue)
         func tpl(_ t: JSONValue) -> SimulatedTemplate? {
             guard let st = t["start_target_id"]?.stringValue, let tv = t["template_version"]?.stringValue else { return nil }
             let schema = t["schema"].flatMap { $0 == .null ? nil : $0 }
-            return SimulatedTemplate(startTargetId: st, templateVersion: tv, bindingId: t["binding_id"]?.stringValue ?? "",
-                                     activityType: t["activity_type"]?.stringValue ?? "", attributesType: t["attributes_type"]?.stringValue ?? "",
-                                     schema: schema, pushToStartToken: t["push_to_start_token"]?.stringValue)
+            return SimulatedTemplate(
+                startTargetId: st, templateVersion: tv, bindingId: t["binding_id"]?.stringValue ?? "",
+                activityType: t["activity_type"]?.stringValue ?? "", attributesType: t["attributes_type"]?.stringValue ?? "",
+                schema: schema, pushToStartToken: t["push_to_start_token"]?.stringValue)
         }
         templates = (v["templates"]?.arrayValue ?? []).compactMap(tpl)
         installedTemplates = (v["installed_templates"]?.arrayValue ?? []).compactMap(tpl)
         activities = (v["activities"]?.arrayValue ?? []).compactMap { a -> SimulatedActivity? in
             guard let id = a["target_id"]?.stringValue else { return nil }
-            var s = SimulatedActivity(targetId: id, activityType: a["activity_type"]?.stringValue ?? "", origin: a["origin"]?.stringValue ?? "remote",
-                                      templateVersion: a["template_version"]?.stringValue, businessKey: a["business_key"]?.stringValue,
-                                      state: a["state"] ?? .object([:]), revision: a["revision"]?.intValue, timestamp: a["timestamp"]?.intValue ?? 0,
-                                      phase: a["phase"]?.stringValue.flatMap(SimulatedActivity.Phase.init(rawValue:)) ?? .active)
+            var s = SimulatedActivity(
+                targetId: id, activityType: a["activity_type"]?.stringValue ?? "", origin: a["origin"]?.stringValue ?? "remote",
+                templateVersion: a["template_version"]?.stringValue, businessKey: a["business_key"]?.stringValue,
+                state: a["state"] ?? .object([:]), revision: a["revision"]?.intValue, timestamp: a["timestamp"]?.intValue ?? 0,
+                phase: a["phase"]?.stringValue.flatMap(SimulatedActivity.Phase.init(rawValue:)) ?? .active)
             s.updateToken = a["update_token"]?.stringValue
             if let al = a["alert"]?.objectValue {
                 s.alert = DeviceAlert(title: al["title"]?.stringValue ?? "", body: al["body"]?.stringValue ?? "")
@@ -199,7 +213,8 @@ func prettyJSON(_ v: JSONValue, indent: String = "") -> String {
     switch v {
     case .object(let o) where !o.isEmpty:
         let keys = o.keys.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
-        return "{\n" + keys.map { k in inner + JSONValue.string(k).jsonString + ": " + prettyJSON(o[k]!, indent: inner) }
+        return "{\n"
+            + keys.map { k in inner + JSONValue.string(k).jsonString + ": " + prettyJSON(o[k]!, indent: inner) }
             .joined(separator: ",\n") + "\n" + indent + "}"
     case .array(let a) where !a.isEmpty:
         return "[\n" + a.map { inner + prettyJSON($0, indent: inner) }.joined(separator: ",\n") + "\n" + indent + "]"

@@ -28,23 +28,27 @@ import Postgres
 ///    to the FCM host, and an OAuth access token from each service account's `token_uri`.
 enum DoctorCommand {
     static let usage = """
-    usage: liverelay doctor [--reachability] [--tenant ID] [--max-clock-skew SECONDS]
+        usage: liverelay doctor [--reachability] [--tenant ID] [--max-clock-skew SECONDS]
 
-    Checks the configuration, the database (reachable; role neither SUPERUSER nor BYPASSRLS;
-    migrations current), the clock against the database, the key-encryption key (every stored
-    provider key opens) and each tenant's provider credentials (an APNs provider token / an FCM
-    OAuth assertion can be minted). One line per check: ok, warn or FAIL. Changes nothing.
+        Checks the configuration, the database (reachable; role neither SUPERUSER nor BYPASSRLS;
+        migrations current), the clock against the database, the key-encryption key (every stored
+        provider key opens) and each tenant's provider credentials (an APNs provider token / an FCM
+        OAuth assertion can be minted). One line per check: ok, warn or FAIL. Changes nothing.
 
-      --reachability           also connect to the configured APNs/FCM hosts and fetch an OAuth
-                               access token from each FCM service account's token_uri
-      --tenant ID              check only this tenant's credentials
-      --max-clock-skew S       clock difference allowed against the database (default 2 seconds)
+          --reachability           also connect to the configured APNs/FCM hosts and fetch an OAuth
+                                   access token from each FCM service account's token_uri
+          --tenant ID              check only this tenant's credentials
+          --max-clock-skew S       clock difference allowed against the database (default 2 seconds)
 
-    Exit status: 0 every check passed (warnings allowed), 1 a check failed, 2 usage error.
-    """
+        Exit status: 0 every check passed (warnings allowed), 1 a check failed, 2 usage error.
+        """
 
     /// The outcome of one check.
-    enum Status: String { case ok = "ok", warn = "warn", fail = "FAIL" }
+    enum Status: String {
+        case ok = "ok"
+        case warn = "warn"
+        case fail = "FAIL"
+    }
 
     /// Prints each line as it is decided, and counts.
     final class Report {
@@ -62,8 +66,10 @@ enum DoctorCommand {
     }
 
     /// Runs the checks for the command line `args` (after `doctor`); returns the exit status.
-    static func main(_ args: [String], env: [String: String] = ProcessInfo.processInfo.environment,
-                     emit: @escaping (String) -> Void = { FileHandle.standardOutput.write(Data(($0 + "\n").utf8)) }) -> Int32 {
+    static func main(
+        _ args: [String], env: [String: String] = ProcessInfo.processInfo.environment,
+        emit: @escaping (String) -> Void = { FileHandle.standardOutput.write(Data(($0 + "\n").utf8)) }
+    ) -> Int32 {
         var reachability = false
         var onlyTenant: String?
         var maxSkew = 2.0
@@ -110,8 +116,10 @@ enum DoctorCommand {
             return
         }
         let database = config.databaseURL == nil ? "embedded cluster under \(config.home.path)" : "DATABASE_URL"
-        report.add(.ok, "configuration", "database \(database); API \(config.listenHost):\(config.listenPort); "
-                   + "APNs \(config.apnsProductionURL) / \(config.apnsSandboxURL); FCM \(config.fcmURL)")
+        report.add(
+            .ok, "configuration",
+            "database \(database); API \(config.listenHost):\(config.listenPort); "
+                + "APNs \(config.apnsProductionURL) / \(config.apnsSandboxURL); FCM \(config.fcmURL)")
 
         // 2. database (doctor creates nothing: no new embedded cluster, no new KEK file)
         let log = Logger(minimum: .error, sink: { _ in })
@@ -122,8 +130,10 @@ enum DoctorCommand {
             // (a clone under /root) — in its relocated directory (docs/security.md).
             let candidates = [config.home.appendingPathComponent("postgres"), EmbeddedPostgres.relocatedRoot(for: config.home)]
             guard candidates.contains(where: { FileManager.default.fileExists(atPath: $0.appendingPathComponent("data/PG_VERSION").path) }) else {
-                report.add(.fail, "database", "no DATABASE_URL and no embedded cluster under \(config.home.path)/postgres "
-                           + "(start one with deploy/local/run or liverelay serve, or set DATABASE_URL)")
+                report.add(
+                    .fail, "database",
+                    "no DATABASE_URL and no embedded cluster under \(config.home.path)/postgres "
+                        + "(start one with deploy/local/run or liverelay serve, or set DATABASE_URL)")
                 return
             }
             if config.kek == nil && !FileManager.default.fileExists(atPath: kekSource) {
@@ -156,8 +166,10 @@ enum DoctorCommand {
         if powers.isEmpty {
             report.add(.ok, "database role", "\(role.name) is neither SUPERUSER nor BYPASSRLS: row-level security applies")
         } else {
-            report.add(.fail, "database role", "\(role.name) has \(powers.joined(separator: " and ")): row-level security does not apply to it; "
-                       + "connect as a role created with NOSUPERUSER NOBYPASSRLS (docs/operations.md)")
+            report.add(
+                .fail, "database role",
+                "\(role.name) has \(powers.joined(separator: " and ")): row-level security does not apply to it; "
+                    + "connect as a role created with NOSUPERUSER NOBYPASSRLS (docs/operations.md)")
         }
 
         // 4. migrations
@@ -222,12 +234,15 @@ enum DoctorCommand {
         } else if unopened == 0 {
             report.add(.ok, "kek", "32 bytes from \(kekSource); opens all \(usable) stored provider key(s) of \(loaded.count) tenant(s)")
         } else {
-            report.add(.fail, "kek", "\(unopened) of \(usable + unopened) stored provider keys do not open with the key from \(kekSource) "
-                       + "(a different LIVERELAY_KEK than the one they were stored with?)")
+            report.add(
+                .fail, "kek",
+                "\(unopened) of \(usable + unopened) stored provider keys do not open with the key from \(kekSource) "
+                    + "(a different LIVERELAY_KEK than the one they were stored with?)")
         }
-        let endpoints = ProviderEndpoints(apnsProductionURL: URL(string: config.apnsProductionURL)!,
-                                          apnsSandboxURL: URL(string: config.apnsSandboxURL)!, fcmURL: URL(string: config.fcmURL)!,
-                                          extraCAFile: config.extraCAFile, connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
+        let endpoints = ProviderEndpoints(
+            apnsProductionURL: URL(string: config.apnsProductionURL)!,
+            apnsSandboxURL: URL(string: config.apnsSandboxURL)!, fcmURL: URL(string: config.fcmURL)!,
+            extraCAFile: config.extraCAFile, connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
         var environmentsInUse: Set<String> = []
         var fcmInUse = false
         for (t, creds) in loaded {
@@ -243,8 +258,10 @@ enum DoctorCommand {
                 environmentsInUse.insert(env)
                 do {
                     _ = try ProviderProbe.mintAPNsToken(c)
-                    report.add(.ok, "tenant \(t) apns \(env)", "provider token minted (team \(c.teamId), key \(c.keyId), "
-                               + "topics \(c.topics.joined(separator: ",")), \(c.fingerprint))")
+                    report.add(
+                        .ok, "tenant \(t) apns \(env)",
+                        "provider token minted (team \(c.teamId), key \(c.keyId), "
+                            + "topics \(c.topics.joined(separator: ",")), \(c.fingerprint))")
                 } catch {
                     report.add(.fail, "tenant \(t) apns \(env)", "cannot sign a provider token with the stored key: \(error)")
                 }

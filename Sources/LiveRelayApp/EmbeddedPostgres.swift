@@ -85,20 +85,28 @@ public final class EmbeddedPostgres: @unchecked Sendable {  // `root`/`startedHe
         if isRoot {
             try run(["/bin/chown", "-R", "postgres:postgres", root.path], as: false, step: "chown")
             do { try run(["/usr/bin/test", "-w", dataDir], as: true, step: "access check") } catch {
-                throw EmbeddedPostgresError("user postgres cannot reach \(root.path) (a parent directory is not traversable); set LIVERELAY_HOME to a directory it can reach, e.g. /var/lib/liverelay")
+                throw EmbeddedPostgresError(
+                    "user postgres cannot reach \(root.path) (a parent directory is not traversable); set LIVERELAY_HOME to a directory it can reach, e.g. /var/lib/liverelay"
+                )
             }
         }
         if !fm.fileExists(atPath: dataDir + "/PG_VERSION") {
             log.info("initialising embedded PostgreSQL", ["dir": .string(dataDir)])
-            try run([bin + "/initdb", "-D", dataDir, "-U", "postgres", "--auth-local=peer", "--auth-host=reject", "-E", "UTF8",
-                     "--locale=C.UTF-8"], as: isRoot, step: "initdb")
+            try run(
+                [
+                    bin + "/initdb", "-D", dataDir, "-U", "postgres", "--auth-local=peer", "--auth-host=reject", "-E", "UTF8",
+                    "--locale=C.UTF-8"
+                ], as: isRoot, step: "initdb")
         }
         try writeAuthentication()
         let running = (try? run([bin + "/pg_ctl", "-D", dataDir, "status"], as: isRoot, step: "status")) != nil
         if !running {
-            try run([bin + "/pg_ctl", "-D", dataDir, "-l", root.appendingPathComponent("postgres.log").path, "-w", "-t", "60",
-                     "-o", "-k \(socketDir) -c listen_addresses='' -c unix_socket_permissions=0700 -c max_connections=200", "start"],
-                    as: isRoot, step: "pg_ctl start")
+            try run(
+                [
+                    bin + "/pg_ctl", "-D", dataDir, "-l", root.appendingPathComponent("postgres.log").path, "-w", "-t", "60",
+                    "-o", "-k \(socketDir) -c listen_addresses='' -c unix_socket_permissions=0700 -c max_connections=200", "start"
+                ],
+                as: isRoot, step: "pg_ctl start")
             startedHere = true
             log.info("embedded PostgreSQL started", ["socket_dir": .string(socketDir)])
         } else {
@@ -107,7 +115,11 @@ public final class EmbeddedPostgres: @unchecked Sendable {  // `root`/`startedHe
             log.info("embedded PostgreSQL already running", ["socket_dir": .string(socketDir)])
         }
         let psql = [bin + "/psql", "-X", "-q", "-h", socketDir, "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1"]
-        try run(psql + ["-c", "DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname='liverelay') THEN CREATE ROLE liverelay LOGIN NOSUPERUSER NOBYPASSRLS; END IF; END$$;"], as: isRoot, step: "create role")
+        try run(
+            psql + [
+                "-c",
+                "DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname='liverelay') THEN CREATE ROLE liverelay LOGIN NOSUPERUSER NOBYPASSRLS; END IF; END$$;"
+            ], as: isRoot, step: "create role")
         let exists = try run(psql + ["-tAc", "SELECT 1 FROM pg_database WHERE datname='liverelay'"], as: isRoot, step: "check database")
         if !exists.contains("1") {
             try run(psql + ["-c", "CREATE DATABASE liverelay OWNER liverelay"], as: isRoot, step: "create database")
@@ -126,7 +138,8 @@ public final class EmbeddedPostgres: @unchecked Sendable {  // `root`/`startedHe
             """
         var users = [clusterUser]
         if !users.contains(me) { users.append(me) }
-        let ident = "# Written by LiveRelay on every start: OS users allowed in, and as which roles.\n"
+        let ident =
+            "# Written by LiveRelay on every start: OS users allowed in, and as which roles.\n"
             + users.flatMap { u in ["liverelay \(u) postgres", "liverelay \(u) liverelay"] }.joined(separator: "\n") + "\n"
         for (name, text) in [("pg_hba.conf", hba), ("pg_ident.conf", ident)] {
             let path = dataDir + "/" + name

@@ -11,14 +11,14 @@ import Logging
 /// "retention_days"}}` (the last four from the retention purge, docs/security.md "Retention").
 enum GCCommand {
     static let usage = """
-    usage: liverelay gc [--dry-run]
+        usage: liverelay gc [--dry-run]
 
-    Deletes every collectable template version: not referenced by a live target, a start target's
-    current version or an unrevoked sender key naming its start target, for 7 days since its last
-    reference ended. Then purges targets that ended more than LIVERELAY_RETENTION_DAYS (default 30)
-    days ago with their operations, and expired idempotency records. Prints one JSON line per
-    version, then a summary line. --dry-run deletes nothing.
-    """
+        Deletes every collectable template version: not referenced by a live target, a start target's
+        current version or an unrevoked sender key naming its start target, for 7 days since its last
+        reference ended. Then purges targets that ended more than LIVERELAY_RETENTION_DAYS (default 30)
+        days ago with their operations, and expired idempotency records. Prints one JSON line per
+        version, then a summary line. --dry-run deletes nothing.
+        """
 
     static func run(_ args: [String], config: Configuration, log: Logger) throws {
         var dryRun = false
@@ -34,12 +34,16 @@ enum GCCommand {
             }
             for v in removed { print(json(v, dryRun: dryRun).jsonString) }
             let purged = try RetentionStore.purge(db, retentionDays: config.retentionDays, dryRun: dryRun)
-            print(JSONValue.object(["summary": .object([
-                "dry_run": .bool(dryRun), "versions": .int(Int64(removed.count)),
-                "bytes": .int(removed.reduce(0) { $0 + $1.bytes }),
-                "targets": .int(Int64(purged.targets)), "operations": .int(Int64(purged.operations)),
-                "idempotency_records": .int(Int64(purged.idempotencyRecords)),
-                "retention_days": .int(Int64(config.retentionDays))])]).jsonString)
+            print(
+                JSONValue.object([
+                    "summary": .object([
+                        "dry_run": .bool(dryRun), "versions": .int(Int64(removed.count)),
+                        "bytes": .int(removed.reduce(0) { $0 + $1.bytes }),
+                        "targets": .int(Int64(purged.targets)), "operations": .int(Int64(purged.operations)),
+                        "idempotency_records": .int(Int64(purged.idempotencyRecords)),
+                        "retention_days": .int(Int64(config.retentionDays))
+                    ])
+                ]).jsonString)
         }
     }
 
@@ -50,6 +54,7 @@ enum GCCommand {
             "installation_id": .string(v.installationId), "binding_id": .string(v.bindingId), "bytes": .int(v.bytes),
             "created_at": .string(Timestamp.format(v.createdAt)),
             "last_reference_ended_at": .string(Timestamp.format(v.lastReferenceEndedAt)),
-            "collectable_since": .string(Timestamp.format(v.collectableAt))])
+            "collectable_since": .string(Timestamp.format(v.collectableAt))
+        ])
     }
 }

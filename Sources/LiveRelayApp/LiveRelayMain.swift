@@ -11,25 +11,25 @@ public enum LiveRelayMain {
     public static let version = LiveRelayVersion.current
 
     static let usage = """
-    usage: liverelay <command> [options]
+        usage: liverelay <command> [options]
 
-    commands:
-      serve      API + dispatcher + maintenance in one process (the default)
-      api        the HTTP API only
-      worker     the dispatcher only (any number may share one database)
-      migrate    apply pending database migrations and exit
-      admin      operator tasks straight on the database (see `liverelay admin --help`)
-      remote     a client of the sender API for scripts (see `liverelay remote --help`)
-      gc         delete collectable template versions now (`--dry-run` lists them)
-      doctor     check configuration, database role, migrations, KEK, clock and provider credentials
-      sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
-      simulate-device  one app installation receiving pushes from the sandbox (see `liverelay simulate-device --help`)
-      version    print the version
-      help       this text
+        commands:
+          serve      API + dispatcher + maintenance in one process (the default)
+          api        the HTTP API only
+          worker     the dispatcher only (any number may share one database)
+          migrate    apply pending database migrations and exit
+          admin      operator tasks straight on the database (see `liverelay admin --help`)
+          remote     a client of the sender API for scripts (see `liverelay remote --help`)
+          gc         delete collectable template versions now (`--dry-run` lists them)
+          doctor     check configuration, database role, migrations, KEK, clock and provider credentials
+          sandbox    a local APNs/FCM-compatible server for development and tests (see `liverelay sandbox --help`)
+          simulate-device  one app installation receiving pushes from the sandbox (see `liverelay simulate-device --help`)
+          version    print the version
+          help       this text
 
-    configuration is read from the environment (DATABASE_URL, LIVERELAY_LISTEN, LIVERELAY_KEK, …);
-    without DATABASE_URL an embedded PostgreSQL cluster runs under ./.liverelay/.
-    """
+        configuration is read from the environment (DATABASE_URL, LIVERELAY_LISTEN, LIVERELAY_KEK, …);
+        without DATABASE_URL an embedded PostgreSQL cluster runs under ./.liverelay/.
+        """
 
     /// Runs the command line `args` (program name first) and exits the process with
     /// 0 (success), 1 (failure) or 2 (usage error).
@@ -117,25 +117,27 @@ public enum LiveRelayMain {
     static func help(_ command: String) -> Int32 {
         switch command {
         case "serve", "api":
-            print("""
-            usage: liverelay \(command)
+            print(
+                """
+                usage: liverelay \(command)
 
-            Runs \(command == "serve" ? "the API, dispatcher and maintenance" : "the HTTP API") until SIGTERM/SIGINT, then drains
-            in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080), which also answers /healthz,
-            /readyz and /metrics (LIVERELAY_METRICS_LISTEN=host:port adds a listener for those alone). Without
-            DATABASE_URL it starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
-            """)
+                Runs \(command == "serve" ? "the API, dispatcher and maintenance" : "the HTTP API") until SIGTERM/SIGINT, then drains
+                in-flight requests. Listens on LIVERELAY_LISTEN (default 127.0.0.1:8080), which also answers /healthz,
+                /readyz and /metrics (LIVERELAY_METRICS_LISTEN=host:port adds a listener for those alone). Without
+                DATABASE_URL it starts (and on exit stops) an embedded PostgreSQL cluster under ./.liverelay/postgres.
+                """)
         case "worker":
-            print("""
-            usage: liverelay worker
+            print(
+                """
+                usage: liverelay worker
 
-            Runs the dispatcher (claims queued operations, sends them to APNs/FCM, rescues expired leases,
-            expires operations, ends activities after 8 h) until SIGTERM/SIGINT. Any number of workers may
-            share one DATABASE_URL. It also runs the maintenance service (template-version GC, idempotency
-            purge). LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
-            LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it. LIVERELAY_METRICS_LISTEN=host:port
-            serves /metrics, /healthz and /readyz (default: none).
-            """)
+                Runs the dispatcher (claims queued operations, sends them to APNs/FCM, rescues expired leases,
+                expires operations, ends activities after 8 h) until SIGTERM/SIGINT. Any number of workers may
+                share one DATABASE_URL. It also runs the maintenance service (template-version GC, idempotency
+                purge). LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
+                LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it. LIVERELAY_METRICS_LISTEN=host:port
+                serves /metrics, /healthz and /readyz (default: none).
+                """)
         case "migrate":
             print("usage: liverelay migrate\n\nApplies pending Migrations/NNNN_*.sql in order (each in one transaction, under an advisory lock).")
         case "admin":

@@ -39,19 +39,24 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
     /// Default interval between GC passes, seconds.
     static let defaultIntervalSeconds: TimeInterval = 600
 
-    init(db: Database, log: Logger, metrics: MetricsRegistry? = nil, interval: TimeInterval = MaintenanceService.defaultIntervalSeconds,
-         retentionDays: Int = TenantLimits.defaultRetentionDays, now: @escaping @Sendable () -> Date = Date.init) {
+    init(
+        db: Database, log: Logger, metrics: MetricsRegistry? = nil, interval: TimeInterval = MaintenanceService.defaultIntervalSeconds,
+        retentionDays: Int = TenantLimits.defaultRetentionDays, now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.retentionDays = retentionDays
         self.db = db
         self.log = log
         self.interval = interval
         self.now = now
-        passes = metrics?.counter("liverelay_maintenance_passes_total", help: "Maintenance passes (GC + idempotency purge) by result",
-                                  labels: ["result"])
-        removedVersions = metrics?.counter("liverelay_gc_template_versions_removed_total",
-                                           help: "Template versions deleted by the GC", labels: [])
-        removedBytes = metrics?.counter("liverelay_gc_bytes_removed_total", help: "Declared bundle bytes of the deleted template versions",
-                                        labels: [])
+        passes = metrics?.counter(
+            "liverelay_maintenance_passes_total", help: "Maintenance passes (GC + idempotency purge) by result",
+            labels: ["result"])
+        removedVersions = metrics?.counter(
+            "liverelay_gc_template_versions_removed_total",
+            help: "Template versions deleted by the GC", labels: [])
+        removedBytes = metrics?.counter(
+            "liverelay_gc_bytes_removed_total", help: "Declared bundle bytes of the deleted template versions",
+            labels: [])
         purged = metrics?.counter("liverelay_idempotency_records_purged_total", help: "Expired idempotency records deleted", labels: [])
         let last = lastPass
         metrics?.gauge("liverelay_maintenance_last_pass_timestamp_seconds", help: "Unix time of the last finished maintenance pass (0: none yet)") {
@@ -119,9 +124,13 @@ final class MaintenanceService: @unchecked Sendable {  // mutable state only und
         do {
             let n = try RetentionStore.purge(db, retentionDays: retentionDays)
             if n != PurgeCounts() {
-                log.info("retention purge", ["targets": .int(Int64(n.targets)), "operations": .int(Int64(n.operations)),
-                                             "idempotency_records": .int(Int64(n.idempotencyRecords)),
-                                             "retention_days": .int(Int64(retentionDays))])
+                log.info(
+                    "retention purge",
+                    [
+                        "targets": .int(Int64(n.targets)), "operations": .int(Int64(n.operations)),
+                        "idempotency_records": .int(Int64(n.idempotencyRecords)),
+                        "retention_days": .int(Int64(retentionDays))
+                    ])
             }
             return n
         } catch {

@@ -33,15 +33,22 @@ enum OpsEndpoints {
     /// 2 threads; requests are counted in `metrics` like the API's); returns it (to shut down),
     /// or nil when `listen` is nil.
     /// - Throws: the server's error when it cannot bind.
-    static func start(metrics: MetricsRegistry, pool: PostgresPool, migrator: Migrator, log: Logger,
-                      listen: (host: String, port: Int)?) throws -> HTTPServer? {
+    static func start(
+        metrics: MetricsRegistry, pool: PostgresPool, migrator: Migrator, log: Logger,
+        listen: (host: String, port: Int)?
+    ) throws -> HTTPServer? {
         guard let (host, port) = listen else { return nil }
-        let server = HTTPServer(configuration: HTTPServerConfiguration(host: host, port: port, threads: 2),
-                                router: router(metrics: metrics, pool: pool, migrator: migrator, log: log), metrics: metrics,
-                                log: { _ in })
+        let server = HTTPServer(
+            configuration: HTTPServerConfiguration(host: host, port: port, threads: 2),
+            router: router(metrics: metrics, pool: pool, migrator: migrator, log: log), metrics: metrics,
+            log: { _ in })
         try server.start()
-        log.info("metrics listening", ["address": .string("http://\(host.contains(":") ? "[\(host)]" : host):\(server.port)"),
-                                       "paths": ["/metrics", "/healthz", "/readyz"]])
+        log.info(
+            "metrics listening",
+            [
+                "address": .string("http://\(host.contains(":") ? "[\(host)]" : host):\(server.port)"),
+                "paths": ["/metrics", "/healthz", "/readyz"]
+            ])
         return server
     }
 
@@ -49,8 +56,10 @@ enum OpsEndpoints {
     static func registerPoolGauge(_ metrics: MetricsRegistry, _ pool: PostgresPool) {
         metrics.gauge("liverelay_db_pool_connections", help: "PostgreSQL pool connections by state", labels: ["state"]) {
             let s = pool.stats
-            return [(["open"], Double(s.open)), (["idle"], Double(s.idle)), (["in_use"], Double(s.inUse)),
-                    (["waiting"], Double(s.waiting)), (["max"], Double(s.maxConnections))]
+            return [
+                (["open"], Double(s.open)), (["idle"], Double(s.idle)), (["in_use"], Double(s.inUse)),
+                (["waiting"], Double(s.waiting)), (["max"], Double(s.maxConnections))
+            ]
         }
     }
 }

@@ -59,11 +59,13 @@ struct RemoteClient {
         let json = try? JSONValue.parse(bytes)
         if status >= 400 {
             if let e = json?["error"], let code = e["code"]?.stringValue {
-                throw RemoteAPIError(status: status, code: code, message: e["message"]?.stringValue ?? "",
-                                     details: e["details"], requestId: e["request_id"]?.stringValue ?? requestId)
+                throw RemoteAPIError(
+                    status: status, code: code, message: e["message"]?.stringValue ?? "",
+                    details: e["details"], requestId: e["request_id"]?.stringValue ?? requestId)
             }
-            throw RemoteAPIError(status: status, code: "HTTP_\(status)", message: String(decoding: bytes.prefix(500), as: UTF8.self),
-                                 details: nil, requestId: requestId)
+            throw RemoteAPIError(
+                status: status, code: "HTTP_\(status)", message: String(decoding: bytes.prefix(500), as: UTF8.self),
+                details: nil, requestId: requestId)
         }
         guard let json else {
             throw RemoteNetworkError(message: "\(method) \(url.absoluteString): HTTP \(status) with a body that is not JSON")

@@ -10,65 +10,65 @@ import JSON
 /// (connection refused, timeout, unreadable response).
 public enum RemoteCommand {
     static let usage = """
-    usage: liverelay remote <command> [flags]
+        usage: liverelay remote <command> [flags]
 
-    A client of the LiveRelay sender API for scripts. Credential: LIVERELAY_KEY (a sender key,
-    or a master key for metadata reads and stateless ends). Server: LIVERELAY_URL (default
-    http://127.0.0.1:8080). Prints the response JSON on stdout; on an API error prints
-    "CODE (HTTP status): message" (then details and request id) on stderr.
+        A client of the LiveRelay sender API for scripts. Credential: LIVERELAY_KEY (a sender key,
+        or a master key for metadata reads and stateless ends). Server: LIVERELAY_URL (default
+        http://127.0.0.1:8080). Prints the response JSON on stdout; on an API error prints
+        "CODE (HTTP status): message" (then details and request id) on stderr.
 
-    commands:
-      capabilities                          GET  /v1/remote-updates/capabilities
-      targets list [--status S] [--business-key K] [--installation-id I] [--start-target-id ST]
-                   [--limit N] [--cursor C] [--all]
-                                            GET  /v1/remote-updates/live-activities/targets
-                                            (--all follows next_cursor and prints every page's data
-                                            as one {"data": [...], "next_cursor": null})
-      target get --target-id T [--wait-until-ready-ms MS]
-                                            GET  …/targets/{T}   (409 TOKEN_PENDING when not ready in time)
-      target operations --target-id T [--limit N] [--cursor C] [--all]
-                                            GET  …/targets/{T}/operations
-      snapshot --target-id T                GET  …/targets/{T}/snapshot
-      start --start-target-id ST --template-version TV (--state JSON | --state-file FILE)
-            --alert-title TITLE --alert-body BODY [--alert-sound SOUND]
-            [--business-key K --business-generation G] [--stale-at TIME] [--relevance-score X]
-            [--priority 5|10] [--expires-at TIME] [--idempotency-key KEY] [--wait-ms MS]
-                                            POST /v1/remote-updates/live-activities/start
-      update --target-id T (--state JSON | --state-file FILE) --expected-revision N
-            [--source-version N] [--stale-at TIME] [--relevance-score X] [--priority 5|10]
-            [--alert-title TITLE --alert-body BODY [--alert-sound SOUND]] [--expires-at TIME]
-            [--idempotency-key KEY] [--wait-ms MS]
-                                            POST /v1/remote-updates/live-activities/update
-      end --target-id T [(--state JSON | --state-file FILE) --expected-revision N]
-            [--dismiss-at TIME] [--expires-at TIME] [--idempotency-key KEY] [--wait-ms MS]
-                                            POST /v1/remote-updates/live-activities/end
-      operation get --operation-id OP       GET  /v1/remote-updates/operations/{OP}
-      usage                                 GET  /v1/remote-updates/usage
-      events list [--type TYPE] [--target-id T] [--channel-id CH] [--limit N] [--cursor C] [--all]
-                                            GET  /v1/events   (master key; last 30 days, newest first)
-      events get --event-id EVT             GET  /v1/events/{EVT}
-      channels create --app-id A --environment sandbox|production --activity-type T
-            --attributes-type X [--storage-policy none|most_recent] [--label L]
-            [--schema JSON | --schema-file FILE] [--idempotency-key KEY]
-                                            POST /v1/remote-updates/channels   (master key)
-      channels list [--limit N] [--cursor C] [--all]
-                                            GET  /v1/remote-updates/channels
-      channels get --channel-id CH          GET  …/channels/{CH}
-      channels update --channel-id CH (--state JSON | --state-file FILE) --expected-revision N
-            [--alert-title TITLE --alert-body BODY [--alert-sound SOUND]] [--stale-at TIME]
-            [--relevance-score X] [--priority 10|5|1] [--expires-at TIME] [--idempotency-key KEY]
-                                            POST …/channels/{CH}/update
-      channels end --channel-id CH [(--state JSON | --state-file FILE) --expected-revision N]
-            [--dismiss-at TIME] [--idempotency-key KEY]
-                                            POST …/channels/{CH}/end
+        commands:
+          capabilities                          GET  /v1/remote-updates/capabilities
+          targets list [--status S] [--business-key K] [--installation-id I] [--start-target-id ST]
+                       [--limit N] [--cursor C] [--all]
+                                                GET  /v1/remote-updates/live-activities/targets
+                                                (--all follows next_cursor and prints every page's data
+                                                as one {"data": [...], "next_cursor": null})
+          target get --target-id T [--wait-until-ready-ms MS]
+                                                GET  …/targets/{T}   (409 TOKEN_PENDING when not ready in time)
+          target operations --target-id T [--limit N] [--cursor C] [--all]
+                                                GET  …/targets/{T}/operations
+          snapshot --target-id T                GET  …/targets/{T}/snapshot
+          start --start-target-id ST --template-version TV (--state JSON | --state-file FILE)
+                --alert-title TITLE --alert-body BODY [--alert-sound SOUND]
+                [--business-key K --business-generation G] [--stale-at TIME] [--relevance-score X]
+                [--priority 5|10] [--expires-at TIME] [--idempotency-key KEY] [--wait-ms MS]
+                                                POST /v1/remote-updates/live-activities/start
+          update --target-id T (--state JSON | --state-file FILE) --expected-revision N
+                [--source-version N] [--stale-at TIME] [--relevance-score X] [--priority 5|10]
+                [--alert-title TITLE --alert-body BODY [--alert-sound SOUND]] [--expires-at TIME]
+                [--idempotency-key KEY] [--wait-ms MS]
+                                                POST /v1/remote-updates/live-activities/update
+          end --target-id T [(--state JSON | --state-file FILE) --expected-revision N]
+                [--dismiss-at TIME] [--expires-at TIME] [--idempotency-key KEY] [--wait-ms MS]
+                                                POST /v1/remote-updates/live-activities/end
+          operation get --operation-id OP       GET  /v1/remote-updates/operations/{OP}
+          usage                                 GET  /v1/remote-updates/usage
+          events list [--type TYPE] [--target-id T] [--channel-id CH] [--limit N] [--cursor C] [--all]
+                                                GET  /v1/events   (master key; last 30 days, newest first)
+          events get --event-id EVT             GET  /v1/events/{EVT}
+          channels create --app-id A --environment sandbox|production --activity-type T
+                --attributes-type X [--storage-policy none|most_recent] [--label L]
+                [--schema JSON | --schema-file FILE] [--idempotency-key KEY]
+                                                POST /v1/remote-updates/channels   (master key)
+          channels list [--limit N] [--cursor C] [--all]
+                                                GET  /v1/remote-updates/channels
+          channels get --channel-id CH          GET  …/channels/{CH}
+          channels update --channel-id CH (--state JSON | --state-file FILE) --expected-revision N
+                [--alert-title TITLE --alert-body BODY [--alert-sound SOUND]] [--stale-at TIME]
+                [--relevance-score X] [--priority 10|5|1] [--expires-at TIME] [--idempotency-key KEY]
+                                                POST …/channels/{CH}/update
+          channels end --channel-id CH [(--state JSON | --state-file FILE) --expected-revision N]
+                [--dismiss-at TIME] [--idempotency-key KEY]
+                                                POST …/channels/{CH}/end
 
-    Writes without --idempotency-key use a new UUID, printed to stderr as "idempotency_key: …"
-    (repeat the command with it to retry safely). Times are RFC 3339 (2026-10-18T13:00:00.000Z).
-    The id of `target get|operations`, `snapshot`, `operation get` and `channels get|update|end`
-    may also be given as the only positional argument. `--flag=value` works too.
+        Writes without --idempotency-key use a new UUID, printed to stderr as "idempotency_key: …"
+        (repeat the command with it to retry safely). Times are RFC 3339 (2026-10-18T13:00:00.000Z).
+        The id of `target get|operations`, `snapshot`, `operation get` and `channels get|update|end`
+        may also be given as the only positional argument. `--flag=value` works too.
 
-    exit status: 0 ok, 2 usage error, 3 API error, 4 network error
-    """
+        exit status: 0 ok, 2 usage error, 3 API error, 4 network error
+        """
 
     /// Runs `args` (after `remote`) and returns the exit status.
     public static func main(_ args: [String], env: [String: String] = ProcessInfo.processInfo.environment) -> Int32 {
@@ -96,9 +96,11 @@ public enum RemoteCommand {
     static func stdout(_ v: JSONValue) { FileHandle.standardOutput.write(Data(v.serialized() + [0x0A])) }
 
     /// Every command `run` knows, as written on the command line ("targets list", …).
-    static let commands: [String] = ["capabilities", "usage", "targets list", "target get", "target operations", "snapshot",
-                                     "start", "update", "end", "operation get", "events list", "events get",
-                                     "channels create", "channels list", "channels get", "channels update", "channels end"]
+    static let commands: [String] = [
+        "capabilities", "usage", "targets list", "target get", "target operations", "snapshot",
+        "start", "update", "end", "operation get", "events list", "events get",
+        "channels create", "channels list", "channels get", "channels update", "channels end"
+    ]
 
     /// The command named by `args` ("target get" for `target get --target-id …`).
     /// - Throws: `RemoteUsageError` naming an unknown or incomplete command.
@@ -141,8 +143,9 @@ public enum RemoteCommand {
             var q: [(String, String)] = []
             if let w = try f.int("wait-until-ready-ms") { q.append(("wait_until_ready_ms", String(w))) }
             try f.finish()
-            out = try client.get("/v1/remote-updates/live-activities/targets/\(escape(id))", query: q,
-                                 timeout: Double(q.isEmpty ? 0 : 60) + 30)
+            out = try client.get(
+                "/v1/remote-updates/live-activities/targets/\(escape(id))", query: q,
+                timeout: Double(q.isEmpty ? 0 : 60) + 30)
         case "target operations":
             let id = try f.id("target-id")
             out = try list("/v1/remote-updates/live-activities/targets/\(escape(id))/operations", query: [], flags: &f, client: client)
@@ -192,8 +195,9 @@ public enum RemoteCommand {
             try f.finish()
             var q: [(String, String)] = []
             if let waitMs { q.append(("wait_ms", String(waitMs))) }
-            out = try client.send("POST", "/v1/remote-updates/live-activities/\(command)", query: q, body: body,
-                                  timeout: Double(waitMs ?? 0) / 1000 + 30)
+            out = try client.send(
+                "POST", "/v1/remote-updates/live-activities/\(command)", query: q, body: body,
+                timeout: Double(waitMs ?? 0) / 1000 + 30)
         default:
             throw RemoteUsageError("unknown command \(command.debugDescription)")
         }
@@ -363,12 +367,18 @@ struct Flags {
         let inline = string(name), file = string(name + "-file")
         if inline != nil && file != nil { throw RemoteUsageError("give --\(name) or --\(name)-file, not both") }
         var text: [UInt8]
-        if let inline { text = Array(inline.utf8) } else if let file {
-            if file == "-" { text = Array(FileHandle.standardInput.readDataToEndOfFile()) } else {
+        if let inline {
+            text = Array(inline.utf8)
+        } else if let file {
+            if file == "-" {
+                text = Array(FileHandle.standardInput.readDataToEndOfFile())
+            } else {
                 guard let d = FileManager.default.contents(atPath: file) else { throw RemoteUsageError("cannot read --\(name)-file \(file)") }
                 text = Array(d)
             }
-        } else { return nil }
+        } else {
+            return nil
+        }
         do { return try JSONValue.parse(text) } catch {
             throw RemoteUsageError("--\(name)\(file == nil ? "" : "-file") is not valid JSON: \(error)")
         }

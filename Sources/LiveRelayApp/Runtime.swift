@@ -59,14 +59,17 @@ final class Runtime {
         let path = home.appendingPathComponent("kek").path
         if let text = try? String(contentsOfFile: path, encoding: .utf8) {
             guard let d = Data(base64Encoded: text.trimmingCharacters(in: .whitespacesAndNewlines)), d.count == 32 else {
-                throw ConfigurationError(problems: ["\(path) does not hold the base64 of 32 bytes; restore it or remove it (stored secrets then become unreadable)"])
+                throw ConfigurationError(problems: [
+                    "\(path) does not hold the base64 of 32 bytes; restore it or remove it (stored secrets then become unreadable)"
+                ])
             }
             return Array(d)
         }
         let key = SecureRandom.bytes(32)
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: path, contents: Data((Data(key).base64EncodedString() + "\n").utf8),
-                                       attributes: [.posixPermissions: 0o600])
+        _ = FileManager.default.createFile(
+            atPath: path, contents: Data((Data(key).base64EncodedString() + "\n").utf8),
+            attributes: [.posixPermissions: 0o600])
         log.info("generated a key-encryption key for embedded mode", ["path": .string(path)])
         return key
     }

@@ -5,39 +5,42 @@ import LiveRelaySandbox
 /// `liverelay sandbox`: a local APNs/FCM-compatible server for development and tests (docs/configuration.md).
 enum SandboxCommand {
     static let usage = """
-    usage: liverelay sandbox [--listen HOST:PORT] [--control HOST:PORT] [--dir DIR] [--advertise HOST] [--fresh]
-                             [--max-concurrent-streams N] [--token-updates-per-20min N]
+        usage: liverelay sandbox [--listen HOST:PORT] [--control HOST:PORT] [--dir DIR] [--advertise HOST] [--fresh]
+                                 [--max-concurrent-streams N] [--token-updates-per-20min N]
 
-    A local APNs- and FCM-compatible server: HTTP/2 over TLS with its own CA, checking requests the way
-    Apple and Google document them, recording every delivery, and injecting faults on request.
+        A local APNs- and FCM-compatible server: HTTP/2 over TLS with its own CA, checking requests the way
+        Apple and Google document them, recording every delivery, and injecting faults on request.
 
-      --listen HOST:PORT   APNs (POST /3/device/<token>), APNs channels (/1/apps/<bundle>/channels,
-                           /1/apps/<bundle>/all-channels) and broadcasts (POST /4/broadcasts/apps/<bundle>),
-                           FCM (POST /v1/projects/<p>/messages:send) and OAuth (POST /token), h2 over TLS
-                                                                                 (default 127.0.0.1:8443)
-      --control HOST:PORT  JSON control endpoint, plain HTTP/1.1                 (default 127.0.0.1:8444)
-                           GET /sandbox/deliveries[?token=&provider=&accepted=true], GET /sandbox/stats,
-                           GET|POST|DELETE /sandbox/faults, PUT /sandbox/connection-faults,
-                           POST /sandbox/dead-tokens, POST /sandbox/oauth/revoke, POST /sandbox/apns-keys,
-                           POST /sandbox/service-accounts, POST /sandbox/reset, GET /sandbox/info,
-                           GET /sandbox/broadcasts[?channel_id=&accepted=true], GET|POST /sandbox/channels
-      --dir DIR            where ca.pem, ca-key.pem, apns-key.p8, apns.json, fcm-service-account.json and env
-                           are written; keys found there are reused               (default ./.liverelay/sandbox)
-      --advertise HOST     host name used in token_uri and the printed URLs (default: the --listen host)
-      --fresh              generate new keys even if DIR has some
-      --max-concurrent-streams N   SETTINGS_MAX_CONCURRENT_STREAMS               (default 1000)
-      --token-updates-per-20min N  new APNs JWTs per (team, key) within 20 min before
-                                   429 TooManyProviderTokenUpdates                (default 4; Apple: 1)
+          --listen HOST:PORT   APNs (POST /3/device/<token>), APNs channels (/1/apps/<bundle>/channels,
+                               /1/apps/<bundle>/all-channels) and broadcasts (POST /4/broadcasts/apps/<bundle>),
+                               FCM (POST /v1/projects/<p>/messages:send) and OAuth (POST /token), h2 over TLS
+                                                                                     (default 127.0.0.1:8443)
+          --control HOST:PORT  JSON control endpoint, plain HTTP/1.1                 (default 127.0.0.1:8444)
+                               GET /sandbox/deliveries[?token=&provider=&accepted=true], GET /sandbox/stats,
+                               GET|POST|DELETE /sandbox/faults, PUT /sandbox/connection-faults,
+                               POST /sandbox/dead-tokens, POST /sandbox/oauth/revoke, POST /sandbox/apns-keys,
+                               POST /sandbox/service-accounts, POST /sandbox/reset, GET /sandbox/info,
+                               GET /sandbox/broadcasts[?channel_id=&accepted=true], GET|POST /sandbox/channels
+          --dir DIR            where ca.pem, ca-key.pem, apns-key.p8, apns.json, fcm-service-account.json and env
+                               are written; keys found there are reused               (default ./.liverelay/sandbox)
+          --advertise HOST     host name used in token_uri and the printed URLs (default: the --listen host)
+          --fresh              generate new keys even if DIR has some
+          --max-concurrent-streams N   SETTINGS_MAX_CONCURRENT_STREAMS               (default 1000)
+          --token-updates-per-20min N  new APNs JWTs per (team, key) within 20 min before
+                                       429 TooManyProviderTokenUpdates                (default 4; Apple: 1)
 
-    Point LiveRelay at it with the printed LIVERELAY_* lines (also in DIR/env), then register the demo
-    credentials: PUT /v1/provider-credentials/apns with apns.json's team_id/key_id, apns-key.p8 and your
-    bundle ids; PUT /v1/provider-credentials/fcm with fcm-service-account.json. Runs until SIGTERM/SIGINT.
-    """
+        Point LiveRelay at it with the printed LIVERELAY_* lines (also in DIR/env), then register the demo
+        credentials: PUT /v1/provider-credentials/apns with apns.json's team_id/key_id, apns-key.p8 and your
+        bundle ids; PUT /v1/provider-credentials/fcm with fcm-service-account.json. Runs until SIGTERM/SIGINT.
+        """
 
     static func run(_ args: [String]) throws {
         ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
-        var config = SandboxConfiguration(directory: URL(fileURLWithPath: ".liverelay/sandbox",
-                                                         relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL)
+        var config = SandboxConfiguration(
+            directory: URL(
+                fileURLWithPath: ".liverelay/sandbox",
+                relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)
+            ).standardizedFileURL)
         var rest = args[...]
         func value(_ flag: String) throws -> String {
             guard let v = rest.popFirst(), !v.hasPrefix("--") else { throw UsageError("\(flag) needs a value") }

@@ -25,16 +25,21 @@ enum ServeCommand {
         let channels = try WorkerCommand.makeChannelManager(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
-        let api = try APIStack(db: db, conninfo: rt.conninfo, log: log, http: httpConfig, metrics: metrics, serverLog: { line in log.raw(line) }) { auth, events in
-            APIContext(db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
-                       events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
-                       webhookAllowPrivate: config.webhookAllowPrivate,
-                       limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
-                       channels: channels.manager, priorityBudgets: config.priorityBudgets)
+        let api = try APIStack(db: db, conninfo: rt.conninfo, log: log, http: httpConfig, metrics: metrics, serverLog: { line in log.raw(line) }) {
+            auth, events in
+            APIContext(
+                db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
+                events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
+                webhookAllowPrivate: config.webhookAllowPrivate,
+                limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
+                channels: channels.manager, priorityBudgets: config.priorityBudgets)
         }
-        let maintenance = log.context["component"] == "api" ? nil
-            : MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
-                                 interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
+        let maintenance =
+            log.context["component"] == "api"
+            ? nil
+            : MaintenanceService(
+                db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
+                interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
         maintenance?.start()
         var dispatcher: Dispatcher?
         var stopSender: (() -> Void)?
@@ -42,11 +47,13 @@ enum ServeCommand {
         var channelWorker: ChannelWorker?
         if withDispatcher {
             let push = try WorkerCommand.makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
-            let d = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
-                               configuration: WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
+            let d = Dispatcher(
+                db: db, conninfo: rt.conninfo, sender: push.sender,
+                configuration: WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
             d.start()
             dispatcher = d
-            channelWorker = WorkerCommand.makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
+            channelWorker = WorkerCommand.makeChannelWorker(
+                config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
             channelWorker?.start()
             stopSender = push.stop
             if config.webhookThreads > 0 {
@@ -56,10 +63,15 @@ enum ServeCommand {
         }
         // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second
         // listener, started once every component registered its metrics.
-        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
-                                         listen: config.process.metricsListen)
-        log.info("liverelay listening", ["address": .string("http://\(config.listenHost):\(api.server.port)"),
-                                         "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")])
+        let ops = try OpsEndpoints.start(
+            metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+            listen: config.process.metricsListen)
+        log.info(
+            "liverelay listening",
+            [
+                "address": .string("http://\(config.listenHost):\(api.server.port)"),
+                "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")
+            ])
         let signal = waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
         maintenance?.stop()
@@ -104,7 +116,9 @@ final class TerminationSignals: @unchecked Sendable {
         for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
             Foundation.signal(sig, SIG_IGN)
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            s.setEventHandler { [got, sem] in got.set(name); sem.signal() }
+            s.setEventHandler { [got, sem] in
+                got.set(name); sem.signal()
+            }
             s.resume()
             sources.append(s)
         }

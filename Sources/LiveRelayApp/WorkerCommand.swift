@@ -28,20 +28,23 @@ enum WorkerCommand {
         let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
-        let maintenance = MaintenanceService(db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
-                                             interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
+        let maintenance = MaintenanceService(
+            db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
+            interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
         maintenance.start()
         let push = try makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
-        let dispatcher = Dispatcher(db: db, conninfo: rt.conninfo, sender: push.sender,
-                                    configuration: dispatchConfig, metrics: metrics, log: log)
+        let dispatcher = Dispatcher(
+            db: db, conninfo: rt.conninfo, sender: push.sender,
+            configuration: dispatchConfig, metrics: metrics, log: log)
         dispatcher.start()
         let channelWorker = makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
         channelWorker.start()
         let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
         webhooks?.start()
         // After every component registered its metrics, so the first scrape sees them all.
-        let ops = try OpsEndpoints.start(metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
-                                         listen: config.process.metricsListen)
+        let ops = try OpsEndpoints.start(
+            metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+            listen: config.process.metricsListen)
         log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
         let signal = ServeCommand.waitForTermination()
         log.info("shutting down", ["signal": .string(signal)])
@@ -60,8 +63,10 @@ enum WorkerCommand {
     /// client trusting the system CAs plus `LIVERELAY_EXTRA_CA_FILE`, lease owner
     /// `LIVERELAY_WORKER_ID` (or a generated one), `LIVERELAY_WEBHOOK_THREADS` senders.
     static func makeWebhookWorker(config: Configuration, db: Database, kek: [UInt8], metrics: MetricsRegistry, log: Logger) throws -> WebhookWorker {
-        let client = try WebhookHTTPClient(configuration: WebhookHTTPConfiguration(allowPrivate: config.webhookAllowPrivate,
-                                                                                     extraCAFile: config.extraCAFile))
+        let client = try WebhookHTTPClient(
+            configuration: WebhookHTTPConfiguration(
+                allowPrivate: config.webhookAllowPrivate,
+                extraCAFile: config.extraCAFile))
         let id = config.process.workerId ?? DispatcherConfiguration.defaultWorkerId()
         let wc = WebhookWorkerConfiguration(workerId: id, concurrency: config.webhookThreads)
         return WebhookWorker(db: db, kek: try AESGCM(key: kek), client: client, configuration: wc, metrics: metrics, log: log)
@@ -71,10 +76,11 @@ enum WorkerCommand {
     /// variables and `LIVERELAY_WORKER_ID`, validated by `Configuration.load`).
     static func dispatcherConfiguration(_ config: Configuration) -> DispatcherConfiguration {
         let p = config.process
-        return DispatcherConfiguration(workerId: p.workerId ?? DispatcherConfiguration.defaultWorkerId(), senderThreads: p.dispatchThreads,
-                                       claimBatchSize: p.dispatchBatch, applyBatchSize: p.dispatchBatch,
-                                       leaseSeconds: Double(p.dispatchLeaseSeconds), defaultExpirationSeconds: config.defaultExpirationSeconds,
-                                       eventDrivenMaxOutstanding: p.dispatchMaxInFlight)
+        return DispatcherConfiguration(
+            workerId: p.workerId ?? DispatcherConfiguration.defaultWorkerId(), senderThreads: p.dispatchThreads,
+            claimBatchSize: p.dispatchBatch, applyBatchSize: p.dispatchBatch,
+            leaseSeconds: Double(p.dispatchLeaseSeconds), defaultExpirationSeconds: config.defaultExpirationSeconds,
+            eventDrivenMaxOutstanding: p.dispatchMaxInFlight)
     }
 
     /// The APNs/FCM client for this process. Until the provider clients are wired in here,
@@ -84,12 +90,20 @@ enum WorkerCommand {
     /// (closes its HTTP/2 pools and flushes credential health).
     /// `conninfo`: where the credential cache LISTENs for provider-credential changes (a PUT or
     /// DELETE on any node reaches this process within a second).
-    static func makePushSender(config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
-                               log: Logger) throws -> (sender: any PushSender, stop: () -> Void) {
+    static func makePushSender(
+        config: Configuration, db: Database, conninfo: String, kek: [UInt8], metrics: MetricsRegistry,
+        log: Logger
+    ) throws -> (sender: any PushSender, stop: () -> Void) {
         let endpoints = config.providerEndpoints(maxConnectionsPerPool: config.process.dispatchConnections)
-        let (sender, credentials) = ProviderSender.make(db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
-                                                        log: log.with(["component": "provider"]))
+        let (sender, credentials) = ProviderSender.make(
+            db: db, kek: try AESGCM(key: kek), endpoints: endpoints, metrics: metrics,
+            log: log.with(["component": "provider"]))
         credentials.startChangeListener(conninfo: conninfo)
-        return (sender, { sender.close(); credentials.stop() })
+        return (
+            sender,
+            {
+                sender.close(); credentials.stop()
+            }
+        )
     }
 }

@@ -79,8 +79,10 @@ public struct APNsPayload: Sendable, Equatable {
         /// channel"): sent as `input-push-channel` instead of `input-push-token: 1`.
         public var inputPushChannel: String?
 
-        public init(attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil,
-                    inputPushChannel: String? = nil) {
+        public init(
+            attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil,
+            inputPushChannel: String? = nil
+        ) {
             self.attributesType = attributesType
             self.targetId = targetId
             self.templateVersion = templateVersion
@@ -111,9 +113,11 @@ public struct APNsPayload: Sendable, Equatable {
     /// Start-only fields; used only when `event == .start` (required then).
     public var start: StartAttributes?
 
-    public init(event: PushEvent, timestamp: Date, contentState: JSONValue, staleDate: Date? = nil,
-                relevanceScore: Double? = nil, alert: PushAlert? = nil, dismissalDate: Date? = nil,
-                start: StartAttributes? = nil) {
+    public init(
+        event: PushEvent, timestamp: Date, contentState: JSONValue, staleDate: Date? = nil,
+        relevanceScore: Double? = nil, alert: PushAlert? = nil, dismissalDate: Date? = nil,
+        start: StartAttributes? = nil
+    ) {
         self.event = event
         self.timestamp = timestamp
         self.contentState = contentState
@@ -130,7 +134,7 @@ public struct APNsPayload: Sendable, Equatable {
         var aps: [String: JSONValue] = [
             "timestamp": seconds(timestamp),
             "event": .string(event.rawValue),
-            "content-state": contentState,
+            "content-state": contentState
         ]
         if let staleDate { aps["stale-date"] = seconds(staleDate) }
         if let relevanceScore { aps["relevance-score"] = .double(relevanceScore) }
@@ -143,7 +147,7 @@ public struct APNsPayload: Sendable, Equatable {
         if event == .start, let start {
             var attrs: [String: JSONValue] = [
                 "target_id": .string(start.targetId),
-                "template_version": .string(start.templateVersion),
+                "template_version": .string(start.templateVersion)
             ]
             if let bk = start.businessKey { attrs["business_key"] = .string(bk) }
             aps["attributes-type"] = .string(start.attributesType)
@@ -169,19 +173,27 @@ public struct APNsPayload: Sendable, Equatable {
     }
 
     /// Builds the body (see the type documentation); `start` is used only for `.start`.
-    public static func build(event: PushEvent, timestamp: Date, contentState: JSONValue, staleDate: Date? = nil,
-                             relevanceScore: Double? = nil, alert: PushAlert? = nil, dismissalDate: Date? = nil,
-                             start: StartAttributes? = nil) -> JSONValue {
-        APNsPayload(event: event, timestamp: timestamp, contentState: contentState, staleDate: staleDate,
-                    relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate, start: start).json
+    public static func build(
+        event: PushEvent, timestamp: Date, contentState: JSONValue, staleDate: Date? = nil,
+        relevanceScore: Double? = nil, alert: PushAlert? = nil, dismissalDate: Date? = nil,
+        start: StartAttributes? = nil
+    ) -> JSONValue {
+        APNsPayload(
+            event: event, timestamp: timestamp, contentState: contentState, staleDate: staleDate,
+            relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate, start: start
+        ).json
     }
 
     /// `build(...)` serialized: the exact bytes sent (not yet size-checked).
-    public static func bytes(event: PushEvent, timestamp: Date, contentState: JSONValue, staleDate: Date? = nil,
-                             relevanceScore: Double? = nil, alert: PushAlert? = nil, dismissalDate: Date? = nil,
-                             start: StartAttributes? = nil) -> [UInt8] {
-        build(event: event, timestamp: timestamp, contentState: contentState, staleDate: staleDate,
-              relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate, start: start).serialized()
+    public static func bytes(
+        event: PushEvent, timestamp: Date, contentState: JSONValue, staleDate: Date? = nil,
+        relevanceScore: Double? = nil, alert: PushAlert? = nil, dismissalDate: Date? = nil,
+        start: StartAttributes? = nil
+    ) -> [UInt8] {
+        build(
+            event: event, timestamp: timestamp, contentState: contentState, staleDate: staleDate,
+            relevanceScore: relevanceScore, alert: alert, dismissalDate: dismissalDate, start: start
+        ).serialized()
     }
 
     /// docs/write-semantics.md rule 8 / §7: a body over `maxBytes` (counted in UTF-8 bytes, not characters).
@@ -203,7 +215,7 @@ public struct APNsPayload: Sendable, Equatable {
             ("apns-push-type", "liveactivity"),
             ("apns-priority", String(priority)),
             ("apns-expiration", String(Timestamp.epochSeconds(expiration))),
-            ("apns-id", apnsId),
+            ("apns-id", apnsId)
         ]
     }
 }
@@ -215,6 +227,8 @@ func providerPayloadTooLargeError(bytes: Int, limit: Int, provider: String, what
     return DomainError(
         status: 413, code: "PAYLOAD_TOO_LARGE",
         message: "The \(what) would be \(bytes) bytes; the limit is \(limit) bytes. Send a smaller state.",
-        details: ["bytes": .int(Int64(bytes)), "actual": .int(Int64(bytes)), "limit": .int(Int64(limit)),
-                  "provider": .string(provider)])
+        details: [
+            "bytes": .int(Int64(bytes)), "actual": .int(Int64(bytes)), "limit": .int(Int64(limit)),
+            "provider": .string(provider)
+        ])
 }

@@ -11,9 +11,11 @@ public enum Capabilities {
     /// `priorityBudgets` the deployment's default priority-10 budgets (docs/priority-budget.md:
     /// a tenant's own values are on its tenant object, and every iOS target shows the budget
     /// that applies to it as `priority10_budget`).
-    public static func document(defaultExpirationSeconds: Int, limits: TenantLimits = TenantLimits(),
-                                retentionDays: Int = TenantLimits.defaultRetentionDays,
-                                priorityBudgets: PriorityBudget.Defaults = .standard) -> JSONValue {
+    public static func document(
+        defaultExpirationSeconds: Int, limits: TenantLimits = TenantLimits(),
+        retentionDays: Int = TenantLimits.defaultRetentionDays,
+        priorityBudgets: PriorityBudget.Defaults = .standard
+    ) -> JSONValue {
         func i(_ v: Int) -> JSONValue { .int(Int64(v)) }
         return .object([
             "protocol_version": .string(protocolVersion),
@@ -49,7 +51,7 @@ public enum Capabilities {
                 "activity_removal_seconds": i(12 * 3600),
                 "installations_per_tenant": i(limits.maxInstallationsPerTenant),
                 "live_targets_per_tenant": i(limits.maxLiveTargetsPerTenant),
-                "retention_days": i(retentionDays),
+                "retention_days": i(retentionDays)
             ]),
             "delivery": .object([
                 "apns_push_type": "liveactivity",
@@ -63,9 +65,9 @@ public enum Capabilities {
                     "priority10_hourly_budget": i(priorityBudgets.priority10HourlyBudget),
                     "frequent_updates_hourly_budget": i(priorityBudgets.frequentUpdatesHourlyBudget),
                     "max_hourly_budget": i(PriorityBudget.maxBudget),
-                    "downgraded_priority": i(PriorityBudget.downgradedPriority),
-                ]),
-            ]),
+                    "downgraded_priority": i(PriorityBudget.downgradedPriority)
+                ])
+            ])
         ])
     }
 }

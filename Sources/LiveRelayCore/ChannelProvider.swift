@@ -46,8 +46,10 @@ public struct BroadcastRequest: Sendable, Equatable {
     public var expiration: Int64
     /// `apns-request-id`: the UUID of this attempt.
     public var requestId: String
-    public init(tenantId: String, appId: String, environment: String, apnsChannelId: String, body: [UInt8], priority: Int,
-                expiration: Int64, requestId: String) {
+    public init(
+        tenantId: String, appId: String, environment: String, apnsChannelId: String, body: [UInt8], priority: Int,
+        expiration: Int64, requestId: String
+    ) {
         self.tenantId = tenantId; self.appId = appId; self.environment = environment; self.apnsChannelId = apnsChannelId
         self.body = body; self.priority = priority; self.expiration = expiration; self.requestId = requestId
     }

@@ -57,8 +57,9 @@ public enum ChannelRequests {
         let label = try r.optionalString("label", maxLength: 200) ?? ""
         let key = try r.idempotencyKey()
         try r.finish()
-        return ChannelCreateRequest(appId: app, environment: env, activityType: type, attributesType: attrs, schema: schema,
-                                    storagePolicy: policy, label: label, idempotencyKey: key)
+        return ChannelCreateRequest(
+            appId: app, environment: env, activityType: type, attributesType: attrs, schema: schema,
+            storagePolicy: policy, label: label, idempotencyKey: key)
     }
 
     /// The update body: `state`, `expected_revision`, `idempotency_key`, optional `alert`,
@@ -103,10 +104,13 @@ public enum ChannelRequests {
     /// broadcast and every iOS fan-out send) and the FCM `data` of an Android member (with its
     /// `channel_id`) are built with the longest ids a member can have and measured.
     /// - Throws: `DomainError` 413 `PAYLOAD_TOO_LARGE` with `details.bytes` and `details.limit`.
-    public static func checkPayload(channelId: String, event: PushEvent, state: JSONValue, alert: PushAlert?, staleAt: Date?,
-                                    relevanceScore: Double?, dismissAt: Date?, now: Date) throws {
-        let c = DeliveryPayload.Content(event: event, targetId: placeholderTargetId, revision: Int64.max, templateVersion: placeholderTemplateVersion,
-                                        state: state, alert: alert, staleAt: staleAt, relevanceScore: relevanceScore, dismissAt: dismissAt)
+    public static func checkPayload(
+        channelId: String, event: PushEvent, state: JSONValue, alert: PushAlert?, staleAt: Date?,
+        relevanceScore: Double?, dismissAt: Date?, now: Date
+    ) throws {
+        let c = DeliveryPayload.Content(
+            event: event, targetId: placeholderTargetId, revision: Int64.max, templateVersion: placeholderTemplateVersion,
+            state: state, alert: alert, staleAt: staleAt, relevanceScore: relevanceScore, dismissAt: dismissAt)
         try APNsPayload.checkSize(DeliveryPayload.apns(c, timestamp: now).bytes())
         var m = DeliveryPayload.fcm(c, token: "", timestamp: now, ttlSeconds: 0)
         m.channelId = channelId

@@ -64,17 +64,22 @@ public enum ChannelRules {
     /// applied to the channel): a state-bearing write supersedes queued state-only updates; an
     /// end supersedes every queued update. Alerts are never coalesced by an update.
     public static func supersededBroadcasts(by kind: PushEvent, queued: [ChannelWriteFacts]) -> [String] {
-        WriteRules.superseded(by: kind, hasState: true,
-                              queued: queued.map { QueuedOperation(id: $0.id, kind: $0.kind, hasState: true, hasAlert: $0.hasAlert) })
+        WriteRules.superseded(
+            by: kind, hasState: true,
+            queued: queued.map { QueuedOperation(id: $0.id, kind: $0.kind, hasState: true, hasAlert: $0.hasAlert) })
     }
 
     /// Maps a broadcast answer (docs/channels.md "APNs wire"). `hasAlert`: an alert broadcast
     /// that may have reached APNs is not resent (it fails as unknown); a state-only one is
     /// (idempotent by timestamp). `attempts`: attempts so far including this one.
-    public static func decide(_ result: BroadcastResult, hasAlert: Bool, attempts: Int, random: Double, policy: RetryPolicy = .standard) -> BroadcastDecision {
+    public static func decide(
+        _ result: BroadcastResult, hasAlert: Bool, attempts: Int, random: Double, policy: RetryPolicy = .standard
+    ) -> BroadcastDecision {
         func failure(_ code: String, _ message: String, status: Int?, reason: String?) -> JSONValue {
-            .object(["code": .string(code), "message": .string(message), "provider_status": status.map { .int(Int64($0)) } ?? .null,
-                     "provider_reason": reason.map(JSONValue.string) ?? .null])
+            .object([
+                "code": .string(code), "message": .string(message), "provider_status": status.map { .int(Int64($0)) } ?? .null,
+                "provider_reason": reason.map(JSONValue.string) ?? .null
+            ])
         }
         switch result {
         case .accepted(let r, let u):
@@ -85,7 +90,8 @@ public enum ChannelRules {
             }
             if status == 429 || status >= 500 { return .retry(delay: policy.delay(attempt: attempts, random: random, retryAfter: retryAfter)) }
             if status == 403 {
-                return .failed(failure: failure("PROVIDER_CREDENTIALS_INVALID", "APNs refused the provider credential", status: status, reason: reason))
+                return .failed(
+                    failure: failure("PROVIDER_CREDENTIALS_INVALID", "APNs refused the provider credential", status: status, reason: reason))
             }
             return .failed(failure: failure("PROVIDER_REJECTED", "APNs refused the broadcast", status: status, reason: reason))
         case .notProcessed:

@@ -63,8 +63,9 @@ public struct CredentialToken: Sendable, Equatable {
         let head = Array(utf8[0..<secretEnd])
         let expected = Base62.encode(UInt64(CRC32.checksum(head)), width: checksumLength)
         guard String(decoding: utf8[secretEnd...], as: UTF8.self) == expected else { return nil }
-        return CredentialToken(kind: kind, id: kind.idKind.rawValue + "_" + body,
-                               secret: String(decoding: utf8[secretStart..<secretEnd], as: UTF8.self))
+        return CredentialToken(
+            kind: kind, id: kind.idKind.rawValue + "_" + body,
+            secret: String(decoding: utf8[secretStart..<secretEnd], as: UTF8.self))
     }
 }
 

@@ -23,9 +23,11 @@ public enum DeliveryPayload {
         /// start, `inputPushChannel` is the APNs channel id sent as `input-push-channel`.
         public var channelId: String?
         public var inputPushChannel: String?
-        public init(event: PushEvent, targetId: String, revision: Int64, templateVersion: String, state: JSONValue, alert: PushAlert?,
-                    staleAt: Date?, relevanceScore: Double?, dismissAt: Date?, attributesType: String? = nil, businessKey: String? = nil,
-                    channelId: String? = nil, inputPushChannel: String? = nil) {
+        public init(
+            event: PushEvent, targetId: String, revision: Int64, templateVersion: String, state: JSONValue, alert: PushAlert?,
+            staleAt: Date?, relevanceScore: Double?, dismissAt: Date?, attributesType: String? = nil, businessKey: String? = nil,
+            channelId: String? = nil, inputPushChannel: String? = nil
+        ) {
             self.event = event; self.targetId = targetId; self.revision = revision; self.templateVersion = templateVersion
             self.state = state; self.alert = alert; self.staleAt = staleAt; self.relevanceScore = relevanceScore
             self.dismissAt = dismissAt; self.attributesType = attributesType; self.businessKey = businessKey
@@ -35,17 +37,21 @@ public enum DeliveryPayload {
 
     /// The APNs body for `c` at `timestamp`.
     public static func apns(_ c: Content, timestamp: Date) -> APNsPayload {
-        APNsPayload(event: c.event, timestamp: timestamp, contentState: c.state, staleDate: c.staleAt, relevanceScore: c.relevanceScore,
-                    alert: c.alert, dismissalDate: c.dismissAt,
-                    start: c.event == .start ? APNsPayload.StartAttributes(attributesType: c.attributesType ?? "", targetId: c.targetId,
-                                                                           templateVersion: c.templateVersion, businessKey: c.businessKey,
-                                                                           inputPushChannel: c.inputPushChannel) : nil)
+        APNsPayload(
+            event: c.event, timestamp: timestamp, contentState: c.state, staleDate: c.staleAt, relevanceScore: c.relevanceScore,
+            alert: c.alert, dismissalDate: c.dismissAt,
+            start: c.event == .start
+                ? APNsPayload.StartAttributes(
+                    attributesType: c.attributesType ?? "", targetId: c.targetId,
+                    templateVersion: c.templateVersion, businessKey: c.businessKey,
+                    inputPushChannel: c.inputPushChannel) : nil)
     }
 
     /// The FCM message for `c` to `token` at `timestamp`.
     public static func fcm(_ c: Content, token: String, timestamp: Date, ttlSeconds: Int64) -> FCMMessage {
-        var m = FCMMessage(token: token, targetId: c.targetId, event: c.event, revision: c.revision, timestamp: timestamp, state: c.state,
-                           templateVersion: c.templateVersion, alert: c.alert, staleAt: c.staleAt, dismissAt: c.dismissAt, ttlSeconds: ttlSeconds)
+        var m = FCMMessage(
+            token: token, targetId: c.targetId, event: c.event, revision: c.revision, timestamp: timestamp, state: c.state,
+            templateVersion: c.templateVersion, alert: c.alert, staleAt: c.staleAt, dismissAt: c.dismissAt, ttlSeconds: ttlSeconds)
         m.channelId = c.channelId
         return m
     }

@@ -111,8 +111,10 @@ public struct DispatchDecision: Sendable, Equatable {
     /// What a dead token does to stored tokens (docs/providers.md), when the result was a dead token.
     public var deadToken: DeadTokenEffect?
 
-    public init(operation: OperationChange, quota: QuotaChange, target: TargetChange = .none, cancelQueued: String? = nil,
-                deadToken: DeadTokenEffect? = nil) {
+    public init(
+        operation: OperationChange, quota: QuotaChange, target: TargetChange = .none, cancelQueued: String? = nil,
+        deadToken: DeadTokenEffect? = nil
+    ) {
         self.operation = operation; self.quota = quota; self.target = target; self.cancelQueued = cancelQueued; self.deadToken = deadToken
     }
 
@@ -132,8 +134,10 @@ public struct DispatchDecision: Sendable, Equatable {
     /// - Parameters:
     ///   - now: the time the result is applied.
     ///   - random: uniform in 0..<1, the jitter of `RetryPolicy.delay`.
-    public static func decide(_ f: DispatchOperationFacts, _ result: DispatchAttemptResult, now: Date, random: Double,
-                              policy: RetryPolicy = .standard) -> DispatchDecision {
+    public static func decide(
+        _ f: DispatchOperationFacts, _ result: DispatchAttemptResult, now: Date, random: Double,
+        policy: RetryPolicy = .standard
+    ) -> DispatchDecision {
         let quotaRelease: QuotaChange = f.consumesQuota ? .release : .none
         let quotaConsume: QuotaChange = f.consumesQuota ? .consume : .none
 
@@ -159,8 +163,9 @@ public struct DispatchDecision: Sendable, Equatable {
             case .resend:
                 return retry(after: nil, reason: "outcome_unknown")
             case .markUnknown:
-                return DispatchDecision(operation: .unknown(reason: reason), quota: quotaConsume,
-                                        target: f.kind == .start ? .startUnknown : .none)
+                return DispatchDecision(
+                    operation: .unknown(reason: reason), quota: quotaConsume,
+                    target: f.kind == .start ? .startUnknown : .none)
             }
         }
 
@@ -180,17 +185,21 @@ public struct DispatchDecision: Sendable, Equatable {
             case .start: return DispatchDecision(operation: .accepted(providerId: providerId), quota: quotaConsume, target: .startAccepted)
             case .update: return DispatchDecision(operation: .accepted(providerId: providerId), quota: quotaConsume)
             case .end:
-                return DispatchDecision(operation: .accepted(providerId: providerId), quota: quotaConsume, target: .ended(reason: "sender"),
-                                        cancelQueued: "already_ended")
+                return DispatchDecision(
+                    operation: .accepted(providerId: providerId), quota: quotaConsume, target: .ended(reason: "sender"),
+                    cancelQueued: "already_ended")
             }
         case .provider(.tokenDead(let status, let reason)):
             let kind = tokenKind(f)
             let effect = ProviderOutcome.deadTokenEffect(kind)
-            let failure = Failure(code: ProviderOutcome.Code.tokenInvalid,
-                                  message: kind == .pushToStart ? "the push-to-start token is no longer valid"
-                                      : kind == .fcmInstallation ? "the installation's FCM token is no longer valid"
-                                      : "the activity's push token is no longer valid",
-                                  providerStatus: status, providerReason: reason)
+            let failure = Failure(
+                code: ProviderOutcome.Code.tokenInvalid,
+                message: kind == .pushToStart
+                    ? "the push-to-start token is no longer valid"
+                    : kind == .fcmInstallation
+                        ? "the installation's FCM token is no longer valid"
+                        : "the activity's push token is no longer valid",
+                providerStatus: status, providerReason: reason)
             var d = DispatchDecision(operation: .failed(failure), quota: quotaRelease, deadToken: effect)
             if f.kind == .start {
                 d.target = .creationFailed; d.cancelQueued = "creation_failed"

@@ -55,9 +55,11 @@ public struct FCMMessage: Sendable, Equatable {
     /// `data.channel_id` (`ch_…`) when the target is a fan-out member of a channel (docs/channels.md).
     public var channelId: String?
 
-    public init(token: String, targetId: String, event: PushEvent, revision: Int64, timestamp: Date,
-                state: JSONValue, templateVersion: String, alert: PushAlert? = nil, staleAt: Date? = nil,
-                dismissAt: Date? = nil, ttlSeconds: Int64) {
+    public init(
+        token: String, targetId: String, event: PushEvent, revision: Int64, timestamp: Date,
+        state: JSONValue, templateVersion: String, alert: PushAlert? = nil, staleAt: Date? = nil,
+        dismissAt: Date? = nil, ttlSeconds: Int64
+    ) {
         self.token = token
         self.targetId = targetId
         self.event = event
@@ -87,7 +89,7 @@ public struct FCMMessage: Sendable, Equatable {
             "revision": String(revision),
             "timestamp": String(Timestamp.epochSeconds(timestamp)),
             "state": state.jsonString,
-            "template_version": templateVersion,
+            "template_version": templateVersion
         ]
         if let alert {
             d["alert_title"] = alert.title
@@ -107,11 +109,13 @@ public struct FCMMessage: Sendable, Equatable {
 
     /// The whole request body `{"message": {...}}` as JSON.
     public var json: JSONValue {
-        .object(["message": .object([
-            "token": .string(token),
-            "data": dataJSON,
-            "android": .object(["priority": "HIGH", "ttl": .string("\(max(0, ttlSeconds))s")]),
-        ])])
+        .object([
+            "message": .object([
+                "token": .string(token),
+                "data": dataJSON,
+                "android": .object(["priority": "HIGH", "ttl": .string("\(max(0, ttlSeconds))s")])
+            ])
+        ])
     }
 
     /// The exact request body bytes (compact canonical JSON), not size-checked.

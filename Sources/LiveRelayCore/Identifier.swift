@@ -128,11 +128,11 @@ public enum CrockfordBase32 {
     public static func value(of c: UInt8) -> Int? {
         switch c {
         case 0x30...0x39: return Int(c - 0x30)
-        case 0x61...0x68: return Int(c - 0x61) + 10          // a-h
-        case 0x6A, 0x6B: return Int(c - 0x6A) + 18           // j k
-        case 0x6D, 0x6E: return Int(c - 0x6D) + 20           // m n
-        case 0x70...0x74: return Int(c - 0x70) + 22          // p-t
-        case 0x76...0x7A: return Int(c - 0x76) + 27          // v-z
+        case 0x61...0x68: return Int(c - 0x61) + 10  // a-h
+        case 0x6A, 0x6B: return Int(c - 0x6A) + 18  // j k
+        case 0x6D, 0x6E: return Int(c - 0x6D) + 20  // m n
+        case 0x70...0x74: return Int(c - 0x70) + 22  // p-t
+        case 0x76...0x7A: return Int(c - 0x76) + 27  // v-z
         default: return nil
         }
     }

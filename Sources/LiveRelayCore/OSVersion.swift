@@ -52,7 +52,8 @@ public struct OSVersion: Sendable, Equatable, Hashable, Comparable, CustomString
     /// a version `parse` accepts.
     public static func parse(_ text: String, field: String) throws -> OSVersion {
         guard let v = parse(text) else {
-            throw DomainError.invalid(field, "\(field) must be a version of 1–3 dot-separated numbers such as \"18.2\" (at most \(maxLength) characters)")
+            throw DomainError.invalid(
+                field, "\(field) must be a version of 1–3 dot-separated numbers such as \"18.2\" (at most \(maxLength) characters)")
         }
         return v
     }

@@ -59,8 +59,10 @@ public struct PrepareManifest: Sendable {
     /// Size of `startManifest.serialized()` in bytes (≤ 8,192).
     public let startManifestBytes: Int
 
-    static let fields: Set<String> = ["binding_id", "activity_type", "attributes_type", "renderer_digest", "schema",
-                                      "resources", "bundle", "sample_state", "idempotency_key"]
+    static let fields: Set<String> = [
+        "binding_id", "activity_type", "attributes_type", "renderer_digest", "schema",
+        "resources", "bundle", "sample_state", "idempotency_key"
+    ]
     static let bundleFields: Set<String> = ["bytes", "modules", "files"]
     static let resourceFields: Set<String> = ["path", "sha256", "bytes"]
 
@@ -103,15 +105,19 @@ public struct PrepareManifest: Sendable {
         var manifest: [String: JSONValue] = [
             "binding_id": .string(bindingId), "activity_type": .string(activityType),
             "attributes_type": .string(attributesType), "renderer_digest": .string(rendererDigest),
-            "bundle": .object(["bytes": .int(Int64(bundleBytes)), "modules": .int(Int64(bundleModules)),
-                               "files": .int(Int64(bundleFiles))]),
+            "bundle": .object([
+                "bytes": .int(Int64(bundleBytes)), "modules": .int(Int64(bundleModules)),
+                "files": .int(Int64(bundleFiles))
+            ])
         ]
         if let schemaJSON { manifest["schema"] = schemaJSON }
         let startManifest = JSONValue.object(manifest)
         let manifestBytes = startManifest.serialized().count
         if manifestBytes > PrepareLimits.maxStartManifestBytes {
-            throw DomainError.limit("schema", "the start manifest (request without sample_state and resources) is \(manifestBytes) bytes; the limit is \(PrepareLimits.maxStartManifestBytes)",
-                                    limit: PrepareLimits.maxStartManifestBytes, actual: manifestBytes)
+            throw DomainError.limit(
+                "schema",
+                "the start manifest (request without sample_state and resources) is \(manifestBytes) bytes; the limit is \(PrepareLimits.maxStartManifestBytes)",
+                limit: PrepareLimits.maxStartManifestBytes, actual: manifestBytes)
         }
         let schema = try schemaJSON.map { try StateSchema.compile($0) }
 
@@ -123,19 +129,21 @@ public struct PrepareManifest: Sendable {
             try schema?.check(sampleState)
         }
 
-        return PrepareManifest(bindingId: bindingId, activityType: activityType, attributesType: attributesType,
-                               rendererDigest: rendererDigest, schema: schema, schemaJSON: schemaJSON,
-                               resources: resources, bundleBytes: bundleBytes, bundleModules: bundleModules,
-                               bundleFiles: bundleFiles, sampleState: sampleState, idempotencyKey: idempotencyKey,
-                               startManifest: startManifest, startManifestBytes: manifestBytes)
+        return PrepareManifest(
+            bindingId: bindingId, activityType: activityType, attributesType: attributesType,
+            rendererDigest: rendererDigest, schema: schema, schemaJSON: schemaJSON,
+            resources: resources, bundleBytes: bundleBytes, bundleModules: bundleModules,
+            bundleFiles: bundleFiles, sampleState: sampleState, idempotencyKey: idempotencyKey,
+            startManifest: startManifest, startManifestBytes: manifestBytes)
     }
 
     static func parseResources(_ value: JSONValue?) throws -> [Resource] {
         guard let value else { return [] }
         guard case .array(let items) = value else { throw DomainError.invalid("resources", "resources must be an array") }
         if items.count > PrepareLimits.maxResources {
-            throw DomainError.limit("resources", "resources declares \(items.count) entries; the limit is \(PrepareLimits.maxResources)",
-                                    limit: PrepareLimits.maxResources, actual: items.count)
+            throw DomainError.limit(
+                "resources", "resources declares \(items.count) entries; the limit is \(PrepareLimits.maxResources)",
+                limit: PrepareLimits.maxResources, actual: items.count)
         }
         var out: [Resource] = []
         out.reserveCapacity(items.count)
@@ -152,7 +160,8 @@ public struct PrepareManifest: Sendable {
                 throw DomainError.invalid("\(prefix).path", "\(prefix).path repeats an earlier resource path")
             }
             guard case .string(let digest) = try PrepareFields.required(r, "sha256", field: "\(prefix).sha256"),
-                  PrepareFields.isSHA256Hex(digest) else {
+                PrepareFields.isSHA256Hex(digest)
+            else {
                 throw DomainError.invalid("\(prefix).sha256", "\(prefix).sha256 must be 64 lowercase hexadecimal digits")
             }
             let bytes = try PrepareFields.count(r, "bytes", field: "\(prefix).bytes", limit: nil)
@@ -164,7 +173,8 @@ public struct PrepareManifest: Sendable {
     /// The template version of this manifest (docs/templates.md); see `TemplateVersion.derive`.
     /// - Parameter sha256: SHA-256 of the given bytes (32 bytes), from the crypto module.
     public func templateVersion(sha256: ([UInt8]) -> [UInt8]) -> String {
-        TemplateVersion.derive(bindingId: bindingId, activityType: activityType, attributesType: attributesType,
-                               rendererDigest: rendererDigest, schema: schemaJSON, resources: resources, sha256: sha256)
+        TemplateVersion.derive(
+            bindingId: bindingId, activityType: activityType, attributesType: attributesType,
+            rendererDigest: rendererDigest, schema: schemaJSON, resources: resources, sha256: sha256)
     }
 }

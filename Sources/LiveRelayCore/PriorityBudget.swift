@@ -77,8 +77,10 @@ public enum PriorityBudget {
     ///   - hasAlert: the write carries an explicit `alert`.
     ///   - platform: `ios` or `android`.
     ///   - requestedPriority: the write's `priority`.
-    public static func decide(sendsInWindow: Int, budget: Int, kind: PushEvent, hasAlert: Bool, platform: String,
-                              requestedPriority: Int) -> Decision {
+    public static func decide(
+        sendsInWindow: Int, budget: Int, kind: PushEvent, hasAlert: Bool, platform: String,
+        requestedPriority: Int
+    ) -> Decision {
         let asRequested = Decision(priority: requestedPriority, requestedPriority: requestedPriority, downgraded: false, counts: false)
         guard platform == "ios", requestedPriority == countedPriority else { return asRequested }
         if kind == .update && !hasAlert && sendsInWindow >= budget {

@@ -34,8 +34,10 @@ extension ProviderOutcome {
     ///   - isRetryAfterRefresh: true when this answers the single retry made after
     ///     `refreshCredentialAndRetryOnce`/`reconnectAndRetryOnce`; the same error then
     ///     fails with `PROVIDER_CREDENTIALS_INVALID` instead of looping.
-    public static func apns(status: Int, body: [UInt8], apnsId: String? = nil, retryAfterHeader: String? = nil,
-                            isRetryAfterRefresh: Bool = false) -> ProviderOutcome {
+    public static func apns(
+        status: Int, body: [UInt8], apnsId: String? = nil, retryAfterHeader: String? = nil,
+        isRetryAfterRefresh: Bool = false
+    ) -> ProviderOutcome {
         if (200..<300).contains(status) { return .accepted(providerId: apnsId) }
         let reason = apnsReason(body)
         let credentials = ProviderOutcome.failed(code: Code.credentialsInvalid, providerStatus: status, providerReason: reason)

@@ -23,8 +23,10 @@ extension ProviderOutcome {
     ///   - providerId: what `accepted` stores (the caller passes `apns-unique-id`, else `apns-request-id`).
     ///   - retryAfterHeader: a `Retry-After` header (delta seconds), if any.
     ///   - isRetryAfterRefresh: true for the answer to the single retry after a refresh/reconnect.
-    public static func apnsBroadcast(status: Int, body: [UInt8], providerId: String? = nil, retryAfterHeader: String? = nil,
-                                     isRetryAfterRefresh: Bool = false) -> ProviderOutcome {
+    public static func apnsBroadcast(
+        status: Int, body: [UInt8], providerId: String? = nil, retryAfterHeader: String? = nil,
+        isRetryAfterRefresh: Bool = false
+    ) -> ProviderOutcome {
         if (200..<300).contains(status) { return .accepted(providerId: providerId) }
         let reason = apnsReason(body)
         if isChannelInvalid(status: status, reason: reason) { return .tokenDead(providerStatus: status, providerReason: reason) }

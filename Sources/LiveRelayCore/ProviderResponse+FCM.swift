@@ -56,8 +56,10 @@ extension ProviderOutcome {
     ///   - isRetryAfterRefresh: true when this answers the single retry after
     ///     `refreshCredentialAndRetryOnce`; a second 401 then fails with
     ///     `PROVIDER_CREDENTIALS_INVALID`.
-    public static func fcm(status: Int, body: [UInt8], retryAfterHeader: String? = nil,
-                           isRetryAfterRefresh: Bool = false) -> ProviderOutcome {
+    public static func fcm(
+        status: Int, body: [UInt8], retryAfterHeader: String? = nil,
+        isRetryAfterRefresh: Bool = false
+    ) -> ProviderOutcome {
         if (200..<300).contains(status) {
             return .accepted(providerId: jsonObject(body)?["name"]?.stringValue)
         }

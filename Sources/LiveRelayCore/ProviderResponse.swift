@@ -54,7 +54,8 @@ public enum ProviderOutcome: Sendable, Equatable {
     /// allowed). An HTTP-date or anything else gives nil (the policy's own backoff applies).
     public static func retryAfterSeconds(_ header: String?) -> Double? {
         guard let h = header?.trimmingCharacters(in: .whitespaces), !h.isEmpty, h.utf8.count <= 10,
-              h.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let v = Int64(h) else { return nil }
+            h.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let v = Int64(h)
+        else { return nil }
         return Double(v)
     }
 }

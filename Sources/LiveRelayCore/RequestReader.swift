@@ -48,8 +48,9 @@ public struct RequestReader {
         guard case .string(let s) = v else { throw DomainError.invalid(field(key), "\(field(key)) must be a string") }
         let n = s.unicodeScalars.count
         if n < minLength || n > maxLength {
-            throw DomainError.invalid(field(key), "\(field(key)) must be \(minLength)–\(maxLength) characters long",
-                                      extra: ["limit": .int(Int64(n < minLength ? minLength : maxLength)), "actual": .int(Int64(n))])
+            throw DomainError.invalid(
+                field(key), "\(field(key)) must be \(minLength)–\(maxLength) characters long",
+                extra: ["limit": .int(Int64(n < minLength ? minLength : maxLength)), "actual": .int(Int64(n))])
         }
         return s
     }
@@ -92,7 +93,9 @@ public struct RequestReader {
         guard let v = raw(key) else { return nil }
         guard let d = v.doubleValue else { throw DomainError.invalid(field(key), "\(field(key)) must be a number") }
         guard range.contains(d) else {
-            throw DomainError.invalid(field(key), "\(field(key)) must be between \(JSONValue.formatDouble(range.lowerBound)) and \(JSONValue.formatDouble(range.upperBound))")
+            throw DomainError.invalid(
+                field(key),
+                "\(field(key)) must be between \(JSONValue.formatDouble(range.lowerBound)) and \(JSONValue.formatDouble(range.upperBound))")
         }
         return d
     }

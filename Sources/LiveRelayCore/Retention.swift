@@ -100,16 +100,19 @@ public enum Retention {
                 let which = count > maxVersionsPerBinding ? "versions" : "bytes"
                 var details: [String: JSONValue] = [
                     "limit": .string(which), "versions": .int(Int64(totalVersions)), "max_versions": .int(Int64(maxVersionsPerBinding)),
-                    "bytes": .int(totalBytes), "max_bytes": .int(maxBytesPerBinding), "collectable": .int(Int64(candidates.count)),
+                    "bytes": .int(totalBytes), "max_bytes": .int(maxBytesPerBinding), "collectable": .int(Int64(candidates.count))
                 ]
                 let upcoming = existing.compactMap(\.collectableAt).filter { $0 > now }.min()
                 if let upcoming { details["next_collectable_at"] = .string(Timestamp.format(upcoming)) }
-                let what = which == "versions"
+                let what =
+                    which == "versions"
                     ? "\(totalVersions) template versions; the limit is \(maxVersionsPerBinding)"
                     : "\(totalBytes) bundle bytes; the limit is \(maxBytesPerBinding)"
-                throw DomainError(status: 409, code: "TEMPLATE_RETENTION_LIMIT",
-                                  message: "this binding would hold \(what), and no older version is collectable (versions are kept while pinned and for 7 days after their last reference ended)",
-                                  details: details)
+                throw DomainError(
+                    status: 409, code: "TEMPLATE_RETENTION_LIMIT",
+                    message:
+                        "this binding would hold \(what), and no older version is collectable (versions are kept while pinned and for 7 days after their last reference ended)",
+                    details: details)
             }
             evict.append(v)
             count -= 1

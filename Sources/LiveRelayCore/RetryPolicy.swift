@@ -93,8 +93,10 @@ extension RetryPolicy {
 
     /// Both interruption kinds: `notProcessed` → `resend` (with backoff) for every kind,
     /// `outcomeUnknown` → `onUnknownOutcome(kind:hasState:hasAlert:)`.
-    public static func onInterruption(_ interruption: SendInterruption, kind: PushEvent, hasState: Bool,
-                                      hasAlert: Bool) -> UnknownOutcomeAction {
+    public static func onInterruption(
+        _ interruption: SendInterruption, kind: PushEvent, hasState: Bool,
+        hasAlert: Bool
+    ) -> UnknownOutcomeAction {
         switch interruption {
         case .notProcessed: return .resend
         case .outcomeUnknown: return onUnknownOutcome(kind: kind, hasState: hasState, hasAlert: hasAlert)

@@ -28,19 +28,24 @@ struct SchemaCompiler {
 
     private mutating func compile(_ json: JSONValue, path: [String], depth: Int) throws -> SchemaNode {
         guard case .object(let o) = json else {
-            throw fail(path, path.isEmpty ? "the state schema must be a JSON object"
-                                          : "a state schema must be a JSON object, not \(SchemaJSON.kind(json))")
+            throw fail(
+                path,
+                path.isEmpty
+                    ? "the state schema must be a JSON object"
+                    : "a state schema must be a JSON object, not \(SchemaJSON.kind(json))")
         }
         if depth > StateLimits.maxSchemaDepth {
             let actual = depth - 1 + Self.rawDepth(json)
-            throw failLimit(path, "the state schema is nested \(actual) levels deep; the limit is \(StateLimits.maxSchemaDepth)",
-                            limit: StateLimits.maxSchemaDepth, actual: actual)
+            throw failLimit(
+                path, "the state schema is nested \(actual) levels deep; the limit is \(StateLimits.maxSchemaDepth)",
+                limit: StateLimits.maxSchemaDepth, actual: actual)
         }
         nodeCount += 1
         if nodeCount > StateLimits.maxSchemaNodes {
             let actual = Self.rawCount(rootJSON)
-            throw failLimit(path, "the state schema has \(actual) nodes; the limit is \(StateLimits.maxSchemaNodes)",
-                            limit: StateLimits.maxSchemaNodes, actual: actual)
+            throw failLimit(
+                path, "the state schema has \(actual) nodes; the limit is \(StateLimits.maxSchemaNodes)",
+                limit: StateLimits.maxSchemaNodes, actual: actual)
         }
 
         var type: SchemaType?
@@ -70,8 +75,9 @@ struct SchemaCompiler {
             case "properties":
                 guard case .object(let props) = value else { throw fail(at, "keyword \"properties\" must be an object of schemas") }
                 if props.count > StateLimits.maxSchemaProperties {
-                    throw failLimit(at, "keyword \"properties\" has \(props.count) members; the limit is \(StateLimits.maxSchemaProperties)",
-                                    limit: StateLimits.maxSchemaProperties, actual: props.count)
+                    throw failLimit(
+                        at, "keyword \"properties\" has \(props.count) members; the limit is \(StateLimits.maxSchemaProperties)",
+                        limit: StateLimits.maxSchemaProperties, actual: props.count)
                 }
                 for name in SchemaJSON.sortedKeys(props) {
                     properties.append((name, try compile(props[name]!, path: at + [name], depth: depth + 1)))
@@ -85,7 +91,9 @@ struct SchemaCompiler {
                     required.append(s)
                 }
             case "additionalProperties":
-                guard case .bool(let b) = value else { throw fail(at, "keyword \"additionalProperties\" must be a boolean (schemas are not supported)") }
+                guard case .bool(let b) = value else {
+                    throw fail(at, "keyword \"additionalProperties\" must be a boolean (schemas are not supported)")
+                }
                 additional = b
             case "items":
                 if case .array = value { throw fail(at, "keyword \"items\" must be a single schema (tuple form is not supported)") }
@@ -107,19 +115,21 @@ struct SchemaCompiler {
                 throw fail(at, "unknown state schema keyword \"\(key)\"; the supported keywords are \(Self.supported)")
             }
         }
-        return SchemaNode(type: type, enumValues: enumValues, properties: properties, required: required,
-                          additionalProperties: additional, items: items,
-                          minItems: counts["minItems"], maxItems: counts["maxItems"],
-                          minLength: counts["minLength"], maxLength: counts["maxLength"],
-                          minimum: bounds["minimum"], maximum: bounds["maximum"])
+        return SchemaNode(
+            type: type, enumValues: enumValues, properties: properties, required: required,
+            additionalProperties: additional, items: items,
+            minItems: counts["minItems"], maxItems: counts["maxItems"],
+            minLength: counts["minLength"], maxLength: counts["maxLength"],
+            minimum: bounds["minimum"], maximum: bounds["maximum"])
     }
 
     private func compileEnum(_ value: JSONValue, at: [String]) throws -> [JSONValue] {
         guard case .array(let values) = value else { throw fail(at, "keyword \"enum\" must be an array of primitive values") }
         if values.isEmpty { throw fail(at, "keyword \"enum\" must list at least one value") }
         if values.count > StateLimits.maxSchemaEnumValues {
-            throw failLimit(at, "keyword \"enum\" has \(values.count) values; the limit is \(StateLimits.maxSchemaEnumValues)",
-                            limit: StateLimits.maxSchemaEnumValues, actual: values.count)
+            throw failLimit(
+                at, "keyword \"enum\" has \(values.count) values; the limit is \(StateLimits.maxSchemaEnumValues)",
+                limit: StateLimits.maxSchemaEnumValues, actual: values.count)
         }
         for (i, v) in values.enumerated() {
             switch v {

@@ -32,8 +32,9 @@ extension StateSchema {
         }
         let depth = SchemaJSON.depth(state)
         if depth > StateLimits.maxDepth {
-            throw DomainError.limit(field, "\(field) is nested \(depth) levels deep; the limit is \(StateLimits.maxDepth)",
-                                    limit: StateLimits.maxDepth, actual: depth)
+            throw DomainError.limit(
+                field, "\(field) is nested \(depth) levels deep; the limit is \(StateLimits.maxDepth)",
+                limit: StateLimits.maxDepth, actual: depth)
         }
     }
 }

@@ -40,9 +40,11 @@ final class SchemaNode: Sendable {
     /// True when any object keyword is present (skips object work otherwise).
     let hasObjectRules: Bool
 
-    init(type: SchemaType?, enumValues: [JSONValue]?, properties: [(name: String, node: SchemaNode)], required: [String],
-         additionalProperties: Bool, items: SchemaNode?, minItems: Int?, maxItems: Int?, minLength: Int?,
-         maxLength: Int?, minimum: JSONValue?, maximum: JSONValue?) {
+    init(
+        type: SchemaType?, enumValues: [JSONValue]?, properties: [(name: String, node: SchemaNode)], required: [String],
+        additionalProperties: Bool, items: SchemaNode?, minItems: Int?, maxItems: Int?, minLength: Int?,
+        maxLength: Int?, minimum: JSONValue?, maximum: JSONValue?
+    ) {
         self.type = type
         self.enumValues = enumValues
         self.properties = PropertyTable(properties, required: required)

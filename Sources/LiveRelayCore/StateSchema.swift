@@ -75,9 +75,10 @@ public struct StateSchema: Sendable {
     ///   object" rules are not checked here: call `checkStateShape(_:field:)` first.
     public func check(_ state: JSONValue) throws {
         guard let v = validate(state) else { return }
-        throw DomainError(status: 422, code: "STATE_SCHEMA_MISMATCH",
-                          message: "state does not match the template's schema at \"\(v.pointer)\": \(v.message)",
-                          details: ["pointer": .string(v.pointer)])
+        throw DomainError(
+            status: 422, code: "STATE_SCHEMA_MISMATCH",
+            message: "state does not match the template's schema at \"\(v.pointer)\": \(v.message)",
+            details: ["pointer": .string(v.pointer)])
     }
 }
 

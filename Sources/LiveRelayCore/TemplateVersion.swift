@@ -26,17 +26,25 @@ public enum TemplateVersion {
     ///   - resources: declared resources, any order.
     ///   - sha256: SHA-256 (must return 32 bytes), injected from the crypto module.
     /// - Returns: `"tv_"` + 52 lowercase base32 characters.
-    public static func derive(bindingId: String, activityType: String, attributesType: String, rendererDigest: String,
-                              schema: JSONValue?, resources: [PrepareManifest.Resource],
-                              sha256: ([UInt8]) -> [UInt8]) -> String {
-        prefix + base32(sha256(canonicalBytes(bindingId: bindingId, activityType: activityType, attributesType: attributesType,
-                                              rendererDigest: rendererDigest, schema: schema, resources: resources)))
+    public static func derive(
+        bindingId: String, activityType: String, attributesType: String, rendererDigest: String,
+        schema: JSONValue?, resources: [PrepareManifest.Resource],
+        sha256: ([UInt8]) -> [UInt8]
+    ) -> String {
+        prefix
+            + base32(
+                sha256(
+                    canonicalBytes(
+                        bindingId: bindingId, activityType: activityType, attributesType: attributesType,
+                        rendererDigest: rendererDigest, schema: schema, resources: resources)))
     }
 
     /// The exact bytes `derive` hashes (see the type's documentation).
-    public static func canonicalBytes(bindingId: String, activityType: String, attributesType: String,
-                                      rendererDigest: String, schema: JSONValue?,
-                                      resources: [PrepareManifest.Resource]) -> [UInt8] {
+    public static func canonicalBytes(
+        bindingId: String, activityType: String, attributesType: String,
+        rendererDigest: String, schema: JSONValue?,
+        resources: [PrepareManifest.Resource]
+    ) -> [UInt8] {
         let sorted = resources.sorted { a, b in
             if !a.path.utf8.elementsEqual(b.path.utf8) { return a.path.utf8.lexicographicallyPrecedes(b.path.utf8) }
             if a.sha256 != b.sha256 { return a.sha256.utf8.lexicographicallyPrecedes(b.sha256.utf8) }
@@ -49,9 +57,10 @@ public enum TemplateVersion {
             "attributes_type": .string(attributesType),
             "renderer_digest": .string(rendererDigest),
             "schema": schema ?? .null,
-            "resources": .array(sorted.map {
-                .object(["path": .string($0.path), "sha256": .string($0.sha256), "bytes": .int(Int64($0.bytes))])
-            }),
+            "resources": .array(
+                sorted.map {
+                    .object(["path": .string($0.path), "sha256": .string($0.sha256), "bytes": .int(Int64($0.bytes))])
+                })
         ])
         return doc.serialized()
     }

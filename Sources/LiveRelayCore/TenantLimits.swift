@@ -17,8 +17,10 @@ public struct TenantLimits: Sendable, Equatable {
     /// Most live (non-terminal) targets one tenant may have.
     public var maxLiveTargetsPerTenant: Int
 
-    public init(maxInstallationsPerTenant: Int = TenantLimits.defaultMaxInstallations,
-                maxLiveTargetsPerTenant: Int = TenantLimits.defaultMaxLiveTargets) {
+    public init(
+        maxInstallationsPerTenant: Int = TenantLimits.defaultMaxInstallations,
+        maxLiveTargetsPerTenant: Int = TenantLimits.defaultMaxLiveTargets
+    ) {
         self.maxInstallationsPerTenant = maxInstallationsPerTenant
         self.maxLiveTargetsPerTenant = maxLiveTargetsPerTenant
     }
@@ -28,9 +30,11 @@ public struct TenantLimits: Sendable, Equatable {
     /// (the cap), `details.actual` (rows already there) and `details.resource`. The tenant must
     /// retire installations or end targets first; retrying unchanged does not help.
     public static func exceeded(_ resource: Resource, limit: Int, actual: Int) -> DomainError {
-        DomainError(status: 409, code: resource == .installations ? "INSTALLATION_LIMIT" : "TARGET_LIMIT",
-                    message: "this tenant already has \(actual) \(resource == .installations ? "active installations" : "live targets"), its limit is \(limit); \(resource == .installations ? "disconnect" : "end") some first",
-                    details: ["resource": .string(resource.rawValue), "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
+        DomainError(
+            status: 409, code: resource == .installations ? "INSTALLATION_LIMIT" : "TARGET_LIMIT",
+            message:
+                "this tenant already has \(actual) \(resource == .installations ? "active installations" : "live targets"), its limit is \(limit); \(resource == .installations ? "disconnect" : "end") some first",
+            details: ["resource": .string(resource.rawValue), "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
     }
 
     /// What a cap counts.

@@ -26,8 +26,10 @@ public enum TenantQueueGauges {
         var out = Array(sorted.prefix(keep))
         let rest = sorted.dropFirst(keep)
         if !rest.isEmpty {
-            out.append(Entry(tenant: otherLabel, depth: rest.reduce(0) { $0 + $1.depth },
-                             oldestDueSeconds: rest.map(\.oldestDueSeconds).max() ?? 0))
+            out.append(
+                Entry(
+                    tenant: otherLabel, depth: rest.reduce(0) { $0 + $1.depth },
+                    oldestDueSeconds: rest.map(\.oldestDueSeconds).max() ?? 0))
         }
         return out
     }

@@ -19,8 +19,9 @@ public enum Timestamp {
             return v
         }
         guard b.count >= 20, let year = num(0, 4), b[4] == 0x2D, let month = num(5, 2), b[7] == 0x2D,
-              let day = num(8, 2), b[10] == 0x54 || b[10] == 0x74, let hour = num(11, 2), b[13] == 0x3A,
-              let minute = num(14, 2), b[16] == 0x3A, let second = num(17, 2) else { return nil }
+            let day = num(8, 2), b[10] == 0x54 || b[10] == 0x74, let hour = num(11, 2), b[13] == 0x3A,
+            let minute = num(14, 2), b[16] == 0x3A, let second = num(17, 2)
+        else { return nil }
         var i = 19
         var fraction = 0.0
         if i < b.count, b[i] == 0x2E {
@@ -42,7 +43,8 @@ public enum Timestamp {
             return nil
         }
         guard i == b.count, (1...12).contains(month), day >= 1, day <= daysIn(month: month, year: year),
-              hour < 24, minute < 60, second < 60 else { return nil }
+            hour < 24, minute < 60, second < 60
+        else { return nil }
         let days = daysFromCivil(year: year, month: month, day: day)
         let secs = Double(days * 86400 + hour * 3600 + minute * 60 + second - offset) + fraction
         return Date(timeIntervalSince1970: secs)

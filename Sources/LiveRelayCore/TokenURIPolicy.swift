@@ -15,9 +15,10 @@ public enum TokenURIPolicy {
     public static func allows(_ tokenURI: String, fcmURL: String) -> Bool {
         if tokenURI == googleTokenURI { return true }
         guard let u = URLComponents(string: tokenURI), let f = URLComponents(string: fcmURL),
-              u.user == nil, u.password == nil, u.fragment == nil,
-              let scheme = u.scheme?.lowercased(), let host = u.host?.lowercased(), !host.isEmpty,
-              scheme == f.scheme?.lowercased(), host == f.host?.lowercased() else { return false }
+            u.user == nil, u.password == nil, u.fragment == nil,
+            let scheme = u.scheme?.lowercased(), let host = u.host?.lowercased(), !host.isEmpty,
+            scheme == f.scheme?.lowercased(), host == f.host?.lowercased()
+        else { return false }
         func port(_ c: URLComponents, _ scheme: String) -> Int { c.port ?? (scheme == "https" ? 443 : 80) }
         return port(u, scheme) == port(f, scheme)
     }

@@ -75,7 +75,8 @@ public enum WebhookRules {
         }
         guard events.count <= maxEvents else { throw DomainError.invalid("events", "events may list at most \(maxEvents) types") }
         for (i, e) in events.enumerated() where e != "*" && EventType(rawValue: e) == nil {
-            throw DomainError.invalid("events.\(i)", "unknown event type \(e.debugDescription); known: \(EventType.allCases.map(\.rawValue).joined(separator: ", ")) or *")
+            throw DomainError.invalid(
+                "events.\(i)", "unknown event type \(e.debugDescription); known: \(EventType.allCases.map(\.rawValue).joined(separator: ", ")) or *")
         }
         if Set(events).count != events.count { throw DomainError.invalid("events", "events must not repeat a type") }
         return events.sorted()
@@ -89,33 +90,33 @@ public enum WebhookRules {
     public static func isForbiddenAddress(_ bytes: [UInt8]) -> Bool {
         if bytes.count == 4 { return isForbiddenIPv4(bytes[0], bytes[1], bytes[2], bytes[3]) }
         guard bytes.count == 16 else { return true }
-        if bytes.allSatisfy({ $0 == 0 }) { return true }                                  // ::
-        if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }        // ::1
+        if bytes.allSatisfy({ $0 == 0 }) { return true }  // ::
+        if bytes[0..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }  // ::1
         if bytes[0..<10].allSatisfy({ $0 == 0 }) && ((bytes[10] == 0xFF && bytes[11] == 0xFF) || (bytes[10] == 0 && bytes[11] == 0)) {
-            return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])            // ::ffff:a.b.c.d, ::a.b.c.d
+            return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])  // ::ffff:a.b.c.d, ::a.b.c.d
         }
         if bytes[0] == 0 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B && bytes[4...11].allSatisfy({ $0 == 0 }) {
-            return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])            // 64:ff9b::/96 NAT64
+            return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])  // 64:ff9b::/96 NAT64
         }
-        if bytes[0] & 0xFE == 0xFC { return true }                                        // fc00::/7 unique local
-        if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return true }                    // fe80::/10 link-local
-        if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0xC0 { return true }                    // fec0::/10 site-local
-        if bytes[0] == 0xFF { return true }                                               // multicast
-        if bytes[0] == 0x20 && bytes[1] == 0x01 && bytes[2] == 0x0D && bytes[3] == 0xB8 { return true } // documentation
+        if bytes[0] & 0xFE == 0xFC { return true }  // fc00::/7 unique local
+        if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return true }  // fe80::/10 link-local
+        if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0xC0 { return true }  // fec0::/10 site-local
+        if bytes[0] == 0xFF { return true }  // multicast
+        if bytes[0] == 0x20 && bytes[1] == 0x01 && bytes[2] == 0x0D && bytes[3] == 0xB8 { return true }  // documentation
         return false
     }
 
     static func isForbiddenIPv4(_ a: UInt8, _ b: UInt8, _ c: UInt8, _ d: UInt8) -> Bool {
         switch a {
-        case 0, 10, 127: return true                        // unspecified/"this network", private, loopback
-        case 100 where b & 0xC0 == 64: return true          // 100.64.0.0/10 carrier-grade NAT
-        case 169 where b == 254: return true                // link-local (cloud metadata)
-        case 172 where b & 0xF0 == 16: return true          // 172.16.0.0/12
-        case 192 where b == 168: return true                // 192.168.0.0/16
+        case 0, 10, 127: return true  // unspecified/"this network", private, loopback
+        case 100 where b & 0xC0 == 64: return true  // 100.64.0.0/10 carrier-grade NAT
+        case 169 where b == 254: return true  // link-local (cloud metadata)
+        case 172 where b & 0xF0 == 16: return true  // 172.16.0.0/12
+        case 192 where b == 168: return true  // 192.168.0.0/16
         case 192 where b == 0 && (c == 0 || c == 2): return true  // IETF protocol assignments, TEST-NET-1
-        case 198 where b & 0xFE == 18: return true          // 198.18.0.0/15 benchmarking
+        case 198 where b & 0xFE == 18: return true  // 198.18.0.0/15 benchmarking
         case 198 where b == 51 && c == 100, 203 where b == 0 && c == 113: return true  // TEST-NET-2/3
-        case 224...255: return true                         // multicast, reserved, broadcast
+        case 224...255: return true  // multicast, reserved, broadcast
         default: return false
         }
     }

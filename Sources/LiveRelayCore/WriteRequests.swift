@@ -147,8 +147,9 @@ public enum WriteRequests {
         let opts = try options(&r)
         let channel = try optionalChannelId(&r)
         try r.finish()
-        var s = StartRequest(startTargetId: st, templateVersion: tv, state: state, alert: alert, idempotencyKey: key,
-                             businessKey: bk, businessGeneration: bg, options: opts)
+        var s = StartRequest(
+            startTargetId: st, templateVersion: tv, state: state, alert: alert, idempotencyKey: key,
+            businessKey: bk, businessGeneration: bg, options: opts)
         s.channelId = channel
         return s
     }
@@ -165,8 +166,9 @@ public enum WriteRequests {
         let alert = try alert(&r)
         let opts = try options(&r)
         try r.finish()
-        return UpdateRequest(targetId: tgt, state: state, expectedRevision: rev, idempotencyKey: key, sourceVersion: sv,
-                             alert: alert, options: opts)
+        return UpdateRequest(
+            targetId: tgt, state: state, expectedRevision: rev, idempotencyKey: key, sourceVersion: sv,
+            alert: alert, options: opts)
     }
 
     public static func end(_ body: JSONValue) throws -> EndRequest {
@@ -194,8 +196,9 @@ public enum WriteRequests {
         let rel = try r.optionalDouble("relevance_score", 0...1)
         let channel = try optionalChannelId(&r)
         try r.finish()
-        var res = ReservationRequest(activityType: type, businessKey: bk!, businessGeneration: bg!, idempotencyKey: key, state: state,
-                                     staleAt: stale, relevanceScore: rel)
+        var res = ReservationRequest(
+            activityType: type, businessKey: bk!, businessGeneration: bg!, idempotencyKey: key, state: state,
+            staleAt: stale, relevanceScore: rel)
         res.channelId = channel
         return res
     }

@@ -3,7 +3,11 @@ import JSON
 
 /// Target `status` values (docs/write-semantics.md).
 public enum TargetStatus: String, Sendable, CaseIterable {
-    case reserved, starting, tokenPending = "token_pending", ready, ending, ended, creationFailed = "creation_failed", startUnknown = "start_unknown"
+    case reserved, starting
+    case tokenPending = "token_pending"
+    case ready, ending, ended
+    case creationFailed = "creation_failed"
+    case startUnknown = "start_unknown"
 
     /// `ending`, `ended`, `creation_failed`: no further update or state-bearing end (rule 5).
     public var refusesWrites: Bool { self == .ending || self == .ended || self == .creationFailed }
@@ -36,26 +40,29 @@ public enum WriteRules {
     /// `409 TARGET_ENDED`. A stateless end is rule 9's business instead.
     public static func checkWritable(_ status: TargetStatus, statelessEnd: Bool) throws {
         if status.refusesWrites && !statelessEnd {
-            throw DomainError(status: 409, code: "TARGET_ENDED", message: "the target is \(status.rawValue); it takes no more updates",
-                              details: ["status": .string(status.rawValue)])
+            throw DomainError(
+                status: 409, code: "TARGET_ENDED", message: "the target is \(status.rawValue); it takes no more updates",
+                details: ["status": .string(status.rawValue)])
         }
     }
 
     /// Rule 6: `expected_revision` must equal the current revision.
     public static func checkRevision(expected: Int64, current: Int64) throws {
         if expected != current {
-            throw DomainError(status: 409, code: "REVISION_CONFLICT",
-                              message: "expected_revision \(expected) does not match the current revision \(current)",
-                              details: ["current_revision": .int(current), "field": "expected_revision"])
+            throw DomainError(
+                status: 409, code: "REVISION_CONFLICT",
+                message: "expected_revision \(expected) does not match the current revision \(current)",
+                details: ["current_revision": .int(current), "field": "expected_revision"])
         }
     }
 
     /// Rule 7: a present `source_version` must be greater than the last one accepted.
     public static func checkSourceVersion(_ new: Int64?, last: Int64?) throws {
         if let n = new, let l = last, n <= l {
-            throw DomainError(status: 409, code: "SOURCE_VERSION_CONFLICT",
-                              message: "source_version \(n) is not newer than the last accepted \(l)",
-                              details: ["last_source_version": .int(l), "field": "source_version"])
+            throw DomainError(
+                status: 409, code: "SOURCE_VERSION_CONFLICT",
+                message: "source_version \(n) is not newer than the last accepted \(l)",
+                details: ["last_source_version": .int(l), "field": "source_version"])
         }
     }
 
@@ -107,8 +114,9 @@ public enum WriteRules {
     /// Rule 8 quota: `429 QUOTA_EXCEEDED` when `reserved + used` has reached `limit`.
     public static func checkQuota(limit: Int64, reserved: Int64, used: Int64, now: Date) throws {
         if reserved + used >= limit {
-            throw DomainError(status: 429, code: "QUOTA_EXCEEDED", message: "today's push quota of \(limit) is used up",
-                              details: ["resets_at": .string(Timestamp.format(quotaResetsAt(now))), "limit": .int(limit)])
+            throw DomainError(
+                status: 429, code: "QUOTA_EXCEEDED", message: "today's push quota of \(limit) is used up",
+                details: ["resets_at": .string(Timestamp.format(quotaResetsAt(now))), "limit": .int(limit)])
         }
     }
 
@@ -119,8 +127,9 @@ public enum WriteRules {
     public static func checkLocalStartSize(attributes: JSONValue, state: JSONValue) throws {
         let n = JSONValue.object(["attributes": attributes, "content-state": state]).serialized().count
         if n > maxLocalStartBytes {
-            throw DomainError.limit("state", "attributes plus content state are \(n) bytes; a local start allows \(maxLocalStartBytes)",
-                                    limit: maxLocalStartBytes, actual: n)
+            throw DomainError.limit(
+                "state", "attributes plus content state are \(n) bytes; a local start allows \(maxLocalStartBytes)",
+                limit: maxLocalStartBytes, actual: n)
         }
     }
 

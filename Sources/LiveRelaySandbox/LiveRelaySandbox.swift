@@ -36,10 +36,12 @@ public struct SandboxConfiguration: Sendable {
     /// The sandbox clock (JWT age, access-token expiry); injected in tests.
     public var now: @Sendable () -> Date
 
-    public init(host: String = "127.0.0.1", port: Int = 8443, controlHost: String = "127.0.0.1", controlPort: Int = 8444,
-                advertisedHost: String? = nil, directory: URL? = nil, fresh: Bool = false, maxConcurrentStreams: Int = 1000,
-                providerTokenUpdatesPer20Minutes: Int = 4, maxRecordedDeliveries: Int = 100_000,
-                now: @escaping @Sendable () -> Date = Date.init) {
+    public init(
+        host: String = "127.0.0.1", port: Int = 8443, controlHost: String = "127.0.0.1", controlPort: Int = 8444,
+        advertisedHost: String? = nil, directory: URL? = nil, fresh: Bool = false, maxConcurrentStreams: Int = 1000,
+        providerTokenUpdatesPer20Minutes: Int = 4, maxRecordedDeliveries: Int = 100_000,
+        now: @escaping @Sendable () -> Date = Date.init
+    ) {
         self.host = host; self.port = port; self.controlHost = controlHost; self.controlPort = controlPort
         self.advertisedHost = advertisedHost; self.directory = directory; self.fresh = fresh
         self.maxConcurrentStreams = maxConcurrentStreams
@@ -96,7 +98,7 @@ public final class Sandbox: @unchecked Sendable {
     struct AccessToken { let clientEmail: String; let projectId: String; let expiresAt: Date }
     struct VerifiedJWT { let teamId: String; let keyId: String; let iat: Int64 }
     struct State {
-        var apnsKeys: [String: APNsKey] = [:]            // "team.key"
+        var apnsKeys: [String: APNsKey] = [:]  // "team.key"
         var serviceAccounts: [String: ServiceAccount] = [:]  // client email
         var accessTokens: [String: AccessToken] = [:]
         var verified: [String: VerifiedJWT] = [:]
@@ -153,17 +155,21 @@ public final class Sandbox: @unchecked Sendable {
     /// Listens on both ports and writes the files (the service account's `token_uri` names the
     /// bound port).
     public func start() throws {
-        let server = HTTP2Server(configuration: HTTP2ServerConfiguration(
-            host: configuration.host, port: configuration.port, certificatePEM: serverIdentity.certificatePEM + ca.certificatePEM,
-            privateKeyPEM: serverIdentity.privateKeyPEM, maxConcurrentStreams: configuration.maxConcurrentStreams)) { [self] request in
+        let server = HTTP2Server(
+            configuration: HTTP2ServerConfiguration(
+                host: configuration.host, port: configuration.port, certificatePEM: serverIdentity.certificatePEM + ca.certificatePEM,
+                privateKeyPEM: serverIdentity.privateKeyPEM, maxConcurrentStreams: configuration.maxConcurrentStreams)
+        ) { [self] request in
             handle(request)
         }
         try server.start()
         h2 = server
         if configuration.controlPort >= 0 {
-            let c = HTTPServer(configuration: HTTPServerConfiguration(host: configuration.controlHost, port: configuration.controlPort, threads: 4,
-                                                                      maxBodyBytes: 1 << 20),
-                               router: SandboxControl.router(self), log: { _ in })
+            let c = HTTPServer(
+                configuration: HTTPServerConfiguration(
+                    host: configuration.controlHost, port: configuration.controlPort, threads: 4,
+                    maxBodyBytes: 1 << 20),
+                router: SandboxControl.router(self), log: { _ in })
             do { try c.start() } catch {
                 server.stop()
                 throw error
@@ -190,7 +196,9 @@ public final class Sandbox: @unchecked Sendable {
     /// The OAuth token endpoint (`token_uri`).
     public var tokenURI: String { baseURL + "/token" }
     /// `http://<host>:<controlPort>`.
-    public var controlURL: String { "http://\(bracketed(configuration.controlHost == "0.0.0.0" ? "127.0.0.1" : configuration.controlHost)):\(controlPort)" }
+    public var controlURL: String {
+        "http://\(bracketed(configuration.controlHost == "0.0.0.0" ? "127.0.0.1" : configuration.controlHost)):\(controlPort)"
+    }
 
     private func bracketed(_ h: String) -> String { h.contains(":") ? "[\(h)]" : h }
 
@@ -200,15 +208,17 @@ public final class Sandbox: @unchecked Sendable {
             "type": "service_account", "project_id": .string(projectId), "private_key_id": .string(privateKeyId),
             "private_key": .string(serviceAccountKey.pkcs8PEM), "client_email": .string(clientEmail),
             "client_id": "100000000000000000001", "auth_uri": .string(baseURL + "/auth"), "token_uri": .string(tokenURI),
-            "universe_domain": "googleapis.com",
+            "universe_domain": "googleapis.com"
         ])
     }
 
     /// Environment lines that point a LiveRelay process at this sandbox.
     public func environmentLines(caFile: String?) -> [String] {
-        var lines = ["LIVERELAY_APNS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_PRODUCTION_URL=\(baseURL)", "LIVERELAY_FCM_URL=\(baseURL)",
-                     "LIVERELAY_APNS_CHANNELS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_CHANNELS_PRODUCTION_URL=\(baseURL)",
-                     "LIVERELAY_APNS_BROADCAST_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_BROADCAST_PRODUCTION_URL=\(baseURL)"]
+        var lines = [
+            "LIVERELAY_APNS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_PRODUCTION_URL=\(baseURL)", "LIVERELAY_FCM_URL=\(baseURL)",
+            "LIVERELAY_APNS_CHANNELS_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_CHANNELS_PRODUCTION_URL=\(baseURL)",
+            "LIVERELAY_APNS_BROADCAST_SANDBOX_URL=\(baseURL)", "LIVERELAY_APNS_BROADCAST_PRODUCTION_URL=\(baseURL)"
+        ]
         if let caFile { lines.append("LIVERELAY_EXTRA_CA_FILE=\(caFile)") }
         return lines
     }
@@ -238,7 +248,9 @@ public final class Sandbox: @unchecked Sendable {
 
     /// Removes every fault, including connection faults.
     public func clearFaults() {
-        state.withLock { $0.faults.removeAll(); $0.connectionFaults = HTTP2ServerFaults() }
+        state.withLock {
+            $0.faults.removeAll(); $0.connectionFaults = HTTP2ServerFaults()
+        }
         h2?.setFaults(HTTP2ServerFaults())
     }
 
@@ -253,17 +265,18 @@ public final class Sandbox: @unchecked Sendable {
         state.withLock { s in
             let c = s.connectionFaults
             return .object([
-                "faults": .array(s.faults.map { f in
-                    var o = f.fault.json.objectValue ?? [:]
-                    o["id"] = .int(Int64(f.id))
-                    return .object(o)
-                }),
+                "faults": .array(
+                    s.faults.map { f in
+                        var o = f.fault.json.objectValue ?? [:]
+                        o["id"] = .int(Int64(f.id))
+                        return .object(o)
+                    }),
                 "connection": .object([
                     "goaway_after_streams": c.goawayAfterStreams.map { .int(Int64($0)) } ?? .null,
                     "drop_connection_after_request": c.dropConnectionAfterRequest.map { .int(Int64($0)) } ?? .null,
                     "refuse_streams_after": c.refuseStreamsAfter.map { .int(Int64($0)) } ?? .null,
-                    "response_delay_seconds": .double(c.responseDelaySeconds),
-                ]),
+                    "response_delay_seconds": .double(c.responseDelaySeconds)
+                ])
             ])
         }
     }
@@ -326,15 +339,19 @@ public final class Sandbox: @unchecked Sendable {
         return fault
     }
 
-    func record(provider: String, token: String, status: Int, reason: String?, headers: [String: String] = [:],
-                jwt: VerifiedJWT? = nil, body: [UInt8], detail: String?) {
+    func record(
+        provider: String, token: String, status: Int, reason: String?, headers: [String: String] = [:],
+        jwt: VerifiedJWT? = nil, body: [UInt8], detail: String?
+    ) {
         let payload = (try? JSONValue.parse(body, maxDepth: 64)) ?? .null
         let now = configuration.now()
         state.withLock { s in
             s.sequence += 1
-            s.deliveries.append(SandboxDelivery(sequence: s.sequence, provider: provider, token: token, status: status, reason: reason,
-                                                receivedAt: now, headers: headers, jwtIssuedAt: jwt?.iat, jwtKeyId: jwt?.keyId,
-                                                payload: payload, detail: detail))
+            s.deliveries.append(
+                SandboxDelivery(
+                    sequence: s.sequence, provider: provider, token: token, status: status, reason: reason,
+                    receivedAt: now, headers: headers, jwtIssuedAt: jwt?.iat, jwtKeyId: jwt?.keyId,
+                    payload: payload, detail: detail))
             if s.deliveries.count > configuration.maxRecordedDeliveries { s.deliveries.removeFirst(s.deliveries.count / 10) }
         }
     }

@@ -96,8 +96,9 @@ extension Sandbox {
         if let f = takeFault(provider: "apns", token: token), f.status != 0 {
             noteInjectedExpiry(f, request)
             if (200..<300).contains(f.status) { return answer(f.status, nil) }
-            return answer(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
-                          extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
+            return answer(
+                f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
+                extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
         }
         return answer(200, nil)
     }
@@ -115,8 +116,14 @@ extension Sandbox {
         }
     }
 
-    enum JWTCheck { case verified(VerifiedJWT), failure(String, String) }
-    enum Authentication { case verified(VerifiedJWT), failure(status: Int, reason: String, detail: String?) }
+    enum JWTCheck {
+        case verified(VerifiedJWT)
+        case failure(String, String)
+    }
+    enum Authentication {
+        case verified(VerifiedJWT)
+        case failure(status: Int, reason: String, detail: String?)
+    }
 
     /// The provider-token checks every APNs endpoint shares (Apple "Establishing a token-based
     /// connection to APNs"): `authorization: bearer <JWT>` present (403 MissingProviderToken),
@@ -135,7 +142,9 @@ extension Sandbox {
         }
         let now = Int64(configuration.now().timeIntervalSince1970.rounded(.down))
         if now - jwt.iat >= 3600 {
-            state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
+            state.withLock {
+                $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer)
+            }
             return .failure(status: 403, reason: "ExpiredProviderToken", detail: "iat is \(now - jwt.iat) s old (limit 3600)")
         }
         if let churn = trackProviderToken(bearer, jwt) { return .failure(status: 429, reason: "TooManyProviderTokenUpdates", detail: churn) }
@@ -168,7 +177,9 @@ extension Sandbox {
     func noteInjectedExpiry(_ f: SandboxFault, _ request: HTTP2Request) {
         guard f.status == 403 && f.reason == "ExpiredProviderToken", let auth = request.header("authorization") else { return }
         let bearer = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
-        state.withLock { $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer) }
+        state.withLock {
+            $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer)
+        }
     }
 
     /// Records a provider token's first use; returns why it is churn (→ 429) or nil. A token

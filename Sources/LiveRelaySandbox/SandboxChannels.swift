@@ -15,8 +15,10 @@ public struct SandboxChannel: Sendable, Equatable {
     public let sequence: Int
 
     var json: JSONValue {
-        .object(["channel_id": .string(id), "bundle_id": .string(bundleId), "message_storage_policy": .int(Int64(storagePolicy)),
-                 "created_at": .string(isoFormat(createdAt))])
+        .object([
+            "channel_id": .string(id), "bundle_id": .string(bundleId), "message_storage_policy": .int(Int64(storagePolicy)),
+            "created_at": .string(isoFormat(createdAt))
+        ])
     }
 }
 
@@ -88,8 +90,9 @@ extension Sandbox {
                 return fail(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault")
             }
             let ids = state.withLock { s in s.channels.values.filter { $0.bundleId == bundle }.sorted { $0.sequence < $1.sequence }.map(\.id) }
-            return HTTP2Response(status: 200, headers: [("apns-request-id", requestId), ("content-type", "application/json")],
-                                 body: JSONValue.object(["channels": .array(ids.map(JSONValue.string))]).serialized())
+            return HTTP2Response(
+                status: 200, headers: [("apns-request-id", requestId), ("content-type", "application/json")],
+                body: JSONValue.object(["channels": .array(ids.map(JSONValue.string))]).serialized())
         }
         if request.method == "POST" {
             guard let o = (try? JSONValue.parse(request.body, maxDepth: 8))?.objectValue else {
@@ -120,9 +123,12 @@ extension Sandbox {
             state.withLock { _ = $0.channels.removeValue(forKey: id) }
             return HTTP2Response(status: 204, headers: [("apns-request-id", requestId)])
         }
-        return HTTP2Response(status: 200, headers: [("apns-request-id", requestId), ("content-type", "application/json")],
-                             body: JSONValue.object(["message-storage-policy": .int(Int64(channel.storagePolicy)),
-                                                     "push-type": "LiveActivity"]).serialized())
+        return HTTP2Response(
+            status: 200, headers: [("apns-request-id", requestId), ("content-type", "application/json")],
+            body: JSONValue.object([
+                "message-storage-policy": .int(Int64(channel.storagePolicy)),
+                "push-type": "LiveActivity"
+            ]).serialized())
     }
 
     func handleBroadcast(_ request: HTTP2Request, bundle: String) -> HTTP2Response {
@@ -135,8 +141,10 @@ extension Sandbox {
         let requestId = request.header("apns-request-id")?.lowercased() ?? UUID().uuidString.lowercased()
         var jwt: VerifiedJWT?
         func answer(_ status: Int, _ reason: String?, _ detail: String? = nil, extra: [(String, String)] = []) -> HTTP2Response {
-            record(provider: "broadcast", token: channelId, status: status, reason: reason, headers: headers.merging(["bundle_id": bundle]) { a, _ in a },
-                   jwt: jwt, body: request.body, detail: detail)
+            record(
+                provider: "broadcast", token: channelId, status: status, reason: reason,
+                headers: headers.merging(["bundle_id": bundle]) { a, _ in a },
+                jwt: jwt, body: request.body, detail: detail)
             guard let reason else {
                 return HTTP2Response(status: status, headers: [("apns-request-id", requestId), ("apns-unique-id", UUID().uuidString.lowercased())])
             }
@@ -149,15 +157,21 @@ extension Sandbox {
         }
         if let jwt, let problem = bundleProblem(bundle, jwt) { return answer(400, "FeatureNotEnabled", problem) }
         guard !channelId.isEmpty else { return answer(400, "MissingChannelId") }
-        guard Sandbox.isChannelIdWellFormed(channelId) else { return answer(400, "BadChannelId", "apns-channel-id must be base64 of at most 64 characters") }
+        guard Sandbox.isChannelIdWellFormed(channelId) else {
+            return answer(400, "BadChannelId", "apns-channel-id must be base64 of at most 64 characters")
+        }
         guard let pushType = request.header("apns-push-type") else { return answer(400, "MissingPushType") }
         guard pushType.lowercased() == "liveactivity" else { return answer(400, "InvalidPushType", "apns-push-type must be liveactivity") }
-        if let p = request.header("apns-priority"), !["1", "5", "10"].contains(p) { return answer(400, "BadPriority", "apns-priority must be 1, 5 or 10") }
+        if let p = request.header("apns-priority"), !["1", "5", "10"].contains(p) {
+            return answer(400, "BadPriority", "apns-priority must be 1, 5 or 10")
+        }
         guard let e = request.header("apns-expiration") else { return answer(400, "BadExpirationDate", "apns-expiration is required for broadcasts") }
         guard let expiration = Int64(e), expiration >= 0, expiration < 10_000_000_000 else {
             return answer(400, "BadExpirationDate", "apns-expiration must be whole epoch seconds")
         }
-        if let id = request.header("apns-request-id"), UUID(uuidString: id) == nil { return answer(400, "BadMessageId", "apns-request-id must be a UUID") }
+        if let id = request.header("apns-request-id"), UUID(uuidString: id) == nil {
+            return answer(400, "BadMessageId", "apns-request-id must be a UUID")
+        }
         guard !request.body.isEmpty else { return answer(400, "PayloadEmpty") }
         guard request.body.count <= Sandbox.maxPayloadBytes else {
             return answer(413, "PayloadTooLarge", "\(request.body.count) bytes > \(Sandbox.maxPayloadBytes)")
@@ -173,8 +187,9 @@ extension Sandbox {
         if let f = takeFault(provider: "broadcast", token: channelId), f.status != 0 {
             noteInjectedExpiry(f, request)
             if (200..<300).contains(f.status) { return answer(f.status, nil) }
-            return answer(f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
-                          extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
+            return answer(
+                f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
+                extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
         }
         return answer(200, nil)
     }
@@ -191,7 +206,8 @@ extension Sandbox {
     /// Why a start's `aps.input-push-channel` is wrong (nil when absent or right).
     func inputPushChannelProblem(_ body: [UInt8], bundle: String) -> String? {
         guard let aps = (try? JSONValue.parse(body, maxDepth: 64))?.objectValue?["aps"]?.objectValue,
-              let value = aps["input-push-channel"] else { return nil }
+            let value = aps["input-push-channel"]
+        else { return nil }
         guard aps["event"]?.stringValue == "start" else { return "only a start carries input-push-channel" }
         if aps["input-push-token"] != nil { return "a start carries input-push-token or input-push-channel, not both" }
         guard let id = value.stringValue, let channel = state.withLock({ $0.channels[id] }), channel.bundleId == bundle else {
@@ -224,8 +240,9 @@ extension Sandbox {
     private func makeChannel(bundleId: String, storagePolicy: Int) -> SandboxChannel {
         state.withLock { s in
             s.channelSequence += 1
-            let channel = SandboxChannel(id: Data(SecureRandom.bytes(16)).base64EncodedString(), bundleId: bundleId, storagePolicy: storagePolicy,
-                                         createdAt: configuration.now(), sequence: s.channelSequence)
+            let channel = SandboxChannel(
+                id: Data(SecureRandom.bytes(16)).base64EncodedString(), bundleId: bundleId, storagePolicy: storagePolicy,
+                createdAt: configuration.now(), sequence: s.channelSequence)
             s.channels[channel.id] = channel
             return channel
         }

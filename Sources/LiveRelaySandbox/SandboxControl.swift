@@ -37,12 +37,15 @@ enum SandboxControl {
         let r = Router()
         r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
         r.add("GET", "/sandbox/info") { _ in
-            .json(200, .object([
-                "base_url": .string(sandbox.baseURL), "token_uri": .string(sandbox.tokenURI), "control_url": .string(sandbox.controlURL),
-                "team_id": .string(sandbox.teamId), "key_id": .string(sandbox.keyId), "project_id": .string(sandbox.projectId),
-                "client_email": .string(sandbox.clientEmail), "run_id": .string(sandbox.runId), "files": .object(sandbox.files.mapValues(JSONValue.string)),
-                "env": .array(sandbox.environmentLines(caFile: sandbox.files["ca.pem"]).map(JSONValue.string)),
-            ]))
+            .json(
+                200,
+                .object([
+                    "base_url": .string(sandbox.baseURL), "token_uri": .string(sandbox.tokenURI), "control_url": .string(sandbox.controlURL),
+                    "team_id": .string(sandbox.teamId), "key_id": .string(sandbox.keyId), "project_id": .string(sandbox.projectId),
+                    "client_email": .string(sandbox.clientEmail), "run_id": .string(sandbox.runId),
+                    "files": .object(sandbox.files.mapValues(JSONValue.string)),
+                    "env": .array(sandbox.environmentLines(caFile: sandbox.files["ca.pem"]).map(JSONValue.string))
+                ]))
         }
         r.add("GET", "/sandbox/deliveries") { req in
             var list = sandbox.deliveries(token: req.query["token"], provider: req.query["provider"])
@@ -89,10 +92,12 @@ enum SandboxControl {
                 return Int(i)
             }
             let delay = o["response_delay_seconds"]?.doubleValue ?? 0
-            sandbox.setConnectionFaults(HTTP2ServerFaults(goawayAfterStreams: try int("goaway_after_streams"),
-                                                          dropConnectionAfterRequest: try int("drop_connection_after_request"),
-                                                          refuseStreamsAfter: try int("refuse_streams_after"),
-                                                          responseDelaySeconds: min(max(delay, 0), 120)))
+            sandbox.setConnectionFaults(
+                HTTP2ServerFaults(
+                    goawayAfterStreams: try int("goaway_after_streams"),
+                    dropConnectionAfterRequest: try int("drop_connection_after_request"),
+                    refuseStreamsAfter: try int("refuse_streams_after"),
+                    responseDelaySeconds: min(max(delay, 0), 120)))
             return .json(200, sandbox.faultsJSON)
         }
         r.add("POST", "/sandbox/dead-tokens") { req in
@@ -108,11 +113,16 @@ enum SandboxControl {
             let o = try body(req)
             guard let team = o["team_id"]?.stringValue, let kid = o["key_id"]?.stringValue else { throw bad("team_id and key_id are required") }
             let key: P256PublicKey
-            if let pub = o["public_key"]?.stringValue, let k = try? P256PublicKey(pem: pub) { key = k }
-            else if let priv = o["private_key"]?.stringValue, let k = try? P256PrivateKey(pem: priv) { key = k.publicKey }
-            else { throw bad("public_key or private_key must be a P-256 PEM") }
-            sandbox.registerAPNsKey(teamId: team, keyId: kid, publicKey: key,
-                                    topics: o["topics"]?.arrayValue?.compactMap(\.stringValue))
+            if let pub = o["public_key"]?.stringValue, let k = try? P256PublicKey(pem: pub) {
+                key = k
+            } else if let priv = o["private_key"]?.stringValue, let k = try? P256PrivateKey(pem: priv) {
+                key = k.publicKey
+            } else {
+                throw bad("public_key or private_key must be a P-256 PEM")
+            }
+            sandbox.registerAPNsKey(
+                teamId: team, keyId: kid, publicKey: key,
+                topics: o["topics"]?.arrayValue?.compactMap(\.stringValue))
             return .json(200, ["status": "ok", "fingerprint": .string(key.fingerprint)])
         }
         r.add("POST", "/sandbox/service-accounts") { req in
@@ -121,9 +131,13 @@ enum SandboxControl {
                 throw bad("client_email and project_id are required")
             }
             let key: RSAPublicKey
-            if let pub = o["public_key"]?.stringValue, let k = try? RSAPublicKey(pem: pub) { key = k }
-            else if let priv = o["private_key"]?.stringValue, let k = try? RSAPrivateKey(pem: priv) { key = k.publicKey }
-            else { throw bad("public_key or private_key must be an RSA PEM") }
+            if let pub = o["public_key"]?.stringValue, let k = try? RSAPublicKey(pem: pub) {
+                key = k
+            } else if let priv = o["private_key"]?.stringValue, let k = try? RSAPrivateKey(pem: priv) {
+                key = k.publicKey
+            } else {
+                throw bad("public_key or private_key must be an RSA PEM")
+            }
             sandbox.registerServiceAccount(clientEmail: email, projectId: project, publicKey: key)
             return .json(200, ["status": "ok", "fingerprint": .string(key.fingerprint)])
         }

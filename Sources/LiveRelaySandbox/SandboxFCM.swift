@@ -25,8 +25,9 @@ extension Sandbox {
     static let maxDataBytes = 4096
 
     func oauthError(_ status: Int, _ error: String, _ description: String, retryAfter: Int? = nil) -> HTTP2Response {
-        HTTP2Response(status: status, headers: [("content-type", "application/json")] + (retryAfter.map { [("retry-after", String($0))] } ?? []),
-                      body: JSONValue.object(["error": .string(error), "error_description": .string(description)]).serialized())
+        HTTP2Response(
+            status: status, headers: [("content-type", "application/json")] + (retryAfter.map { [("retry-after", String($0))] } ?? []),
+            body: JSONValue.object(["error": .string(error), "error_description": .string(description)]).serialized())
     }
 
     func handleToken(_ request: HTTP2Request) -> HTTP2Response {
@@ -62,13 +63,17 @@ extension Sandbox {
         let access = "ya29.sandbox-" + Digest.sha256Hex(SecureRandom.bytes(32)).prefix(48)
         let expiresIn: Int64 = 3599
         state.withLock { s in
-            s.accessTokens[access] = AccessToken(clientEmail: iss, projectId: account.projectId,
-                                                 expiresAt: configuration.now().addingTimeInterval(Double(expiresIn)))
+            s.accessTokens[access] = AccessToken(
+                clientEmail: iss, projectId: account.projectId,
+                expiresAt: configuration.now().addingTimeInterval(Double(expiresIn)))
             s.stats.accessTokensIssued += 1
         }
-        return HTTP2Response(status: 200, headers: [("content-type", "application/json")],
-                             body: JSONValue.object(["access_token": .string(access), "expires_in": .int(expiresIn),
-                                                     "token_type": "Bearer"]).serialized())
+        return HTTP2Response(
+            status: 200, headers: [("content-type", "application/json")],
+            body: JSONValue.object([
+                "access_token": .string(access), "expires_in": .int(expiresIn),
+                "token_type": "Bearer"
+            ]).serialized())
     }
 
     static func googleStatus(_ code: Int) -> String {
@@ -100,9 +105,11 @@ extension Sandbox {
         if let errorCode {
             error["details"] = .array([.object(["@type": "type.googleapis.com/google.firebase.fcm.v1.FcmError", "errorCode": .string(errorCode)])])
         }
-        return HTTP2Response(status: code, headers: [("content-type", "application/json; charset=UTF-8")]
-                                + (retryAfter.map { [("retry-after", String($0))] } ?? []),
-                             body: JSONValue.object(["error": .object(error)]).serialized())
+        return HTTP2Response(
+            status: code,
+            headers: [("content-type", "application/json; charset=UTF-8")]
+                + (retryAfter.map { [("retry-after", String($0))] } ?? []),
+            body: JSONValue.object(["error": .object(error)]).serialized())
     }
 
     func handleFCM(_ request: HTTP2Request, project: String) -> HTTP2Response {
@@ -114,8 +121,9 @@ extension Sandbox {
             record(provider: "fcm", token: token, status: code, reason: reason, body: request.body, detail: code < 300 ? nil : message)
             if code < 300 {
                 let name = "projects/\(project)/messages/\(Digest.sha256Hex(SecureRandom.bytes(8)).prefix(16))"
-                return HTTP2Response(status: code, headers: [("content-type", "application/json; charset=UTF-8")],
-                                     body: JSONValue.object(["name": .string(name)]).serialized())
+                return HTTP2Response(
+                    status: code, headers: [("content-type", "application/json; charset=UTF-8")],
+                    body: JSONValue.object(["name": .string(name)]).serialized())
             }
             return fcmError(code, errorCode: errorCode, message: message, retryAfter: retryAfter)
         }

@@ -18,8 +18,10 @@ public struct SandboxFault: Sendable, Equatable {
     public var times: Int?
     public var delaySeconds: Double
 
-    public init(provider: String? = nil, token: String? = nil, status: Int = 0, reason: String? = nil, retryAfter: Int? = nil,
-                times: Int? = nil, delaySeconds: Double = 0) {
+    public init(
+        provider: String? = nil, token: String? = nil, status: Int = 0, reason: String? = nil, retryAfter: Int? = nil,
+        times: Int? = nil, delaySeconds: Double = 0
+    ) {
         self.provider = provider; self.token = token; self.status = status; self.reason = reason
         self.retryAfter = retryAfter; self.times = times; self.delaySeconds = delaySeconds
     }
@@ -44,10 +46,12 @@ public struct SandboxFault: Sendable, Equatable {
     }
 
     var json: JSONValue {
-        .object(["provider": provider.map(JSONValue.string) ?? .null, "token": token.map(JSONValue.string) ?? .null,
-                 "status": .int(Int64(status)), "reason": reason.map(JSONValue.string) ?? .null,
-                 "retry_after": retryAfter.map { .int(Int64($0)) } ?? .null, "times": times.map { .int(Int64($0)) } ?? .null,
-                 "delay_seconds": .double(delaySeconds)])
+        .object([
+            "provider": provider.map(JSONValue.string) ?? .null, "token": token.map(JSONValue.string) ?? .null,
+            "status": .int(Int64(status)), "reason": reason.map(JSONValue.string) ?? .null,
+            "retry_after": retryAfter.map { .int(Int64($0)) } ?? .null, "times": times.map { .int(Int64($0)) } ?? .null,
+            "delay_seconds": .double(delaySeconds)
+        ])
     }
 
     func matches(provider p: String, token t: String?) -> Bool {
@@ -86,7 +90,7 @@ public struct SandboxDelivery: Sendable {
         var o: [String: JSONValue] = [
             "sequence": .int(Int64(sequence)), "provider": .string(provider), "token": .string(token), "status": .int(Int64(status)),
             "reason": reason.map(JSONValue.string) ?? .null, "received_at": .string(isoFormat(receivedAt)),
-            "headers": .object(headers.mapValues(JSONValue.string)), "payload": payload,
+            "headers": .object(headers.mapValues(JSONValue.string)), "payload": payload
         ]
         if let jwtIssuedAt { o["jwt_iat"] = .int(jwtIssuedAt) }
         if let jwtKeyId { o["jwt_kid"] = .string(jwtKeyId) }
@@ -129,8 +133,13 @@ public struct SandboxStats: Sendable {
             "token_requests": .int(Int64(tokenRequests)), "access_tokens_issued": .int(Int64(accessTokensIssued)),
             "too_many_provider_token_updates": .int(Int64(tooManyProviderTokenUpdates)),
             "expired_provider_tokens": .int(Int64(expiredProviderTokens)),
-            "provider_tokens": .array(providerTokens.map { .object(["team_id": .string($0.teamId), "key_id": .string($0.keyId),
-                                                                    "iat": .int($0.issuedAt), "first_seen_at": .string(isoFormat($0.firstSeenAt))]) }),
+            "provider_tokens": .array(
+                providerTokens.map {
+                    .object([
+                        "team_id": .string($0.teamId), "key_id": .string($0.keyId),
+                        "iat": .int($0.issuedAt), "first_seen_at": .string(isoFormat($0.firstSeenAt))
+                    ])
+                })
         ])
     }
 }

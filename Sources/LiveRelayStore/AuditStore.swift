@@ -26,21 +26,29 @@ public struct AuditEvent: Sendable, Equatable {
 /// SQL for the audit trail.
 public enum AuditStore {
     /// Records an admin action in the caller's transaction (so it exists exactly when the action does).
-    public static func record(_ c: PostgresConnection, tenantId: String, actorId: String, action: String, objectType: String,
-                              objectId: String?, requestId: String, details: [String: JSONValue] = [:]) throws {
-        try c.execute("""
+    public static func record(
+        _ c: PostgresConnection, tenantId: String, actorId: String, action: String, objectType: String,
+        objectId: String?, requestId: String, details: [String: JSONValue] = [:]
+    ) throws {
+        try c.execute(
+            """
             INSERT INTO audit_events (tenant_id, id, actor_id, action, object_type, object_id, request_id, details)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb)
-            """, [tenantId, Identifier.make(.auditEvent), actorId, action, objectType, objectId, requestId,
-                  JSONValue.object(details).jsonString])
+            """,
+            [
+                tenantId, Identifier.make(.auditEvent), actorId, action, objectType, objectId, requestId,
+                JSONValue.object(details).jsonString
+            ])
     }
 
     /// Events newest first, keyset-paginated (`before` = id of the last event of the previous page).
     public static func list(_ c: PostgresConnection, tenantId: String, limit: Int, before: String?) throws -> Page<AuditEvent> {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT id, actor_id, action, object_type, object_id, request_id, details::text AS details, created_at
               FROM audit_events WHERE tenant_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3
-            """, [tenantId, before, limit + 1]).map(AuditEvent.init(row:))
+            """, [tenantId, before, limit + 1]
+        ).map(AuditEvent.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 }

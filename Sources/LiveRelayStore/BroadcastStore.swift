@@ -27,7 +27,8 @@ public enum BroadcastStore {
     /// and assigns the timestamp (max(now, channel's last + 1), kept on resends).
     public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date) throws -> [ClaimedBroadcast] {
         let nowS = Timestamp.epochSeconds(now)
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             WITH picked AS (
               SELECT o.tenant_id, o.id, o.channel_id FROM channel_operations o
                WHERE o.broadcast_status = 'queued' AND o.broadcast_next_at <= now()
@@ -59,9 +60,10 @@ public enum BroadcastStore {
             """, [worker, limit, leaseSeconds, nowS])
         return try rows.map { r in
             let op = try ChannelOperationRecord(row: r)
-            return ClaimedBroadcast(op: op, appId: try r.string("app_id"), environment: try r.string("environment"),
-                                    apnsChannelId: try r.string("apns_channel_id"), storagePolicy: try r.string("storage_policy"),
-                                    timestamp: op.broadcastTimestamp ?? Timestamp.epochSeconds(now), attempts: op.broadcastAttempts)
+            return ClaimedBroadcast(
+                op: op, appId: try r.string("app_id"), environment: try r.string("environment"),
+                apnsChannelId: try r.string("apns_channel_id"), storagePolicy: try r.string("storage_policy"),
+                timestamp: op.broadcastTimestamp ?? Timestamp.epochSeconds(now), attempts: op.broadcastAttempts)
         }
     }
 
@@ -79,7 +81,8 @@ public enum BroadcastStore {
         case .failed(let f): status = "failed"; failure = f; delay = 0
         case .retry(let s): status = "queued"; failure = nil; delay = s
         }
-        let n = try c.execute("""
+        let n = try c.execute(
+            """
             UPDATE channel_operations SET broadcast_status = $4, broadcast_failure = COALESCE($5::jsonb, broadcast_failure),
                    apns_request_id = COALESCE($6, apns_request_id), apns_unique_id = COALESCE($7, apns_unique_id),
                    broadcast_next_at = CASE WHEN $4 = 'queued' THEN now() + make_interval(secs => $8) ELSE broadcast_next_at END,
@@ -89,17 +92,20 @@ public enum BroadcastStore {
         guard n > 0 else { return false }
         if case .accepted = d, b.op.consumesQuota, let day = b.op.quotaDay {
             // The broadcast consumes one unit of the day (docs/channels.md "Quota").
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO push_quota AS q (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, lr_quota_shard(), 0, 1)
                 ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = q.used + 1
                 """, [b.op.tenantId, day])
         }
         if case .channelInvalid = d {
-            try c.execute("""
+            try c.execute(
+                """
                 UPDATE channels SET status = 'ended', end_reason = 'channel_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
                  WHERE tenant_id = $1 AND id = $2 AND status <> 'ended'
                 """, [b.op.tenantId, b.op.channelId])
-            try c.execute("""
+            try c.execute(
+                """
                 UPDATE channel_operations SET broadcast_status = 'cancelled', updated_at = now()
                  WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued'
                 """, [b.op.tenantId, b.op.channelId])
@@ -111,7 +117,8 @@ public enum BroadcastStore {
     /// which may have reached APNs — `failed` with `OUTCOME_UNKNOWN`. Returns how many.
     @discardableResult
     public static func rescue(_ c: PostgresConnection) throws -> Int {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE channel_operations SET broadcast_status = CASE WHEN alert IS NULL THEN 'queued' ELSE 'failed' END,
                    broadcast_failure = CASE WHEN alert IS NULL THEN broadcast_failure
                                             ELSE '{"code":"OUTCOME_UNKNOWN","message":"the worker sending this broadcast stopped"}'::jsonb END,
@@ -128,27 +135,32 @@ public enum BroadcastStore {
     /// Channels `ending` whose end operation's broadcast is final and whose fan-out walk is
     /// done; locks nothing (the finaliser calls `finish` per channel).
     public static func readyToFinish(_ c: PostgresConnection, limit: Int) throws -> [Ending] {
-        try c.query("""
+        try c.query(
+            """
             SELECT ch.tenant_id, ch.id, ch.app_id, ch.environment, ch.apns_channel_id FROM channels ch
              WHERE ch.status = 'ending' AND ch.updated_at <= now()
                AND NOT EXISTS (SELECT 1 FROM channel_operations o WHERE o.tenant_id = ch.tenant_id AND o.channel_id = ch.id
                                  AND (o.fanout_state = 'pending' OR o.broadcast_status IN ('queued', 'sending')))
              ORDER BY ch.updated_at LIMIT $1
-            """, [limit]).map { r in
-                Ending(tenantId: try r.string("tenant_id"), id: try r.string("id"), appId: try r.string("app_id"),
-                       environment: try r.string("environment"), apnsChannelId: try r.string("apns_channel_id"))
-            }
+            """, [limit]
+        ).map { r in
+            Ending(
+                tenantId: try r.string("tenant_id"), id: try r.string("id"), appId: try r.string("app_id"),
+                environment: try r.string("environment"), apnsChannelId: try r.string("apns_channel_id"))
+        }
     }
 
     /// Ends the channel after its APNs channel was deleted (or deletion is hopeless): its
     /// broadcast members end (reason `sender`: the channel's end reached them by the
     /// broadcast), the channel becomes `ended` (a `channel.ended` event is written by trigger).
     public static func finish(_ c: PostgresConnection, _ e: Ending) throws {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = COALESCE(ended_at, now()), updated_at = now()
              WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'broadcast' AND status NOT IN ('ended', 'creation_failed')
             """, [e.tenantId, e.id])
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE channels SET status = 'ended', end_reason = COALESCE(end_reason, 'sender'), ended_at = COALESCE(ended_at, now()),
                    apns_deleted_at = now(), updated_at = now()
              WHERE tenant_id = $1 AND id = $2 AND status = 'ending'
@@ -157,7 +169,8 @@ public enum BroadcastStore {
 
     /// Puts a channel whose APNs deletion failed transiently back for a later pass (`after` seconds).
     public static func postpone(_ c: PostgresConnection, _ e: Ending, after: Double) throws {
-        try c.execute("UPDATE channels SET updated_at = now() + make_interval(secs => $3) WHERE tenant_id = $1 AND id = $2 AND status = 'ending'",
-                      [e.tenantId, e.id, after])
+        try c.execute(
+            "UPDATE channels SET updated_at = now() + make_interval(secs => $3) WHERE tenant_id = $1 AND id = $2 AND status = 'ending'",
+            [e.tenantId, e.id, after])
     }
 }

@@ -137,51 +137,67 @@ public enum ChannelStore {
     /// transaction and returns how many channels are active there (counted up to `cap + 1`).
     public static func lockAndCountActive(_ c: PostgresConnection, tenantId: String, appId: String, environment: String, cap: Int) throws -> Int {
         try c.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 15))", ["\(tenantId)|\(appId)|\(environment)|channels"])
-        return try c.query("""
+        return try c.query(
+            """
             SELECT count(*) AS n FROM (SELECT 1 FROM channels WHERE tenant_id = $1 AND app_id = $2 AND environment = $3 AND status = 'active'
                                         LIMIT $4) x
             """, [tenantId, appId, environment, cap + 1])[0].int("n")
     }
 
     /// Inserts a channel (status `active`, revision 0, no state).
-    public static func insert(_ c: PostgresConnection, tenantId: String, id: String, _ r: ChannelCreateRequest, apnsChannelId: String,
-                              createdByKeyId: String?) throws -> ChannelRecord {
-        try ChannelRecord(row: c.query("""
-            INSERT INTO channels (tenant_id, id, app_id, environment, activity_type, attributes_type, schema, storage_policy, label,
-                                  apns_channel_id, created_by_key_id)
-            VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11)
-            RETURNING \(columns)
-            """, [tenantId, id, r.appId, r.environment, r.activityType, r.attributesType, r.schema?.jsonString, r.storagePolicy, r.label,
-                  apnsChannelId, createdByKeyId])[0])
+    public static func insert(
+        _ c: PostgresConnection, tenantId: String, id: String, _ r: ChannelCreateRequest, apnsChannelId: String,
+        createdByKeyId: String?
+    ) throws -> ChannelRecord {
+        try ChannelRecord(
+            row: c.query(
+                """
+                INSERT INTO channels (tenant_id, id, app_id, environment, activity_type, attributes_type, schema, storage_policy, label,
+                                      apns_channel_id, created_by_key_id)
+                VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11)
+                RETURNING \(columns)
+                """,
+                [
+                    tenantId, id, r.appId, r.environment, r.activityType, r.attributesType, r.schema?.jsonString, r.storagePolicy, r.label,
+                    apnsChannelId, createdByKeyId
+                ])[0])
     }
 
     /// Channel `id` of the tenant; `lock`: `FOR UPDATE` (writes), `FOR SHARE` (joins) or none.
     public static func get(_ c: PostgresConnection, tenantId: String, id: String, lock: String = "") throws -> ChannelRecord? {
-        try c.query("SELECT \(columns) FROM channels WHERE tenant_id = $1 AND id = $2 \(lock == "update" ? "FOR UPDATE" : lock == "share" ? "FOR SHARE" : "")",
-                    [tenantId, id]).first.map(ChannelRecord.init(row:))
+        try c.query(
+            "SELECT \(columns) FROM channels WHERE tenant_id = $1 AND id = $2 \(lock == "update" ? "FOR UPDATE" : lock == "share" ? "FOR SHARE" : "")",
+            [tenantId, id]
+        ).first.map(ChannelRecord.init(row:))
     }
 
     /// The tenant's channels in id order (keyset); `only`: restrict to these ids (a sender key's `targets`).
     public static func list(_ c: PostgresConnection, tenantId: String, only: [String]?, limit: Int, after: String?) throws -> Page<ChannelRecord> {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT \(columns) FROM channels
              WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) AND ($3::boolean IS NOT TRUE OR id = ANY($4::text[]))
              ORDER BY id LIMIT $5
-            """, [tenantId, after, only != nil, PostgresTextArray(only ?? []), limit + 1]).map(ChannelRecord.init(row:))
+            """, [tenantId, after, only != nil, PostgresTextArray(only ?? []), limit + 1]
+        ).map(ChannelRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// Commits a channel write on the locked channel: the next seq, optionally new state and
     /// revision, optionally a new status. Returns the row.
-    public static func applyWrite(_ c: PostgresConnection, tenantId: String, id: String, revision: Int64, state: JSONValue?,
-                                  staleAt: Date?, relevanceScore: Double?, status: String?) throws -> ChannelRecord {
-        try ChannelRecord(row: c.query("""
-            UPDATE channels SET op_seq = op_seq + 1, revision = $3, state = COALESCE($4::jsonb, state),
-                   stale_at = COALESCE($5, stale_at), relevance_score = COALESCE($6, relevance_score),
-                   status = COALESCE($7, status), updated_at = now()
-             WHERE tenant_id = $1 AND id = $2
-            RETURNING \(columns)
-            """, [tenantId, id, revision, state?.jsonString, staleAt, relevanceScore, status])[0])
+    public static func applyWrite(
+        _ c: PostgresConnection, tenantId: String, id: String, revision: Int64, state: JSONValue?,
+        staleAt: Date?, relevanceScore: Double?, status: String?
+    ) throws -> ChannelRecord {
+        try ChannelRecord(
+            row: c.query(
+                """
+                UPDATE channels SET op_seq = op_seq + 1, revision = $3, state = COALESCE($4::jsonb, state),
+                       stale_at = COALESCE($5, stale_at), relevance_score = COALESCE($6, relevance_score),
+                       status = COALESCE($7, status), updated_at = now()
+                 WHERE tenant_id = $1 AND id = $2
+                RETURNING \(columns)
+                """, [tenantId, id, revision, state?.jsonString, staleAt, relevanceScore, status])[0])
     }
 
     // MARK: channel operations
@@ -191,9 +207,11 @@ public enum ChannelStore {
         public var id: String, channelId: String, seq: Int64, kind: PushEvent, revision: Int64, state: JSONValue?, alert: PushAlert?
         public var options: WriteOptions, dismissAt: Date?, consumesQuota: Bool, quotaDay: String?, createdByKeyId: String?
         public var idempotencyKey: String
-        public init(id: String, channelId: String, seq: Int64, kind: PushEvent, revision: Int64, state: JSONValue?, alert: PushAlert?,
-                    options: WriteOptions, dismissAt: Date?, consumesQuota: Bool, quotaDay: String?, createdByKeyId: String?,
-                    idempotencyKey: String) {
+        public init(
+            id: String, channelId: String, seq: Int64, kind: PushEvent, revision: Int64, state: JSONValue?, alert: PushAlert?,
+            options: WriteOptions, dismissAt: Date?, consumesQuota: Bool, quotaDay: String?, createdByKeyId: String?,
+            idempotencyKey: String
+        ) {
             self.id = id; self.channelId = channelId; self.seq = seq; self.kind = kind; self.revision = revision; self.state = state
             self.alert = alert; self.options = options; self.dismissAt = dismissAt; self.consumesQuota = consumesQuota
             self.quotaDay = quotaDay; self.createdByKeyId = createdByKeyId; self.idempotencyKey = idempotencyKey
@@ -204,35 +222,44 @@ public enum ChannelStore {
     /// the expander and broadcaster on commit.
     public static func insertOperation(_ c: PostgresConnection, tenantId: String, _ n: NewOperation) throws -> ChannelOperationRecord {
         let alert = n.alert?.jsonText
-        let rec = try ChannelOperationRecord(row: c.query("""
-            INSERT INTO channel_operations (tenant_id, id, channel_id, seq, kind, revision, has_state, state, alert, stale_at, relevance_score,
-                                            priority, expires_at, dismiss_at, broadcast_status, consumes_quota, quota_day, created_by_key_id,
-                                            idempotency_key)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13, $14, 'queued', $15, $16::date, $17, $18)
-            RETURNING \(opColumns)
-            """, [tenantId, n.id, n.channelId, n.seq, n.kind.rawValue, n.revision, n.state != nil, n.state?.jsonString, alert,
-                  n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt, n.dismissAt, n.consumesQuota,
-                  n.quotaDay, n.createdByKeyId, n.idempotencyKey])[0])
+        let rec = try ChannelOperationRecord(
+            row: c.query(
+                """
+                INSERT INTO channel_operations (tenant_id, id, channel_id, seq, kind, revision, has_state, state, alert, stale_at, relevance_score,
+                                                priority, expires_at, dismiss_at, broadcast_status, consumes_quota, quota_day, created_by_key_id,
+                                                idempotency_key)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13, $14, 'queued', $15, $16::date, $17, $18)
+                RETURNING \(opColumns)
+                """,
+                [
+                    tenantId, n.id, n.channelId, n.seq, n.kind.rawValue, n.revision, n.state != nil, n.state?.jsonString, alert,
+                    n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt, n.dismissAt, n.consumesQuota,
+                    n.quotaDay, n.createdByKeyId, n.idempotencyKey
+                ])[0])
         try c.notify(channelsChannel, payload: tenantId + ":" + n.id)
         return rec
     }
 
     /// The channel's queued (not yet sending) broadcasts, locked: what a new write may supersede.
     public static func queuedBroadcasts(_ c: PostgresConnection, tenantId: String, channelId: String) throws -> [ChannelWriteFacts] {
-        try c.query("""
+        try c.query(
+            """
             SELECT id, seq, kind, alert IS NOT NULL AS has_alert FROM channel_operations
              WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued' ORDER BY seq FOR UPDATE
-            """, [tenantId, channelId]).map { r in
-                ChannelWriteFacts(id: try r.string("id"), seq: try r.int64("seq"), kind: PushEvent(rawValue: try r.string("kind")) ?? .update,
-                                  hasAlert: try r.bool("has_alert"))
-            }
+            """, [tenantId, channelId]
+        ).map { r in
+            ChannelWriteFacts(
+                id: try r.string("id"), seq: try r.int64("seq"), kind: PushEvent(rawValue: try r.string("kind")) ?? .update,
+                hasAlert: try r.bool("has_alert"))
+        }
     }
 
     /// Marks the broadcasts of `ids` superseded by `by` (their fan-out is covered by `by`'s:
     /// the expander always sends each member the newest write plus every alert).
     public static func supersedeBroadcasts(_ c: PostgresConnection, tenantId: String, ids: [String], by: String) throws {
         guard !ids.isEmpty else { return }
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE channel_operations SET broadcast_status = 'superseded', superseded_by = $3, updated_at = now()
              WHERE tenant_id = $1 AND id = ANY($2::text[]) AND broadcast_status = 'queued'
             """, [tenantId, PostgresTextArray(ids), by])
@@ -245,11 +272,15 @@ public enum ChannelStore {
     }
 
     /// The channel's operations newest first (keyset by id).
-    public static func listOperations(_ c: PostgresConnection, tenantId: String, channelId: String, limit: Int, before: String?) throws -> Page<ChannelOperationRecord> {
-        let rows = try c.query("""
+    public static func listOperations(
+        _ c: PostgresConnection, tenantId: String, channelId: String, limit: Int, before: String?
+    ) throws -> Page<ChannelOperationRecord> {
+        let rows = try c.query(
+            """
             SELECT \(opColumns) FROM channel_operations WHERE tenant_id = $1 AND channel_id = $2 AND ($3::text IS NULL OR id < $3)
              ORDER BY id DESC LIMIT $4
-            """, [tenantId, channelId, before, limit + 1]).map(ChannelOperationRecord.init(row:))
+            """, [tenantId, channelId, before, limit + 1]
+        ).map(ChannelOperationRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
@@ -257,10 +288,12 @@ public enum ChannelStore {
     public static func fanoutCounts(_ c: PostgresConnection, tenantId: String, ids: [String]) throws -> [String: FanoutCounts] {
         guard !ids.isEmpty else { return [:] }
         var out: [String: FanoutCounts] = [:]
-        for r in try c.query("""
+        for r in try c.query(
+            """
             SELECT channel_operation_id AS id, status, count(*) AS n FROM operations
              WHERE tenant_id = $1 AND channel_operation_id = ANY($2::text[]) GROUP BY 1, 2
-            """, [tenantId, PostgresTextArray(ids)]) {
+            """, [tenantId, PostgresTextArray(ids)])
+        {
             out[try r.string("id"), default: FanoutCounts()].byStatus[try r.string("status")] = try r.int64("n")
         }
         return out
@@ -285,19 +318,27 @@ extension ChannelStore {
     /// whichever migration added the column.
     public static func joinFacts(_ c: PostgresConnection, tenantId: String, channelId: String, installationId: String) throws -> ChannelJoinFacts? {
         guard let ch = try get(c, tenantId: tenantId, id: channelId, lock: "share") else { return nil }
-        guard let r = try c.query("""
-            SELECT environment, platform, to_jsonb(i) ->> 'os_version' AS os_version FROM installations i WHERE tenant_id = $1 AND id = $2
-            """, [tenantId, installationId]).first else { return nil }
-        return ChannelJoinFacts(channel: ch, environment: try r.string("environment"), platform: try r.string("platform"),
-                                osVersion: try r.optionalString("os_version"))
+        guard
+            let r = try c.query(
+                """
+                SELECT environment, platform, to_jsonb(i) ->> 'os_version' AS os_version FROM installations i WHERE tenant_id = $1 AND id = $2
+                """, [tenantId, installationId]
+            ).first
+        else { return nil }
+        return ChannelJoinFacts(
+            channel: ch, environment: try r.string("environment"), platform: try r.string("platform"),
+            osVersion: try r.optionalString("os_version"))
     }
 
     /// Makes target `targetId` (just inserted in this transaction) a member of `channelId` with
     /// `delivery`, having seen the channel's writes up to `channelSeq`; `ready`: the target is
     /// `ready` at once (a local start into a channel). Returns the target row.
-    public static func joinStatement(tenantId: String, targetId: String, channelId: String, delivery: String, channelSeq: Int64,
-                                     ready: Bool) -> PostgresStatement {
-        PostgresStatement("""
+    public static func joinStatement(
+        tenantId: String, targetId: String, channelId: String, delivery: String, channelSeq: Int64,
+        ready: Bool
+    ) -> PostgresStatement {
+        PostgresStatement(
+            """
             UPDATE targets SET channel_id = $3, delivery = $4, channel_seq = $5,
                    status = CASE WHEN $6::boolean THEN 'ready' ELSE status END, updated_at = now()
              WHERE tenant_id = $1 AND id = $2
@@ -308,8 +349,12 @@ extension ChannelStore {
 
 extension ChannelStore {
     /// The `attributes_type` of template version `templateVersion` of the installation (nil: unknown version).
-    public static func templateAttributesType(_ c: PostgresConnection, tenantId: String, installationId: String, templateVersion: String) throws -> String? {
-        try c.query("SELECT attributes_type FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND id = $3 LIMIT 1",
-                    [tenantId, installationId, templateVersion]).first?.string("attributes_type")
+    public static func templateAttributesType(
+        _ c: PostgresConnection, tenantId: String, installationId: String, templateVersion: String
+    ) throws -> String? {
+        try c.query(
+            "SELECT attributes_type FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND id = $3 LIMIT 1",
+            [tenantId, installationId, templateVersion]
+        ).first?.string("attributes_type")
     }
 }

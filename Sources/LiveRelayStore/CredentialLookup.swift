@@ -52,36 +52,46 @@ public enum CredentialLookup {
         }
         switch token.kind {
         case .operator:
-            return try c.query("""
+            return try c.query(
+                """
                 SELECT secret_hash, revoked_at IS NULL AS usable, NULL::timestamptz AS valid_until FROM operator_keys WHERE id = $1
-                """, [token.id]).first.map { try make($0, tenant: false) }
+                """, [token.id]
+            ).first.map { try make($0, tenant: false) }
         case .master:
-            return try c.query("""
+            return try c.query(
+                """
                 SELECT k.tenant_id, t.status AS tenant_status, k.secret_hash, (k.expires_at IS NULL OR k.expires_at > now()) AS usable,
                        k.expires_at AS valid_until
                   FROM master_keys k JOIN tenants t ON t.tenant_id = k.tenant_id WHERE k.id = $1
-                """, [token.id]).first.map { try make($0) }
+                """, [token.id]
+            ).first.map { try make($0) }
         case .sender:
-            return try c.query("""
+            return try c.query(
+                """
                 SELECT k.tenant_id, t.status AS tenant_status, k.secret_hash,
                        (k.revoked_at IS NULL AND (k.expires_at IS NULL OR k.expires_at > now())) AS usable,
                        k.expires_at AS valid_until, k.targets, k.created_from, k.permissions
                   FROM sender_keys k JOIN tenants t ON t.tenant_id = k.tenant_id WHERE k.id = $1
-                """, [token.id]).first.map { try make($0) }
+                """, [token.id]
+            ).first.map { try make($0) }
         case .publishable:
-            return try c.query("""
+            return try c.query(
+                """
                 SELECT k.tenant_id, t.status AS tenant_status, k.secret_hash, k.revoked_at IS NULL AS usable,
                        NULL::timestamptz AS valid_until, k.app_id, k.platform
                   FROM publishable_keys k JOIN tenants t ON t.tenant_id = k.tenant_id WHERE k.id = $1
-                """, [token.id]).first.map { try make($0) }
+                """, [token.id]
+            ).first.map { try make($0) }
         case .installation:
-            return try c.query("""
+            return try c.query(
+                """
                 SELECT k.tenant_id, t.status AS tenant_status, k.secret_hash, (k.expires_at IS NULL OR k.expires_at > now()) AS usable,
                        k.expires_at AS valid_until, k.installation_id, i.status AS installation_status, i.app_id, i.platform
                   FROM installation_credentials k
                   JOIN installations i ON i.tenant_id = k.tenant_id AND i.id = k.installation_id
                   JOIN tenants t ON t.tenant_id = k.tenant_id WHERE k.id = $1
-                """, [token.id]).first.map { try make($0) }
+                """, [token.id]
+            ).first.map { try make($0) }
         }
     }
 

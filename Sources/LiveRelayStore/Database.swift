@@ -25,18 +25,28 @@ public final class Database: Sendable {
     /// Runs `body` in a transaction that sees only `tenantId`'s rows
     /// (`set_config('app.tenant_id', tenantId, true)`, i.e. SET LOCAL).
     /// Retries on serialization failure/deadlock (see `PostgresPool.transaction`).
-    public func tenant<T>(_ tenantId: String, isolation: IsolationLevel = .readCommitted,
-                          _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout),
-                                                ("statement_timeout", Database.statementTimeout)] + settings, body)
+    public func tenant<T>(
+        _ tenantId: String, isolation: IsolationLevel = .readCommitted,
+        _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
+        try run(
+            isolation: isolation,
+            settings: [
+                ("app.tenant_id", tenantId), ("lock_timeout", Database.lockTimeout),
+                ("statement_timeout", Database.statementTimeout)
+            ] + settings, body)
     }
 
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
     /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
-        try run(isolation: isolation, settings: [("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
-                                                ("statement_timeout", Database.statementTimeout)] + settings, body)
+        try run(
+            isolation: isolation,
+            settings: [
+                ("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
+                ("statement_timeout", Database.statementTimeout)
+            ] + settings, body)
     }
 
     /// Runs the transaction with NOTIFYs deferred, then queues them for the notifier, which

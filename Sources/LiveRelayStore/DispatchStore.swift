@@ -114,8 +114,9 @@ public struct DispatchOperation: Sendable, Equatable {
 
     /// The facts the transition table needs.
     public var facts: DispatchOperationFacts {
-        DispatchOperationFacts(kind: kind, hasState: hasState, hasAlert: alert != nil, consumesQuota: consumesQuota,
-                               attempts: attempts, expiresAt: expiresAt, platform: platform)
+        DispatchOperationFacts(
+            kind: kind, hasState: hasState, hasAlert: alert != nil, consumesQuota: consumesQuota,
+            attempts: attempts, expiresAt: expiresAt, platform: platform)
     }
 }
 
@@ -179,8 +180,10 @@ public enum DispatchStore {
     /// parked (`pending_reason = 'token_pending'`, its head row leaves the queue until a token
     /// trigger or the un-park sweep clears it); target over → its queued work cancelled.
     /// Call inside one transaction; returns the claimed operations (attempts include this one).
-    public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
-                             perTenant: Int? = nil, rotation: Int = 0) throws -> [DispatchOperation] {
+    public static func claim(
+        _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
+        perTenant: Int? = nil, rotation: Int = 0
+    ) throws -> [DispatchOperation] {
         guard limit > 0 else { return [] }
         let rows = try c.query(fairClaimSQL, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, Timestamp.epochSeconds(now)])
         return try claimed(c, rows)
@@ -189,38 +192,44 @@ public enum DispatchStore {
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
     /// rotation (text), `$5` lease seconds, `$6` now (epoch seconds). Internal for profiling.
     static let fairClaimSQL = """
-            WITH RECURSIVE due_tenants AS (  -- not `tenants`: the priority budget reads that table
-                (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
-              UNION ALL
-                SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id AND h.due_at <= now()
-                         ORDER BY h.tenant_id LIMIT 1)
-                  FROM due_tenants w WHERE w.tenant_id IS NOT NULL
-            ), candidates AS (
-                SELECT x.tenant_id, x.operation_id,
-                       row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
-                  FROM due_tenants w CROSS JOIN LATERAL (
-                       SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
-                        WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
-                 WHERE w.tenant_id IS NOT NULL
-            ), picked AS (
-                SELECT tenant_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
-            ), \(claimTail)
-            """
+        WITH RECURSIVE due_tenants AS (  -- not `tenants`: the priority budget reads that table
+            (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
+          UNION ALL
+            SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id AND h.due_at <= now()
+                     ORDER BY h.tenant_id LIMIT 1)
+              FROM due_tenants w WHERE w.tenant_id IS NOT NULL
+        ), candidates AS (
+            SELECT x.tenant_id, x.operation_id,
+                   row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
+              FROM due_tenants w CROSS JOIN LATERAL (
+                   SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
+                    WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
+             WHERE w.tenant_id IS NOT NULL
+        ), picked AS (
+            SELECT tenant_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
+        ), \(claimTail)
+        """
 
     /// Claims exactly the operations `ids` (docs/delivery.md "Wake-ups": the ones a commit in this
     /// process or a NOTIFY just named), at most `limit`, with the same re-check, locks and
     /// effects as `claim` but without looking at any other head: an id that is not (or no
     /// longer) the due, unparked head of its target is skipped, and stays for `claim`.
     /// Call inside one transaction; returns the claimed operations (attempts include this one).
-    public static func claim(_ c: PostgresConnection, worker: String, ids: [(tenantId: String, id: String)], limit: Int,
-                             leaseSeconds: Double, now: Date) throws -> [DispatchOperation] {
+    public static func claim(
+        _ c: PostgresConnection, worker: String, ids: [(tenantId: String, id: String)], limit: Int,
+        leaseSeconds: Double, now: Date
+    ) throws -> [DispatchOperation] {
         guard limit > 0, !ids.isEmpty else { return [] }
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             WITH picked AS (
                 SELECT DISTINCT x.tenant_id, x.operation_id FROM unnest($2::text[], $3::text[]) AS x(tenant_id, operation_id) LIMIT $4
             ), \(claimTail)
-            """, [worker, PostgresTextArray(ids.map(\.tenantId)), PostgresTextArray(ids.map(\.id)), limit, leaseSeconds,
-                  Timestamp.epochSeconds(now)])
+            """,
+            [
+                worker, PostgresTextArray(ids.map(\.tenantId)), PostgresTextArray(ids.map(\.id)), limit, leaseSeconds,
+                Timestamp.epochSeconds(now)
+            ])
         return try claimed(c, rows)
     }
 
@@ -229,36 +238,36 @@ public enum DispatchStore {
     /// The target's `last_timestamp` is written only when the new timestamp is above it (a
     /// resend keeps its timestamp, so its target row is not rewritten).
     static let claimTail = """
-            locked AS (
-                SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
-                  FROM picked p
-                  JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
-                  JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-                  JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
-                  LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-                 WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
-                   AND \(isHead)
-                   FOR UPDATE OF o, t SKIP LOCKED
-            ), claimed AS (
-                UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $5),
-                       attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
-                       provider_timestamp = COALESCE(o.provider_timestamp, GREATEST($6::bigint, l.last_timestamp + 1)), updated_at = now()
-                  FROM locked l
-                 WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
-                RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
-            ), stamped AS (
-                UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, c.claimed_ts)
-                  FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id AND t.last_timestamp < c.claimed_ts
-                RETURNING t.id
-            ), parked AS (
-                UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
-                  FROM locked l
-                 WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
-                RETURNING o.id
-            )
-            SELECT l.*, c.claimed_ts, (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
-              FROM locked l LEFT JOIN claimed c ON c.tenant_id = l.tenant_id AND c.id = l.id
-            """
+        locked AS (
+            SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
+              FROM picked p
+              JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
+              JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
+              JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
+              LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
+             WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
+               AND \(isHead)
+               FOR UPDATE OF o, t SKIP LOCKED
+        ), claimed AS (
+            UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $5),
+                   attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
+                   provider_timestamp = COALESCE(o.provider_timestamp, GREATEST($6::bigint, l.last_timestamp + 1)), updated_at = now()
+              FROM locked l
+             WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
+            RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
+        ), stamped AS (
+            UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, c.claimed_ts)
+              FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id AND t.last_timestamp < c.claimed_ts
+            RETURNING t.id
+        ), parked AS (
+            UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
+              FROM locked l
+             WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
+            RETURNING o.id
+        )
+        SELECT l.*, c.claimed_ts, (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
+          FROM locked l LEFT JOIN claimed c ON c.tenant_id = l.tenant_id AND c.id = l.id
+        """
 
     /// Rows of a claim statement → the claimed operations; targets found over get their queued work cancelled.
     static func claimed(_ c: PostgresConnection, _ rows: [PostgresRow]) throws -> [DispatchOperation] {
@@ -276,10 +285,13 @@ public enum DispatchStore {
 
     /// Extends the leases of `worker`'s in-flight sends (heartbeat). Returns how many it still holds.
     @discardableResult
-    public static func heartbeat(_ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)],
-                                 leaseSeconds: Double) throws -> Int {
+    public static func heartbeat(
+        _ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)],
+        leaseSeconds: Double
+    ) throws -> Int {
         guard !operations.isEmpty else { return 0 }
-        return try c.execute("""
+        return try c.execute(
+            """
             UPDATE operations o SET lease_expires_at = now() + make_interval(secs => $2)
               FROM unnest($3::text[], $4::text[]) AS x(tenant_id, id)
              WHERE o.tenant_id = x.tenant_id AND o.id = x.id AND o.status = 'sending' AND o.lease_owner = $1
@@ -291,7 +303,8 @@ public enum DispatchStore {
     @discardableResult
     public static func unclaim(_ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)]) throws -> Int {
         guard !operations.isEmpty else { return 0 }
-        return try c.execute("""
+        return try c.execute(
+            """
             UPDATE operations o SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
                    attempts = GREATEST(o.attempts - 1, 0), next_attempt_at = now(), updated_at = now()
               FROM unnest($2::text[], $3::text[]) AS x(tenant_id, id)
@@ -307,12 +320,18 @@ public enum DispatchStore {
     /// attempt, stored unless the provider returned its own id. `usedToken`: the token the push
     /// went to (a dead-token effect only clears that token, not a newer one).
     @discardableResult
-    public static func apply(_ c: PostgresConnection, _ op: DispatchOperation, _ d: DispatchDecision, guard g: DispatchApplyGuard,
-                             apnsId: String?, usedToken: String?) throws -> Bool {
+    public static func apply(
+        _ c: PostgresConnection, _ op: DispatchOperation, _ d: DispatchDecision, guard g: DispatchApplyGuard,
+        apnsId: String?, usedToken: String?
+    ) throws -> Bool {
         let tenant = op.tenantId
         // Lock order as the write path: target, then its operations.
-        guard let target = try c.query("SELECT status, push_token FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-                                       [tenant, op.targetId]).first else { return false }
+        guard
+            let target = try c.query(
+                "SELECT status, push_token FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+                [tenant, op.targetId]
+            ).first
+        else { return false }
         let fence: String
         var params: [(any PostgresBindable)?] = [tenant, op.id]
         switch g {
@@ -328,7 +347,8 @@ public enum DispatchStore {
         }
 
         let row = OperationUpdate(op, d, apnsId: apnsId)
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE operations SET status = $3, failure = COALESCE($4::jsonb, failure), apns_id = COALESCE($5, $6, apns_id),
                    accepted_at = CASE WHEN $3 = 'accepted' THEN now() ELSE accepted_at END,
                    next_attempt_at = CASE WHEN $3 = 'queued' THEN now() + make_interval(secs => $7) ELSE next_attempt_at END,
@@ -362,9 +382,11 @@ public enum DispatchStore {
             switch d.operation {
             case .accepted(let pid): providerId = pid
             case .failed(let f):
-                failure = .object(["code": .string(f.code), "message": .string(f.message),
-                                   "provider_status": f.providerStatus.map { .int(Int64($0)) } ?? .null,
-                                   "provider_reason": f.providerReason.map { .string($0) } ?? .null])
+                failure = .object([
+                    "code": .string(f.code), "message": .string(f.message),
+                    "provider_status": f.providerStatus.map { .int(Int64($0)) } ?? .null,
+                    "provider_reason": f.providerReason.map { .string($0) } ?? .null
+                ])
             case .requeue(let s, let reason): delay = s; pendingReason = reason
             case .unknown(let reason):
                 failure = .object(["code": "OUTCOME_UNKNOWN", "message": .string(reason), "provider_status": .null, "provider_reason": .null])
@@ -382,8 +404,10 @@ public enum DispatchStore {
     /// A decision's effects on the target, its queued work, tokens and installation, plus the
     /// events NOTIFY, in the caller's transaction (target row locked). `currentToken`: the
     /// target's `push_token` as locked.
-    static func applyEffects(_ c: PostgresConnection, _ op: DispatchOperation, _ d: DispatchDecision, usedToken: String?,
-                             currentToken: String?) throws {
+    static func applyEffects(
+        _ c: PostgresConnection, _ op: DispatchOperation, _ d: DispatchDecision, usedToken: String?,
+        currentToken: String?
+    ) throws {
         let tenant = op.tenantId
         let status = d.operation.status
         var targetChanged = 0
@@ -391,7 +415,8 @@ public enum DispatchStore {
         switch d.target {
         case .none: break
         case .startAccepted:
-            targetChanged = try c.execute("""
+            targetChanged = try c.execute(
+                """
                 UPDATE targets SET status = CASE WHEN token_status = 'registered' OR delivery = 'broadcast' THEN 'ready' ELSE 'token_pending' END,
                        updated_at = now()
                  WHERE tenant_id = $1 AND id = $2 AND status = 'starting'
@@ -400,7 +425,8 @@ public enum DispatchStore {
             // A dead update token ends the target only while that token is still its token.
             let tokenStillCurrent = reason != "token_invalid" || currentToken == usedToken
             if tokenStillCurrent {
-                targetChanged = try c.execute("""
+                targetChanged = try c.execute(
+                    """
                     UPDATE targets SET status = 'ended', end_reason = $3, ended_at = COALESCE(ended_at, now()),
                            token_status = CASE WHEN $3 = 'token_invalid' THEN 'invalid' ELSE token_status END, updated_at = now()
                      WHERE tenant_id = $1 AND id = $2 AND status NOT IN ('ended', 'creation_failed')
@@ -409,12 +435,14 @@ public enum DispatchStore {
                 cancel = nil
             }
         case .creationFailed:
-            targetChanged = try c.execute("""
+            targetChanged = try c.execute(
+                """
                 UPDATE targets SET status = 'creation_failed', ended_at = COALESCE(ended_at, now()), updated_at = now()
                  WHERE tenant_id = $1 AND id = $2 AND status NOT IN ('ended', 'creation_failed')
                 """, [tenant, op.targetId])
         case .startUnknown:
-            targetChanged = try c.execute("""
+            targetChanged = try c.execute(
+                """
                 UPDATE targets SET status = 'start_unknown', updated_at = now() WHERE tenant_id = $1 AND id = $2 AND status = 'starting'
                 """, [tenant, op.targetId])
         }
@@ -423,25 +451,29 @@ public enum DispatchStore {
         switch d.deadToken {
         case .startTargetPending?:
             if let st = op.startTargetId {
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE start_targets SET status = CASE WHEN status = 'ready' THEN 'pending' ELSE status END,
                            push_to_start_token = NULL, updated_at = now()
                      WHERE tenant_id = $1 AND id = $2 AND push_to_start_token IS NOT DISTINCT FROM $3
                     """, [tenant, st, usedToken])
             }
         case .clearInstallationFCMToken?:
-            let cleared = try c.execute("""
+            let cleared = try c.execute(
+                """
                 UPDATE installations SET fcm_token = NULL, updated_at = now()
                  WHERE tenant_id = $1 AND id = $2 AND fcm_token IS NOT DISTINCT FROM $3 AND fcm_token IS NOT NULL
                 """, [tenant, op.installationId, usedToken])
             if cleared > 0 {
-                let rows = try c.query("""
+                let rows = try c.query(
+                    """
                     UPDATE targets SET token_status = 'pending',
                            status = CASE WHEN status = 'ready' THEN 'token_pending' ELSE status END, updated_at = now()
                      WHERE tenant_id = $1 AND installation_id = $2 AND status NOT IN ('ended', 'creation_failed')
                     RETURNING id
                     """, [tenant, op.installationId])
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE start_targets SET status = 'pending', updated_at = now()
                      WHERE tenant_id = $1 AND installation_id = $2 AND status = 'ready'
                     """, [tenant, op.installationId])
@@ -483,16 +515,19 @@ public enum DispatchStore {
         if !effectful.isEmpty {
             let keys = Set(effectful.map { "\($0.op.tenantId)\u{1}\($0.op.targetId)" }).sorted()
             let pairs = keys.map { $0.split(separator: "\u{1}", omittingEmptySubsequences: false).map(String.init) }
-            for r in try c.query("""
+            for r in try c.query(
+                """
                 SELECT t.tenant_id, t.id, t.push_token FROM targets t
                   JOIN unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(tenant_id, id, ord) ON t.tenant_id = x.tenant_id AND t.id = x.id
                  ORDER BY x.ord FOR UPDATE OF t
-                """, [PostgresTextArray(pairs.map { $0[0] }), PostgresTextArray(pairs.map { $0[1] })]) {
+                """, [PostgresTextArray(pairs.map { $0[0] }), PostgresTextArray(pairs.map { $0[1] })])
+            {
                 tokens["\(try r.string("tenant_id"))\u{1}\(try r.string("id"))"] = .some(try r.optionalString("push_token"))
             }
         }
         let rows = results.map { OperationUpdate($0.op, $0.decision, apnsId: $0.apnsId) }
-        let updated = try c.query("""
+        let updated = try c.query(
+            """
             UPDATE operations o SET status = x.status, failure = COALESCE(NULLIF(x.failure, '')::jsonb, o.failure),
                    apns_id = COALESCE(NULLIF(x.provider_id, ''), NULLIF(x.apns_id, ''), o.apns_id),
                    accepted_at = CASE WHEN x.status = 'accepted' THEN now() ELSE o.accepted_at END,
@@ -504,11 +539,14 @@ public enum DispatchStore {
              WHERE o.tenant_id = x.tenant_id AND o.id = x.id
                AND o.status = 'sending' AND o.lease_owner = $1 AND o.attempts = x.attempts
             RETURNING o.id
-            """, [owner, PostgresTextArray(results.map(\.op.tenantId)), PostgresTextArray(results.map(\.op.id)),
-                  PostgresTextArray(results.map { String($0.op.attempts) }), PostgresTextArray(rows.map(\.status)),
-                  PostgresTextArray(rows.map { $0.failure ?? "" }), PostgresTextArray(rows.map { $0.providerId ?? "" }),
-                  PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
-                  PostgresTextArray(rows.map { $0.pendingReason ?? "" })])
+            """,
+            [
+                owner, PostgresTextArray(results.map(\.op.tenantId)), PostgresTextArray(results.map(\.op.id)),
+                PostgresTextArray(results.map { String($0.op.attempts) }), PostgresTextArray(rows.map(\.status)),
+                PostgresTextArray(rows.map { $0.failure ?? "" }), PostgresTextArray(rows.map { $0.providerId ?? "" }),
+                PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
+                PostgresTextArray(rows.map { $0.pendingReason ?? "" })
+            ])
         let applied = Set(try updated.map { try $0.string("id") })
         try recordPriority10Sends(c, results.filter { applied.contains($0.op.id) })
         // Through QuotaStore, whatever its bookkeeping (counters, shards): one call per (tenant, day, direction).
@@ -544,25 +582,29 @@ public enum DispatchStore {
     /// `sending` operations whose lease expired (their worker died or hung), locked with their
     /// target (`SKIP LOCKED`). Apply `.leaseExpired` with guard `.expiredLease` in the same transaction.
     public static func expiredLeases(_ c: PostgresConnection, limit: Int) throws -> [DispatchOperation] {
-        try c.query("""
+        try c.query(
+            """
             SELECT \(selectColumns)
             \(joins)
              WHERE o.status = 'sending' AND o.lease_expires_at < now()
              ORDER BY o.lease_expires_at LIMIT $1
                FOR UPDATE OF o, t SKIP LOCKED
-            """, [limit]).map(DispatchOperation.init(row:))
+            """, [limit]
+        ).map(DispatchOperation.init(row:))
     }
 
     /// Queued operations past their `expires_at`, locked with their target (`SKIP LOCKED`).
     /// Apply `.expired` with guard `.queued` in the same transaction.
     public static func expiredQueued(_ c: PostgresConnection, limit: Int) throws -> [DispatchOperation] {
-        try c.query("""
+        try c.query(
+            """
             SELECT \(selectColumns)
             \(joins)
              WHERE o.status = 'queued' AND o.expires_at IS NOT NULL AND o.expires_at <= now()
              ORDER BY o.expires_at LIMIT $1
                FOR UPDATE OF o, t SKIP LOCKED
-            """, [limit]).map(DispatchOperation.init(row:))
+            """, [limit]
+        ).map(DispatchOperation.init(row:))
     }
 
     // MARK: token pending
@@ -571,7 +613,8 @@ public enum DispatchStore {
     /// triggers do this the moment a token is stored; this sweep is the safety net.
     @discardableResult
     public static func unparkTokenPending(_ c: PostgresConnection) throws -> Int {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE operations o SET pending_reason = NULL, updated_at = now()
               FROM targets t
               JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
@@ -587,9 +630,12 @@ public enum DispatchStore {
     /// become `ended` with reason `system_expired`; their queued work is cancelled (quota
     /// released). Returns the (tenant, target) pairs ended.
     @discardableResult
-    public static func endExpiredLifetimes(_ c: PostgresConnection, lifetimeSeconds: Double = WriteRules.activityLifetimeSeconds,
-                                           limit: Int = 500) throws -> [(tenantId: String, targetId: String)] {
-        let rows = try c.query("""
+    public static func endExpiredLifetimes(
+        _ c: PostgresConnection, lifetimeSeconds: Double = WriteRules.activityLifetimeSeconds,
+        limit: Int = 500
+    ) throws -> [(tenantId: String, targetId: String)] {
+        let rows = try c.query(
+            """
             SELECT tenant_id, id FROM targets
              WHERE status NOT IN ('ended', 'creation_failed') AND started_at <= now() - make_interval(secs => $1)
              ORDER BY started_at LIMIT $2
@@ -598,7 +644,8 @@ public enum DispatchStore {
         var out: [(tenantId: String, targetId: String)] = []
         for r in rows {
             let tenant = try r.string("tenant_id"), id = try r.string("id")
-            try c.execute("""
+            try c.execute(
+                """
                 UPDATE targets SET status = 'ended', end_reason = 'system_expired', ended_at = COALESCE(ended_at, now()), updated_at = now()
                  WHERE tenant_id = $1 AND id = $2
                 """, [tenant, id])
@@ -625,13 +672,15 @@ public enum DispatchStore {
     /// Every tenant with queued operations (one pass over the queue index plus `dispatch_heads`),
     /// for the per-tenant gauges (docs/delivery.md "Metrics").
     public static func tenantQueues(_ c: PostgresConnection) throws -> [TenantQueue] {
-        try c.query("""
+        try c.query(
+            """
             SELECT COALESCE(q.tenant_id, h.tenant_id) AS tenant_id, COALESCE(q.n, 0) AS n,
                    COALESCE(EXTRACT(EPOCH FROM now() - h.oldest)::float8, 0) AS oldest
               FROM (SELECT tenant_id, count(*) AS n FROM operations WHERE status = 'queued' GROUP BY tenant_id) q
               FULL JOIN (SELECT tenant_id, min(due_at) AS oldest FROM dispatch_heads WHERE due_at <= now() GROUP BY tenant_id) h
                 ON h.tenant_id = q.tenant_id
-            """).map { r in TenantQueue(tenantId: try r.string("tenant_id"), depth: try r.int("n"), oldestDueSeconds: try r.double("oldest")) }
+            """
+        ).map { r in TenantQueue(tenantId: try r.string("tenant_id"), depth: try r.int("n"), oldestDueSeconds: try r.double("oldest")) }
     }
 
     /// Queued operations over every tenant (the `liverelay_queue_depth` gauge).

@@ -21,8 +21,10 @@ public struct EventRecord: Sendable, Equatable {
 
     /// The event object: `{id, object: "event", type, created_at, data}` (also the webhook body).
     public var json: JSONValue {
-        .object(["id": .string(id), "object": "event", "type": .string(type),
-                 "created_at": .string(Timestamp.format(createdAt)), "data": data])
+        .object([
+            "id": .string(id), "object": "event", "type": .string(type),
+            "created_at": .string(Timestamp.format(createdAt)), "data": data
+        ])
     }
 }
 
@@ -49,59 +51,82 @@ public enum EventStore {
     /// reports does. `object` is the API object; `dedupeKey` makes the insertion a no-op when an
     /// event with the same key exists for the tenant. Returns the event, or nil when deduplicated.
     @discardableResult
-    public static func record(_ c: PostgresConnection, tenantId: String, type: EventType, object: JSONValue,
-                              targetId: String? = nil, channelId: String? = nil, dedupeKey: String? = nil) throws -> EventRecord? {
-        try c.query("""
+    public static func record(
+        _ c: PostgresConnection, tenantId: String, type: EventType, object: JSONValue,
+        targetId: String? = nil, channelId: String? = nil, dedupeKey: String? = nil
+    ) throws -> EventRecord? {
+        try c.query(
+            """
             INSERT INTO events (tenant_id, id, type, target_id, channel_id, dedupe_key, data)
             VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb) ON CONFLICT DO NOTHING
             RETURNING id, type, target_id, channel_id, data::text AS data, created_at
-            """, [tenantId, Identifier.make(.auditEvent), type.rawValue, targetId, channelId, dedupeKey,
-                  JSONValue.object(["object": object]).jsonString]).first.map(EventRecord.init(row:))
+            """,
+            [
+                tenantId, Identifier.make(.auditEvent), type.rawValue, targetId, channelId, dedupeKey,
+                JSONValue.object(["object": object]).jsonString
+            ]
+        ).first.map(EventRecord.init(row:))
     }
 
     /// `quota.exhausted`, once per tenant and UTC day: call right after reserving a unit of
     /// `day`'s quota (same transaction) with the counts after the reservation. Records the event
     /// when nothing remains (`used + reserved >= limit`); the quota object is the usage object.
-    public static func quotaReserved(_ c: PostgresConnection, tenantId: String, day: String, limit: Int64, used: Int64,
-                                     reserved: Int64, resetsAt: Date) throws {
+    public static func quotaReserved(
+        _ c: PostgresConnection, tenantId: String, day: String, limit: Int64, used: Int64,
+        reserved: Int64, resetsAt: Date
+    ) throws {
         guard used + reserved >= limit else { return }
-        try record(c, tenantId: tenantId, type: .quotaExhausted,
-                   object: ["object": "quota", "day": .string(day), "limit": .int(limit), "used": .int(used),
-                            "reserved": .int(reserved), "remaining": 0, "resets_at": .string(Timestamp.format(resetsAt))],
-                   dedupeKey: "quota.exhausted:\(day)")
+        try record(
+            c, tenantId: tenantId, type: .quotaExhausted,
+            object: [
+                "object": "quota", "day": .string(day), "limit": .int(limit), "used": .int(used),
+                "reserved": .int(reserved), "remaining": 0, "resets_at": .string(Timestamp.format(resetsAt))
+            ],
+            dedupeKey: "quota.exhausted:\(day)")
     }
 
     static let columns = "id, type, target_id, channel_id, data::text AS data, created_at"
 
     /// Events of the last 30 days (relative to `now`), newest first, keyset-paginated
     /// (`before` = id of the last event of the previous page).
-    public static func list(_ c: PostgresConnection, tenantId: String, filter: EventFilter, now: Date, limit: Int,
-                            before: String?) throws -> Page<EventRecord> {
-        let rows = try c.query("""
+    public static func list(
+        _ c: PostgresConnection, tenantId: String, filter: EventFilter, now: Date, limit: Int,
+        before: String?
+    ) throws -> Page<EventRecord> {
+        let rows = try c.query(
+            """
             SELECT \(columns) FROM events
              WHERE tenant_id = $1 AND created_at >= $2 AND ($3::text IS NULL OR id < $3)
                AND ($4::text IS NULL OR type = $4) AND ($5::text IS NULL OR target_id = $5) AND ($6::text IS NULL OR channel_id = $6)
              ORDER BY id DESC LIMIT $7
-            """, [tenantId, now.addingTimeInterval(-retentionSeconds), before, filter.type, filter.targetId, filter.channelId,
-                  limit + 1]).map(EventRecord.init(row:))
+            """,
+            [
+                tenantId, now.addingTimeInterval(-retentionSeconds), before, filter.type, filter.targetId, filter.channelId,
+                limit + 1
+            ]
+        ).map(EventRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// One event of the last 30 days, or nil.
     public static func get(_ c: PostgresConnection, tenantId: String, id: String, now: Date) throws -> EventRecord? {
-        try c.query("SELECT \(columns) FROM events WHERE tenant_id = $1 AND id = $2 AND created_at >= $3",
-                    [tenantId, id, now.addingTimeInterval(-retentionSeconds)]).first.map(EventRecord.init(row:))
+        try c.query(
+            "SELECT \(columns) FROM events WHERE tenant_id = $1 AND id = $2 AND created_at >= $3",
+            [tenantId, id, now.addingTimeInterval(-retentionSeconds)]
+        ).first.map(EventRecord.init(row:))
     }
 
     /// Deletes up to `batch` events older than 30 days (system scope; their deliveries go with
     /// them), and delivery-log entries older than 30 days. Returns how many events went.
     public static func purgeExpired(_ c: PostgresConnection, now: Date, batch: Int = 5000) throws -> Int {
         let cutoff = now.addingTimeInterval(-retentionSeconds)
-        try c.execute("""
+        try c.execute(
+            """
             DELETE FROM webhook_attempts WHERE (tenant_id, endpoint_id, id) IN (
               SELECT tenant_id, endpoint_id, id FROM webhook_attempts WHERE delivered_at < $1 LIMIT $2)
             """, [cutoff, batch])
-        return try c.execute("""
+        return try c.execute(
+            """
             DELETE FROM events WHERE (tenant_id, id) IN (
               SELECT tenant_id, id FROM events WHERE created_at < $1 ORDER BY created_at LIMIT $2)
             """, [cutoff, batch])

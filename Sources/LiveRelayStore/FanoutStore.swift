@@ -21,7 +21,8 @@ public enum FanoutStore {
     /// operation, taken round robin across tenants (every tenant's first channel before any
     /// tenant's second; ties broken by `rotation`).
     public static func pending(_ c: PostgresConnection, limit: Int, rotation: Int) throws -> [Pending] {
-        try c.query("""
+        try c.query(
+            """
             WITH newest AS (
               SELECT DISTINCT ON (tenant_id, channel_id) tenant_id, id, channel_id, seq
                 FROM channel_operations WHERE fanout_state = 'pending' ORDER BY tenant_id, channel_id, seq DESC
@@ -29,9 +30,10 @@ public enum FanoutStore {
             SELECT tenant_id, id, channel_id, seq FROM (
               SELECT n.*, row_number() OVER (PARTITION BY tenant_id ORDER BY channel_id) AS rn FROM newest n) x
              ORDER BY rn, hashtext(tenant_id || $2), channel_id LIMIT $1
-            """, [limit, String(rotation)]).map { r in
-                Pending(tenantId: try r.string("tenant_id"), id: try r.string("id"), channelId: try r.string("channel_id"), seq: try r.int64("seq"))
-            }
+            """, [limit, String(rotation)]
+        ).map { r in
+            Pending(tenantId: try r.string("tenant_id"), id: try r.string("id"), channelId: try r.string("channel_id"), seq: try r.int64("seq"))
+        }
     }
 
     /// What one batch did.
@@ -57,35 +59,46 @@ public enum FanoutStore {
     /// `channel_seq` on, and advances the cursor. `day`: the UTC quota day of the inserted
     /// state-bearing operations.
     public static func expandBatch(_ c: PostgresConnection, _ p: Pending, batchSize: Int, day: String) throws -> BatchResult {
-        guard let head = try c.query("""
-            SELECT fanout_cursor FROM channel_operations WHERE tenant_id = $1 AND id = $2 AND fanout_state = 'pending'
-               FOR UPDATE SKIP LOCKED
-            """, [p.tenantId, p.id]).first else { return BatchResult(skipped: true) }
+        guard
+            let head = try c.query(
+                """
+                SELECT fanout_cursor FROM channel_operations WHERE tenant_id = $1 AND id = $2 AND fanout_state = 'pending'
+                   FOR UPDATE SKIP LOCKED
+                """, [p.tenantId, p.id]
+            ).first
+        else { return BatchResult(skipped: true) }
         let cursor = try head.optionalString("fanout_cursor")
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE channel_operations SET fanout_state = 'done', fanout_done_at = now(), updated_at = now()
              WHERE tenant_id = $1 AND channel_id = $2 AND seq < $3 AND fanout_state = 'pending'
             """, [p.tenantId, p.channelId, p.seq])
-        let members = try c.query("""
+        let members = try c.query(
+            """
             SELECT id, channel_seq, op_seq, revision FROM targets
              WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed')
                AND ($3::text IS NULL OR id > $3)
              ORDER BY id LIMIT $4 FOR UPDATE
             """, [p.tenantId, p.channelId, cursor, batchSize])
         struct Member { let id: String; let watermark: Int64; let opSeq: Int64; let revision: Int64 }
-        let ms = try members.map { Member(id: try $0.string("id"), watermark: try $0.int64("channel_seq"), opSeq: try $0.int64("op_seq"),
-                                          revision: try $0.int64("revision")) }
+        let ms = try members.map {
+            Member(
+                id: try $0.string("id"), watermark: try $0.int64("channel_seq"), opSeq: try $0.int64("op_seq"),
+                revision: try $0.int64("revision"))
+        }
         let done = ms.count < batchSize
         var inserted = 0
         if let low = ms.map(\.watermark).min(), low < p.seq {
-            let writes = try c.query("""
+            let writes = try c.query(
+                """
                 SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
                  WHERE tenant_id = $1 AND channel_id = $2 AND seq > $3 AND seq <= $4 ORDER BY seq
                 """, [p.tenantId, p.channelId, low, p.seq])
             var facts: [ChannelWriteFacts] = [], stateful: [String: Bool] = [:]
             for w in writes {
-                let f = ChannelWriteFacts(id: try w.string("id"), seq: try w.int64("seq"), kind: PushEvent(rawValue: try w.string("kind")) ?? .update,
-                                          hasAlert: try w.bool("has_alert"))
+                let f = ChannelWriteFacts(
+                    id: try w.string("id"), seq: try w.int64("seq"), kind: PushEvent(rawValue: try w.string("kind")) ?? .update,
+                    hasAlert: try w.bool("has_alert"))
                 facts.append(f); stateful[f.id] = try w.bool("has_state")
             }
             // Rows to insert and per-member summaries.
@@ -107,7 +120,8 @@ public enum FanoutStore {
                 tLastCop.append(sends.last!.id); tLastOp.append(lastId); tLastSeq.append(String(seq))
             }
             if !opIds.isEmpty {
-                inserted = try c.execute("""
+                inserted = try c.execute(
+                    """
                     INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, alert, stale_at,
                                             relevance_score, priority, expires_at, dismiss_at, consumes_quota, quota_day, channel_operation_id)
                     SELECT $1, x.id, x.target_id, x.seq, co.kind, 'queued', x.revision, co.has_state,
@@ -117,11 +131,15 @@ public enum FanoutStore {
                       FROM unnest($3::text[], $4::text[], $5::text[]::bigint[], $6::text[]::bigint[], $7::text[]) AS x(id, target_id, seq, revision, cop)
                       JOIN channel_operations co ON co.tenant_id = $1 AND co.id = x.cop
                      ORDER BY x.target_id, x.seq
-                    """, [p.tenantId, day, PostgresTextArray(opIds), PostgresTextArray(opTargets), PostgresTextArray(opSeqs),
-                          PostgresTextArray(opRevs), PostgresTextArray(opCops)])
+                    """,
+                    [
+                        p.tenantId, day, PostgresTextArray(opIds), PostgresTextArray(opTargets), PostgresTextArray(opSeqs),
+                        PostgresTextArray(opRevs), PostgresTextArray(opCops)
+                    ])
                 // Coalescing in each member's own queue: the newest state-bearing send supersedes
                 // older queued state-only updates; an end supersedes every older queued update and end.
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE operations o SET status = 'superseded', superseded_by = x.last_op, updated_at = now()
                       FROM unnest($2::text[], $3::text[], $4::text[]::bigint[]) AS x(target_id, last_op, last_seq)
                       JOIN operations l ON l.tenant_id = $1 AND l.id = x.last_op
@@ -129,7 +147,8 @@ public enum FanoutStore {
                        AND ((l.kind = 'end' AND o.kind IN ('update', 'end'))
                             OR (l.kind = 'update' AND l.has_state AND o.kind = 'update' AND o.alert IS NULL))
                     """, [p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tLastOp), PostgresTextArray(tLastSeq)])
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE targets t SET op_seq = x.op_seq, revision = x.revision, channel_seq = x.channel_seq,
                            state = CASE WHEN co.has_state THEN co.state ELSE t.state END,
                            stale_at = COALESCE(co.stale_at, t.stale_at), relevance_score = COALESCE(co.relevance_score, t.relevance_score),
@@ -139,12 +158,16 @@ public enum FanoutStore {
                            AS x(id, op_seq, revision, channel_seq, cop)
                       JOIN channel_operations co ON co.tenant_id = $1 AND co.id = x.cop
                      WHERE t.tenant_id = $1 AND t.id = x.id
-                    """, [p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tOpSeq), PostgresTextArray(tRev), PostgresTextArray(tChSeq),
-                          PostgresTextArray(tLastCop)])
+                    """,
+                    [
+                        p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tOpSeq), PostgresTextArray(tRev), PostgresTextArray(tChSeq),
+                        PostgresTextArray(tLastCop)
+                    ])
                 try c.notify(OperationStore.dispatchChannel, payload: p.tenantId)
             }
         }
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE channel_operations SET fanout_cursor = COALESCE($3, fanout_cursor),
                    fanout_state = CASE WHEN $4::boolean THEN 'done' ELSE fanout_state END,
                    fanout_done_at = CASE WHEN $4::boolean THEN now() ELSE fanout_done_at END, updated_at = now()
@@ -156,7 +179,8 @@ public enum FanoutStore {
     /// Fan-out backlog for the metrics: channel operations with pending fan-out, and the age in
     /// seconds of the oldest (0 when none).
     public static func backlog(_ c: PostgresConnection) throws -> (pending: Int, oldestSeconds: Double) {
-        let r = try c.query("""
+        let r = try c.query(
+            """
             SELECT count(*) AS n, COALESCE(EXTRACT(EPOCH FROM now() - min(created_at))::float8, 0) AS oldest
               FROM channel_operations WHERE fanout_state = 'pending'
             """)[0]

@@ -29,14 +29,17 @@ public enum IdempotencyStore {
     /// response to replay.
     /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request),
     ///   409 `IDEMPOTENCY_KEY_IN_USE` (a concurrent holder did not finish in `waitSeconds`).
-    public static func claim(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String, requestHash: String,
-                             kek: AESGCM, retentionSeconds: Double = retentionSeconds) throws -> StoredResponse? {
+    public static func claim(
+        _ c: PostgresConnection, tenantId: String, endpoint: String, key: String, requestHash: String,
+        kek: AESGCM, retentionSeconds: Double = retentionSeconds
+    ) throws -> StoredResponse? {
         // lock_timeout (Database.lockTimeout, 10 s) bounds the wait for a concurrent holder.
         let inserted: Bool
         do {
             // A record past its retention is gone, purged or not: it is taken over as new,
             // so a stored (sealed) response is never replayed after 24 h.
-            inserted = try !c.query("""
+            inserted = try !c.query(
+                """
                 INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, expires_at)
                 VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5))
                 ON CONFLICT (tenant_id, endpoint, key) DO UPDATE
@@ -44,24 +47,31 @@ public enum IdempotencyStore {
                        created_at = now(), expires_at = EXCLUDED.expires_at
                  WHERE idempotency_records.expires_at < now()
                 RETURNING 1 AS one
-                """, [tenantId, endpoint, key, requestHash, retentionSeconds]).isEmpty
+                """, [tenantId, endpoint, key, requestHash, retentionSeconds]
+            ).isEmpty
         } catch let e as PostgresError where e.sqlState == "55P03" {
-            throw DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                              message: "another request with this idempotency_key is still being processed; retry shortly",
-                              details: ["field": "idempotency_key"])
+            throw DomainError(
+                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+                message: "another request with this idempotency_key is still being processed; retry shortly",
+                details: ["field": "idempotency_key"])
         }
         if inserted { return nil }
-        guard let row = try c.query("""
-            SELECT request_hash, status_code, response_body, response_sealed FROM idempotency_records
-             WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
-            """, [tenantId, endpoint, key]).first else {
+        guard
+            let row = try c.query(
+                """
+                SELECT request_hash, status_code, response_body, response_sealed FROM idempotency_records
+                 WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
+                """, [tenantId, endpoint, key]
+            ).first
+        else {
             // Purged between the insert attempt and the read: treat as new on the caller's retry.
             throw PostgresError.retryable
         }
         guard try row.string("request_hash") == requestHash else {
-            throw DomainError(status: 422, code: "IDEMPOTENCY_KEY_REUSED",
-                              message: "idempotency_key was already used with a different request",
-                              details: ["field": "idempotency_key"])
+            throw DomainError(
+                status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+                message: "idempotency_key was already used with a different request",
+                details: ["field": "idempotency_key"])
         }
         let status = try row.int("status_code")
         if let sealed = try row.optionalBytes("response_sealed") {
@@ -78,9 +88,12 @@ public enum IdempotencyStore {
     /// comes back, to replay) or rolls back (then the insert goes ahead). Decode with
     /// `claimed(_:requestHash:)`. Parameters: tenant, endpoint, key, request hash, retention
     /// seconds. Plain responses only (no sealing).
-    public static func claimStatement(tenantId: String, endpoint: String, key: String, requestHash: String,
-                                      retentionSeconds: Double) -> PostgresStatement {
-        PostgresStatement("""
+    public static func claimStatement(
+        tenantId: String, endpoint: String, key: String, requestHash: String,
+        retentionSeconds: Double
+    ) -> PostgresStatement {
+        PostgresStatement(
+            """
             INSERT INTO idempotency_records AS r (tenant_id, endpoint, key, request_hash, status_code, expires_at)
             VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5))
             ON CONFLICT (tenant_id, endpoint, key) DO UPDATE
@@ -102,26 +115,31 @@ public enum IdempotencyStore {
         let status = try row.int("status_code")
         if status == 0 { return nil }  // a fresh (or taken over) claim: ours
         guard try row.string("request_hash") == requestHash else {
-            throw DomainError(status: 422, code: "IDEMPOTENCY_KEY_REUSED",
-                              message: "idempotency_key was already used with a different request",
-                              details: ["field": "idempotency_key"])
+            throw DomainError(
+                status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+                message: "idempotency_key was already used with a different request",
+                details: ["field": "idempotency_key"])
         }
         return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
     }
 
     /// The error of a claim that waited `lock_timeout` for a concurrent holder of its key.
     public static var inUse: DomainError {
-        DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                    message: "another request with this idempotency_key is still being processed; retry shortly",
-                    details: ["field": "idempotency_key"])
+        DomainError(
+            status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+            message: "another request with this idempotency_key is still being processed; retry shortly",
+            details: ["field": "idempotency_key"])
     }
 
     /// Stores the response of the claimed key; sealed under `seal` when it holds a secret.
-    public static func complete(_ c: PostgresConnection, tenantId: String, endpoint: String, key: String,
-                                response: StoredResponse, seal: AESGCM?) throws {
+    public static func complete(
+        _ c: PostgresConnection, tenantId: String, endpoint: String, key: String,
+        response: StoredResponse, seal: AESGCM?
+    ) throws {
         let plain: [UInt8]? = seal == nil ? response.body : nil
         let sealed: [UInt8]? = try seal.map { try $0.seal(response.body, associatedData: aad(tenantId, endpoint, key)) }
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE idempotency_records SET status_code = $4, response_body = $5, response_sealed = $6
              WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
             """, [tenantId, endpoint, key, response.status, plain, sealed])
@@ -132,7 +150,8 @@ public enum IdempotencyStore {
     /// Returns how many went.
     @discardableResult
     public static func forget(_ c: PostgresConnection, tenantId: String, endpoint: String, keyPrefix: String) throws -> Int {
-        try c.execute("""
+        try c.execute(
+            """
             DELETE FROM idempotency_records WHERE tenant_id = $1 AND endpoint = $2 AND left(key, length($3)) = $3
             """, [tenantId, endpoint, keyPrefix])
     }
@@ -140,40 +159,52 @@ public enum IdempotencyStore {
     /// `claim` for operator requests (no tenant): table `operator_idempotency_records`, the
     /// response always sealed. Returns the stored response to replay, or nil (do the work).
     /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED`, 409 `IDEMPOTENCY_KEY_IN_USE`.
-    public static func claimOperator(_ c: PostgresConnection, endpoint: String, key: String, requestHash: String, kek: AESGCM) throws -> StoredResponse? {
+    public static func claimOperator(
+        _ c: PostgresConnection, endpoint: String, key: String, requestHash: String, kek: AESGCM
+    ) throws -> StoredResponse? {
         let inserted: Bool
         do {
-            inserted = try !c.query("""
+            inserted = try !c.query(
+                """
                 INSERT INTO operator_idempotency_records (key, endpoint, request_hash, status_code, expires_at)
                 VALUES ($1, $2, $3, 0, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING RETURNING 1 AS one
-                """, ["\(endpoint)|\(key)", endpoint, requestHash, retentionSeconds]).isEmpty
+                """, ["\(endpoint)|\(key)", endpoint, requestHash, retentionSeconds]
+            ).isEmpty
         } catch let e as PostgresError where e.sqlState == "55P03" {
-            throw DomainError(status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                              message: "another request with this idempotency_key is still being processed; retry shortly",
-                              details: ["field": "idempotency_key"])
+            throw DomainError(
+                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+                message: "another request with this idempotency_key is still being processed; retry shortly",
+                details: ["field": "idempotency_key"])
         }
         if inserted { return nil }
-        guard let row = try c.query("""
-            SELECT request_hash, status_code, response_sealed, expires_at < now() AS expired FROM operator_idempotency_records WHERE key = $1
-            """, ["\(endpoint)|\(key)"]).first else { throw PostgresError.retryable }
+        guard
+            let row = try c.query(
+                """
+                SELECT request_hash, status_code, response_sealed, expires_at < now() AS expired FROM operator_idempotency_records WHERE key = $1
+                """, ["\(endpoint)|\(key)"]
+            ).first
+        else { throw PostgresError.retryable }
         if try row.bool("expired") {
             try c.execute("DELETE FROM operator_idempotency_records WHERE key = $1", ["\(endpoint)|\(key)"])
             throw PostgresError.retryable
         }
         guard try row.string("request_hash") == requestHash else {
-            throw DomainError(status: 422, code: "IDEMPOTENCY_KEY_REUSED", message: "idempotency_key was already used with a different request",
-                              details: ["field": "idempotency_key"])
+            throw DomainError(
+                status: 422, code: "IDEMPOTENCY_KEY_REUSED", message: "idempotency_key was already used with a different request",
+                details: ["field": "idempotency_key"])
         }
         guard let sealed = try row.optionalBytes("response_sealed") else { throw PostgresError.retryable }
-        return StoredResponse(status: try row.int("status_code"),
-                              body: try kek.open(sealed, associatedData: Array("operator-idempotency|\(endpoint)|\(key)".utf8)))
+        return StoredResponse(
+            status: try row.int("status_code"),
+            body: try kek.open(sealed, associatedData: Array("operator-idempotency|\(endpoint)|\(key)".utf8)))
     }
 
     /// Stores the operator response of a claimed key, sealed.
     public static func completeOperator(_ c: PostgresConnection, endpoint: String, key: String, response: StoredResponse, kek: AESGCM) throws {
         let sealed = try kek.seal(response.body, associatedData: Array("operator-idempotency|\(endpoint)|\(key)".utf8))
-        try c.execute("UPDATE operator_idempotency_records SET status_code = $2, response_sealed = $3 WHERE key = $1",
-                      ["\(endpoint)|\(key)", response.status, sealed])
+        try c.execute(
+            "UPDATE operator_idempotency_records SET status_code = $2, response_sealed = $3 WHERE key = $1",
+            ["\(endpoint)|\(key)", response.status, sealed])
     }
 
     /// Deletes records past their retention (system scope). Returns how many went.

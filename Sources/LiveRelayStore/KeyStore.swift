@@ -86,10 +86,14 @@ public enum KeyStore {
 
     // MARK: master keys
 
-    public static func insertMasterKey(_ c: PostgresConnection, tenantId: String, id: String, label: String, secretHash: String, createdBy: String?) throws -> MasterKeyRecord {
-        try MasterKeyRecord(row: c.query("""
-            INSERT INTO master_keys (tenant_id, id, label, secret_hash, created_by) VALUES ($1, $2, $3, $4, $5) RETURNING \(masterColumns)
-            """, [tenantId, id, label, secretHash, createdBy])[0])
+    public static func insertMasterKey(
+        _ c: PostgresConnection, tenantId: String, id: String, label: String, secretHash: String, createdBy: String?
+    ) throws -> MasterKeyRecord {
+        try MasterKeyRecord(
+            row: c.query(
+                """
+                INSERT INTO master_keys (tenant_id, id, label, secret_hash, created_by) VALUES ($1, $2, $3, $4, $5) RETURNING \(masterColumns)
+                """, [tenantId, id, label, secretHash, createdBy])[0])
     }
 
     public static func masterKey(_ c: PostgresConnection, tenantId: String, id: String, forUpdate: Bool = false) throws -> MasterKeyRecord? {
@@ -98,19 +102,23 @@ public enum KeyStore {
     }
 
     public static func listMasterKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<MasterKeyRecord> {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT \(masterColumns) FROM master_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]).map(MasterKeyRecord.init(row:))
+            """, [tenantId, after, limit + 1]
+        ).map(MasterKeyRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// Master keys of the tenant that work now and are not scheduled to stop, locked
     /// (`FOR UPDATE`) so two concurrent revocations cannot both leave zero.
     public static func lockUnrevokedMasterKeyIds(_ c: PostgresConnection, tenantId: String) throws -> [String] {
-        try c.query("""
+        try c.query(
+            """
             SELECT id FROM master_keys WHERE tenant_id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())
             ORDER BY id FOR UPDATE
-            """, [tenantId]).map { try $0.string("id") }
+            """, [tenantId]
+        ).map { try $0.string("id") }
     }
 
     /// The database's clock (`now()`, the transaction's start time): the one clock every
@@ -121,23 +129,32 @@ public enum KeyStore {
 
     /// Revokes master key `id` now or at `expiresAt` (grace period); keeps an earlier expiry.
     public static func revokeMasterKey(_ c: PostgresConnection, tenantId: String, id: String, expiresAt: Date) throws -> MasterKeyRecord? {
-        try c.query("""
+        try c.query(
+            """
             UPDATE master_keys SET revoked_at = COALESCE(revoked_at, now()),
                    expires_at = LEAST(COALESCE(expires_at, $3::timestamptz), $3::timestamptz)
              WHERE tenant_id = $1 AND id = $2 RETURNING \(masterColumns)
-            """, [tenantId, id, expiresAt]).first.map(MasterKeyRecord.init(row:))
+            """, [tenantId, id, expiresAt]
+        ).first.map(MasterKeyRecord.init(row:))
     }
 
     // MARK: sender keys
 
-    public static func insertSenderKey(_ c: PostgresConnection, tenantId: String, id: String, label: String, secretHash: String,
-                                       targets: [String], createdFrom: [String], permissions: [String], createdBy: String,
-                                       expiresAt: Date?) throws -> SenderKeyRecord {
-        try SenderKeyRecord(row: c.query("""
-            INSERT INTO sender_keys (tenant_id, id, label, secret_hash, targets, created_from, permissions, created_by, expires_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING \(senderColumns)
-            """, [tenantId, id, label, secretHash, PostgresTextArray(targets), PostgresTextArray(createdFrom),
-                  PostgresTextArray(permissions), createdBy, expiresAt])[0])
+    public static func insertSenderKey(
+        _ c: PostgresConnection, tenantId: String, id: String, label: String, secretHash: String,
+        targets: [String], createdFrom: [String], permissions: [String], createdBy: String,
+        expiresAt: Date?
+    ) throws -> SenderKeyRecord {
+        try SenderKeyRecord(
+            row: c.query(
+                """
+                INSERT INTO sender_keys (tenant_id, id, label, secret_hash, targets, created_from, permissions, created_by, expires_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING \(senderColumns)
+                """,
+                [
+                    tenantId, id, label, secretHash, PostgresTextArray(targets), PostgresTextArray(createdFrom),
+                    PostgresTextArray(permissions), createdBy, expiresAt
+                ])[0])
     }
 
     public static func senderKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> SenderKeyRecord? {
@@ -145,27 +162,35 @@ public enum KeyStore {
     }
 
     public static func listSenderKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<SenderKeyRecord> {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT \(senderColumns) FROM sender_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]).map(SenderKeyRecord.init(row:))
+            """, [tenantId, after, limit + 1]
+        ).map(SenderKeyRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// Revokes sender key `id` now (idempotent: an earlier revocation time is kept).
     public static func revokeSenderKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> SenderKeyRecord? {
-        try c.query("""
+        try c.query(
+            """
             UPDATE sender_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(senderColumns)
-            """, [tenantId, id]).first.map(SenderKeyRecord.init(row:))
+            """, [tenantId, id]
+        ).first.map(SenderKeyRecord.init(row:))
     }
 
     // MARK: publishable keys
 
-    public static func insertPublishableKey(_ c: PostgresConnection, tenantId: String, id: String, appId: String?, platform: String?,
-                                            label: String, secretHash: String, createdBy: String?) throws -> PublishableKeyRecord {
-        try PublishableKeyRecord(row: c.query("""
-            INSERT INTO publishable_keys (tenant_id, id, app_id, platform, label, secret_hash, created_by)
-            VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING \(publishableColumns)
-            """, [tenantId, id, appId, platform, label, secretHash, createdBy])[0])
+    public static func insertPublishableKey(
+        _ c: PostgresConnection, tenantId: String, id: String, appId: String?, platform: String?,
+        label: String, secretHash: String, createdBy: String?
+    ) throws -> PublishableKeyRecord {
+        try PublishableKeyRecord(
+            row: c.query(
+                """
+                INSERT INTO publishable_keys (tenant_id, id, app_id, platform, label, secret_hash, created_by)
+                VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING \(publishableColumns)
+                """, [tenantId, id, appId, platform, label, secretHash, createdBy])[0])
     }
 
     public static func publishableKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> PublishableKeyRecord? {
@@ -173,17 +198,22 @@ public enum KeyStore {
             .first.map(PublishableKeyRecord.init(row:))
     }
 
-    public static func listPublishableKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<PublishableKeyRecord> {
-        let rows = try c.query("""
+    public static func listPublishableKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<PublishableKeyRecord>
+    {
+        let rows = try c.query(
+            """
             SELECT \(publishableColumns) FROM publishable_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]).map(PublishableKeyRecord.init(row:))
+            """, [tenantId, after, limit + 1]
+        ).map(PublishableKeyRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     public static func revokePublishableKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> PublishableKeyRecord? {
-        try c.query("""
+        try c.query(
+            """
             UPDATE publishable_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(publishableColumns)
-            """, [tenantId, id]).first.map(PublishableKeyRecord.init(row:))
+            """, [tenantId, id]
+        ).first.map(PublishableKeyRecord.init(row:))
     }
 }
 
@@ -192,7 +222,8 @@ public enum ObjectIds {
     /// The subset of `ids` that are start targets (`st_…`), targets (`tgt_…`) or channels (`ch_…`) of the tenant.
     public static func existing(_ c: PostgresConnection, tenantId: String, ids: [String]) throws -> Set<String> {
         guard !ids.isEmpty else { return [] }
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT id FROM start_targets WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id FROM targets WHERE tenant_id = $1 AND id = ANY($2::text[])
             UNION ALL SELECT id FROM channels WHERE tenant_id = $1 AND id = ANY($2::text[])

@@ -88,9 +88,11 @@ public enum OperationStore {
         public var id: String, targetId: String, seq: Int64, kind: PushEvent, status: OperationStatus, pendingReason: String?
         public var revision: Int64, state: JSONValue?, alert: PushAlert?, options: WriteOptions, dismissAt: Date?
         public var consumesQuota: Bool, quotaDay: String?, createdByKeyId: String?, idempotencyKey: String?
-        public init(id: String, targetId: String, seq: Int64, kind: PushEvent, status: OperationStatus = .queued, pendingReason: String? = nil,
-                    revision: Int64, state: JSONValue?, alert: PushAlert?, options: WriteOptions, dismissAt: Date? = nil,
-                    consumesQuota: Bool, quotaDay: String?, createdByKeyId: String?, idempotencyKey: String?) {
+        public init(
+            id: String, targetId: String, seq: Int64, kind: PushEvent, status: OperationStatus = .queued, pendingReason: String? = nil,
+            revision: Int64, state: JSONValue?, alert: PushAlert?, options: WriteOptions, dismissAt: Date? = nil,
+            consumesQuota: Bool, quotaDay: String?, createdByKeyId: String?, idempotencyKey: String?
+        ) {
             self.id = id; self.targetId = targetId; self.seq = seq; self.kind = kind; self.status = status; self.pendingReason = pendingReason
             self.revision = revision; self.state = state; self.alert = alert; self.options = options; self.dismissAt = dismissAt
             self.consumesQuota = consumesQuota; self.quotaDay = quotaDay; self.createdByKeyId = createdByKeyId; self.idempotencyKey = idempotencyKey
@@ -112,29 +114,35 @@ public enum OperationStore {
             if let s = a.sound { o["sound"] = .string(s) }
             return JSONValue.object(o).jsonString
         }
-        return PostgresStatement("""
+        return PostgresStatement(
+            """
             INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, pending_reason, revision, has_state, state, alert,
                                     stale_at, relevance_score, priority, expires_at, dismiss_at, consumes_quota, quota_day,
                                     created_by_key_id, idempotency_key)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14, $15, $16, $17, $18::date, $19, $20)
             RETURNING \(columns)
             """,
-            [tenantId, n.id, n.targetId, n.seq, n.kind.rawValue, n.status.rawValue, n.pendingReason, n.revision, n.state != nil,
-             n.state?.jsonString, alert, n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt,
-             n.dismissAt, n.consumesQuota, n.quotaDay, n.createdByKeyId, n.idempotencyKey])
+            [
+                tenantId, n.id, n.targetId, n.seq, n.kind.rawValue, n.status.rawValue, n.pendingReason, n.revision, n.state != nil,
+                n.state?.jsonString, alert, n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt,
+                n.dismissAt, n.consumesQuota, n.quotaDay, n.createdByKeyId, n.idempotencyKey
+            ])
     }
 
     /// The target's queued (not yet sending) operations, oldest first, locked.
     public static func queued(_ c: PostgresConnection, tenantId: String, targetId: String) throws -> [OperationRecord] {
-        try c.query("""
+        try c.query(
+            """
             SELECT \(columns) FROM operations WHERE tenant_id = $1 AND target_id = $2 AND status = 'queued' ORDER BY seq FOR UPDATE
-            """, [tenantId, targetId]).map(OperationRecord.init(row:))
+            """, [tenantId, targetId]
+        ).map(OperationRecord.init(row:))
     }
 
     /// Marks `ids` superseded by `by` (which releases their quota reservations, see `QuotaStore`).
     public static func supersede(_ c: PostgresConnection, tenantId: String, ids: [String], by: String) throws {
         guard !ids.isEmpty else { return }
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE operations SET status = 'superseded', superseded_by = $3, updated_at = now()
              WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'queued'
             """, [tenantId, PostgresTextArray(ids), by])
@@ -145,7 +153,8 @@ public enum OperationStore {
     /// retirement), which releases their quota (see `QuotaStore`). Returns how many.
     @discardableResult
     public static func cancelQueued(_ c: PostgresConnection, tenantId: String, targetId: String, reason: String) throws -> Int {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             UPDATE operations SET status = 'cancelled', pending_reason = $3, updated_at = now()
              WHERE tenant_id = $1 AND target_id = $2 AND status = 'queued'
             RETURNING id, consumes_quota, quota_day::text AS quota_day
@@ -160,11 +169,15 @@ public enum OperationStore {
     }
 
     /// The target's operations newest first, keyset-paginated by id.
-    public static func listForTarget(_ c: PostgresConnection, tenantId: String, targetId: String, limit: Int, before: String?) throws -> Page<OperationRecord> {
-        let rows = try c.query("""
+    public static func listForTarget(
+        _ c: PostgresConnection, tenantId: String, targetId: String, limit: Int, before: String?
+    ) throws -> Page<OperationRecord> {
+        let rows = try c.query(
+            """
             SELECT \(columns) FROM operations WHERE tenant_id = $1 AND target_id = $2 AND ($3::text IS NULL OR id < $3)
              ORDER BY id DESC LIMIT $4
-            """, [tenantId, targetId, before, limit + 1]).map(OperationRecord.init(row:))
+            """, [tenantId, targetId, before, limit + 1]
+        ).map(OperationRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 }

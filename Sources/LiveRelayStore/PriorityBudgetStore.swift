@@ -53,16 +53,18 @@ extension DispatchStore {
         var changed: [(tenant: String, id: String, sent: String)] = []
         for i in out.indices {
             let op = out[i]
-            let d = PriorityBudget.decide(sendsInWindow: PriorityBudget.sendsInWindow(op.priority10Sends, nowMs: nowMs),
-                                          budget: op.priority10Budget ?? 0, kind: op.kind, hasAlert: op.alert != nil,
-                                          platform: op.platform, requestedPriority: op.priority)
+            let d = PriorityBudget.decide(
+                sendsInWindow: PriorityBudget.sendsInWindow(op.priority10Sends, nowMs: nowMs),
+                budget: op.priority10Budget ?? 0, kind: op.kind, hasAlert: op.alert != nil,
+                platform: op.platform, requestedPriority: op.priority)
             out[i].budgetDecision = d
             out[i].budgetDecidedAtMs = nowMs
             let stored = d.priority == op.priority ? nil : d.priority
             if stored != op.sentPriority { changed.append((op.tenantId, op.id, stored.map(String.init) ?? "")) }
         }
         if !changed.isEmpty {
-            try c.execute("""
+            try c.execute(
+                """
                 UPDATE operations o SET sent_priority = NULLIF(x.sent, '')::smallint
                   FROM unnest($1::text[], $2::text[], $3::text[]) AS x(tenant_id, id, sent)
                  WHERE o.tenant_id = x.tenant_id AND o.id = x.id
@@ -83,14 +85,18 @@ extension DispatchStore {
             return s == .accepted || s == .unknown
         }
         guard !counted.isEmpty else { return }
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE targets t SET priority10_sends = ARRAY(
                    SELECT k.ms FROM (SELECT s.ms FROM unnest(t.priority10_sends || x.ms) AS s(ms)
                                       WHERE s.ms > x.ms - $4 ORDER BY s.ms DESC LIMIT $5) k ORDER BY k.ms)
               FROM unnest($1::text[], $2::text[], $3::text[]::bigint[]) AS x(tenant_id, id, ms)
              WHERE t.tenant_id = x.tenant_id AND t.id = x.id
-            """, [PostgresTextArray(counted.map(\.op.tenantId)), PostgresTextArray(counted.map(\.op.targetId)),
-                  PostgresTextArray(counted.map { String($0.op.budgetDecidedAtMs!) }), PriorityBudget.windowMilliseconds,
-                  PriorityBudget.maxBudget])
+            """,
+            [
+                PostgresTextArray(counted.map(\.op.tenantId)), PostgresTextArray(counted.map(\.op.targetId)),
+                PostgresTextArray(counted.map { String($0.op.budgetDecidedAtMs!) }), PriorityBudget.windowMilliseconds,
+                PriorityBudget.maxBudget
+            ])
     }
 }

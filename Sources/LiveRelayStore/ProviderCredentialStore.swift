@@ -111,10 +111,13 @@ public enum ProviderCredentialStore {
     /// Creates or replaces the tenant's APNs credential for `environment`. A new key
     /// (different fingerprint) clears the last success/failure. Returns the row and whether it
     /// was created (true) or replaced (false).
-    public static func upsertAPNs(_ c: PostgresConnection, tenantId: String, environment: String, teamId: String, keyId: String,
-                                  topics: [String], privateKeySealed: [UInt8], fingerprint: String,
-                                  actorId: String) throws -> (record: APNsCredentialRecord, created: Bool) {
-        let row = try c.query("""
+    public static func upsertAPNs(
+        _ c: PostgresConnection, tenantId: String, environment: String, teamId: String, keyId: String,
+        topics: [String], privateKeySealed: [UInt8], fingerprint: String,
+        actorId: String
+    ) throws -> (record: APNsCredentialRecord, created: Bool) {
+        let row = try c.query(
+            """
             INSERT INTO apns_credentials AS a (tenant_id, environment, team_id, key_id, topics, private_key_sealed, fingerprint, created_by)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
             ON CONFLICT (tenant_id, environment) DO UPDATE SET
@@ -130,10 +133,13 @@ public enum ProviderCredentialStore {
     }
 
     /// Creates or replaces the tenant's FCM service account (as `upsertAPNs`).
-    public static func upsertFCM(_ c: PostgresConnection, tenantId: String, projectId: String, clientEmail: String,
-                                 privateKeyId: String, tokenURI: String, privateKeySealed: [UInt8], fingerprint: String,
-                                 actorId: String) throws -> (record: FCMCredentialRecord, created: Bool) {
-        let row = try c.query("""
+    public static func upsertFCM(
+        _ c: PostgresConnection, tenantId: String, projectId: String, clientEmail: String,
+        privateKeyId: String, tokenURI: String, privateKeySealed: [UInt8], fingerprint: String,
+        actorId: String
+    ) throws -> (record: FCMCredentialRecord, created: Bool) {
+        let row = try c.query(
+            """
             INSERT INTO fcm_credentials AS f (tenant_id, project_id, client_email, private_key_id, token_uri, private_key_sealed,
                                               fingerprint, created_by)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -151,8 +157,10 @@ public enum ProviderCredentialStore {
 
     /// The tenant's APNs credentials (at most one per environment), production first.
     public static func apnsCredentials(_ c: PostgresConnection, tenantId: String) throws -> [APNsCredentialRecord] {
-        try c.query("SELECT \(apnsColumns) FROM apns_credentials WHERE tenant_id = $1 ORDER BY environment",
-                    [tenantId]).map(APNsCredentialRecord.init(row:))
+        try c.query(
+            "SELECT \(apnsColumns) FROM apns_credentials WHERE tenant_id = $1 ORDER BY environment",
+            [tenantId]
+        ).map(APNsCredentialRecord.init(row:))
     }
 
     /// The tenant's FCM service account, if any.
@@ -167,12 +175,14 @@ public enum ProviderCredentialStore {
             let table = r.provider == "apns" ? "apns_credentials" : "fcm_credentials"
             let envFilter = r.provider == "apns" ? "AND environment = $4" : "AND $4::text IS NULL"
             if let reason = r.failureReason {
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE \(table) SET last_failure_at = $3, last_failure_reason = $5
                      WHERE tenant_id = $1 AND fingerprint = $2 \(envFilter) AND (last_failure_at IS NULL OR last_failure_at <= $3)
                     """, [r.tenantId, r.fingerprint, r.at, r.provider == "apns" ? r.environment : nil, String(reason.prefix(200))])
             } else {
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE \(table) SET last_success_at = $3
                      WHERE tenant_id = $1 AND fingerprint = $2 \(envFilter) AND (last_success_at IS NULL OR last_success_at < $3)
                     """, [r.tenantId, r.fingerprint, r.at, r.provider == "apns" ? r.environment : nil])
@@ -193,10 +203,12 @@ public enum ProviderCredentialStore {
     /// Deletes the tenant's APNs credential of `environment` (nil: of both environments) and
     /// returns the deleted rows, production first (empty when there was none).
     public static func deleteAPNs(_ c: PostgresConnection, tenantId: String, environment: String?) throws -> [APNsCredentialRecord] {
-        try c.query("""
+        try c.query(
+            """
             DELETE FROM apns_credentials WHERE tenant_id = $1 AND ($2::text IS NULL OR environment = $2)
             RETURNING \(apnsColumns)
-            """, [tenantId, environment]).map(APNsCredentialRecord.init(row:)).sorted { $0.environment < $1.environment }
+            """, [tenantId, environment]
+        ).map(APNsCredentialRecord.init(row:)).sorted { $0.environment < $1.environment }
     }
 
     /// Deletes the tenant's FCM service account; returns it (nil when there was none).

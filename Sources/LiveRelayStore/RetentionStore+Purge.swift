@@ -26,8 +26,10 @@ extension RetentionStore {
 
     /// Purges (or, with `dryRun`, counts) what is past retention at the database's clock.
     /// Throws `PostgresError` when a batch fails (the batches before it stay committed).
-    public static func purge(_ db: Database, retentionDays: Int, dryRun: Bool = false,
-                             batchSize: Int = RetentionStore.purgeBatchSize) throws -> PurgeCounts {
+    public static func purge(
+        _ db: Database, retentionDays: Int, dryRun: Bool = false,
+        batchSize: Int = RetentionStore.purgeBatchSize
+    ) throws -> PurgeCounts {
         var out = PurgeCounts()
         let terminalOld = """
             status IN ('ended', 'creation_failed') AND COALESCE(ended_at, updated_at) < now() - make_interval(days => $1)
@@ -38,7 +40,8 @@ extension RetentionStore {
         if dryRun {
             return try db.system { c in
                 let t = try c.query("SELECT count(*) AS n FROM targets WHERE \(terminalOld)", [retentionDays])[0].int("n")
-                let o = try c.query("""
+                let o = try c.query(
+                    """
                     SELECT count(*) AS n FROM operations o JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
                      WHERE \(terminalOld.replacingOccurrences(of: "status", with: "t.status")
                                 .replacingOccurrences(of: "COALESCE(ended_at, updated_at)", with: "COALESCE(t.ended_at, t.updated_at)"))
@@ -49,18 +52,21 @@ extension RetentionStore {
         }
         while true {
             let (targets, operations) = try db.system { c -> (Int, Int) in
-                let rows = try c.query("""
+                let rows = try c.query(
+                    """
                     SELECT tenant_id, id FROM targets WHERE \(terminalOld)
                      ORDER BY COALESCE(ended_at, updated_at) LIMIT $2 FOR UPDATE SKIP LOCKED
                     """, [retentionDays, batchSize])
                 if rows.isEmpty { return (0, 0) }
                 let tenants = PostgresTextArray(try rows.map { try $0.string("tenant_id") })
                 let ids = PostgresTextArray(try rows.map { try $0.string("id") })
-                let ops = try c.execute("""
+                let ops = try c.execute(
+                    """
                     DELETE FROM operations o USING unnest($1::text[], $2::text[]) AS d(tenant_id, id)
                      WHERE o.tenant_id = d.tenant_id AND o.target_id = d.id
                     """, [tenants, ids])
-                let tgts = try c.execute("""
+                let tgts = try c.execute(
+                    """
                     DELETE FROM targets t USING unnest($1::text[], $2::text[]) AS d(tenant_id, id)
                      WHERE t.tenant_id = d.tenant_id AND t.id = d.id
                     """, [tenants, ids])
@@ -72,7 +78,8 @@ extension RetentionStore {
         }
         while true {
             let n = try db.system { c in
-                try c.execute("""
+                try c.execute(
+                    """
                     DELETE FROM idempotency_records WHERE ctid IN (
                       SELECT ctid FROM idempotency_records WHERE \(idempotencyOld) LIMIT $2 FOR UPDATE SKIP LOCKED)
                     """, [retentionDays, batchSize * 10])

@@ -21,8 +21,10 @@ public struct CollectedVersion: Sendable, Equatable {
     public let lastReferenceEndedAt: Date
     public let collectableAt: Date
 
-    public init(tenantId: String, installationId: String, bindingId: String, id: String, bytes: Int64, createdAt: Date,
-                lastReferenceEndedAt: Date, collectableAt: Date) {
+    public init(
+        tenantId: String, installationId: String, bindingId: String, id: String, bytes: Int64, createdAt: Date,
+        lastReferenceEndedAt: Date, collectableAt: Date
+    ) {
         self.tenantId = tenantId; self.installationId = installationId; self.bindingId = bindingId; self.id = id
         self.bytes = bytes; self.createdAt = createdAt; self.lastReferenceEndedAt = lastReferenceEndedAt; self.collectableAt = collectableAt
     }
@@ -77,35 +79,45 @@ public enum RetentionStore {
         if try r.bool("pin_sender_key") { pins.insert(.senderKey) }
         return RetentionCandidate(
             tenantId: try r.string("tenant_id"), installationId: try r.string("installation_id"), bindingId: try r.string("binding_id"),
-            version: Retention.Version(id: try r.string("id"), bytes: try r.int64("bundle_bytes"), createdAt: try r.date("created_at"),
-                                       pins: pins, lastReferenceEndedAt: try r.optionalDate("last_reference_ended_at")))
+            version: Retention.Version(
+                id: try r.string("id"), bytes: try r.int64("bundle_bytes"), createdAt: try r.date("created_at"),
+                pins: pins, lastReferenceEndedAt: try r.optionalDate("last_reference_ended_at")))
     }
 
     /// Every stored version of one binding with its retention facts at `now`, oldest first.
     /// Lock the binding row first (`BindingStore.upsertLocked`/`get(forUpdate:)`) so the
     /// answer holds until commit.
-    public static func bindingVersions(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String,
-                                       now: Date) throws -> [Retention.Version] {
-        try c.query(factsSQL(where: "tv.tenant_id = $2 AND tv.installation_id = $3 AND tv.binding_id = $4"),
-                    [now, tenantId, installationId, bindingId]).map { try candidate($0).version }
+    public static func bindingVersions(
+        _ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String,
+        now: Date
+    ) throws -> [Retention.Version] {
+        try c.query(
+            factsSQL(where: "tv.tenant_id = $2 AND tv.installation_id = $3 AND tv.binding_id = $4"),
+            [now, tenantId, installationId, bindingId]
+        ).map { try candidate($0).version }
     }
 
     /// Every version of every tenant that is not the current version of a live start target
     /// (those are pinned by definition), with its facts at `now`. Needs the system scope.
     public static func unpinnedCandidates(_ c: PostgresConnection, now: Date) throws -> [RetentionCandidate] {
-        try c.query(factsSQL(where: """
-            NOT EXISTS (SELECT 1 FROM start_targets st
-                         WHERE st.tenant_id = tv.tenant_id AND st.installation_id = tv.installation_id AND st.binding_id = tv.binding_id
-                           AND st.current_template_version = tv.id AND st.status <> 'retired')
-            """), [now]).map(candidate)
+        try c.query(
+            factsSQL(
+                where: """
+                    NOT EXISTS (SELECT 1 FROM start_targets st
+                                 WHERE st.tenant_id = tv.tenant_id AND st.installation_id = tv.installation_id AND st.binding_id = tv.binding_id
+                                   AND st.current_template_version = tv.id AND st.status <> 'retired')
+                    """), [now]
+        ).map(candidate)
     }
 
     /// One GC pass at `now` (docs/templates.md): finds the collectable versions of every tenant, then per
     /// binding, in that tenant's transaction with the binding row locked, decides again and
     /// deletes them (unless `dryRun`). A failure on one binding is reported through `onError`
     /// and the pass goes on. Returns what was removed (or would be), oldest first per binding.
-    public static func collect(_ db: Database, now: Date, dryRun: Bool,
-                               onError: (String, Error) -> Void = { _, _ in }) throws -> [CollectedVersion] {
+    public static func collect(
+        _ db: Database, now: Date, dryRun: Bool,
+        onError: (String, Error) -> Void = { _, _ in }
+    ) throws -> [CollectedVersion] {
         let all = try db.system { c in try unpinnedCandidates(c, now: now) }
         struct Key: Hashable { let tenant: String, installation: String, binding: String }
         var bindings: [Key] = []
@@ -129,10 +141,12 @@ public enum RetentionStore {
                             guard try TemplateStore.delete(c, tenantId: k.tenant, installationId: k.installation, bindingId: k.binding, id: v.id)
                             else { continue }
                         }
-                        done.append(CollectedVersion(tenantId: k.tenant, installationId: k.installation, bindingId: k.binding, id: v.id,
-                                                     bytes: v.bytes, createdAt: v.createdAt,
-                                                     lastReferenceEndedAt: v.lastReferenceEndedAt ?? v.createdAt,
-                                                     collectableAt: v.collectableAt ?? now))
+                        done.append(
+                            CollectedVersion(
+                                tenantId: k.tenant, installationId: k.installation, bindingId: k.binding, id: v.id,
+                                bytes: v.bytes, createdAt: v.createdAt,
+                                lastReferenceEndedAt: v.lastReferenceEndedAt ?? v.createdAt,
+                                collectableAt: v.collectableAt ?? now))
                     }
                     return done
                 }

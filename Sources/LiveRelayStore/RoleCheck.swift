@@ -30,6 +30,7 @@ public struct RolePrivileges: Sendable, Equatable {
     public var refusal: String? {
         guard isPrivileged else { return nil }
         let what = [superuser ? "SUPERUSER" : nil, bypassRLS ? "BYPASSRLS" : nil].compactMap { $0 }.joined(separator: " and ")
-        return "database role \(role) has \(what), so row-level security does not separate tenants; connect as an ordinary role (NOSUPERUSER NOBYPASSRLS) or set LIVERELAY_ALLOW_PRIVILEGED_ROLE=1 to run anyway"
+        return
+            "database role \(role) has \(what), so row-level security does not separate tenants; connect as an ordinary role (NOSUPERUSER NOBYPASSRLS) or set LIVERELAY_ALLOW_PRIVILEGED_ROLE=1 to run anyway"
     }
 }

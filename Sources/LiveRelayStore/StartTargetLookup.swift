@@ -31,16 +31,16 @@ extension TargetStore {
     /// The statement of `startTargetForStart` with the given locking clause; parameters: tenant id, start target id.
     static func startTargetForStartSQL(lock: String) -> String {
         """
-            SELECT s.id, s.installation_id, s.status, s.activity_type, s.current_template_version,
-                   s.push_to_start_token IS NOT NULL AS has_token, i.status AS installation_status, i.platform, i.app_id,
-                   i.fcm_token IS NOT NULL AS has_fcm, v.attributes_type, v.schema::text AS schema
-              FROM start_targets s
-              JOIN installations i ON i.tenant_id = s.tenant_id AND i.id = s.installation_id
-              LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
-                                           AND v.binding_id = s.binding_id AND v.id = s.current_template_version
-             WHERE s.tenant_id = $1 AND s.id = $2
-               \(lock)
-            """
+        SELECT s.id, s.installation_id, s.status, s.activity_type, s.current_template_version,
+               s.push_to_start_token IS NOT NULL AS has_token, i.status AS installation_status, i.platform, i.app_id,
+               i.fcm_token IS NOT NULL AS has_fcm, v.attributes_type, v.schema::text AS schema
+          FROM start_targets s
+          JOIN installations i ON i.tenant_id = s.tenant_id AND i.id = s.installation_id
+          LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
+                                       AND v.binding_id = s.binding_id AND v.id = s.current_template_version
+         WHERE s.tenant_id = $1 AND s.id = $2
+           \(lock)
+        """
     }
 
     /// A row of `startTargetForStartSQL`.
@@ -61,14 +61,20 @@ extension TargetStore {
 
     /// The current template version (and its schema) of the installation's start target for
     /// `activityType`, if the installation prepared one: a local start pins it.
-    public static func currentTemplate(_ c: PostgresConnection, tenantId: String, installationId: String, activityType: String) throws -> (String, JSONValue?)? {
-        guard let r = try c.query("""
-            SELECT s.current_template_version, v.schema::text AS schema FROM start_targets s
-              LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
-                                           AND v.binding_id = s.binding_id AND v.id = s.current_template_version
-             WHERE s.tenant_id = $1 AND s.installation_id = $2 AND s.activity_type = $3 AND s.status <> 'retired'
-             ORDER BY s.updated_at DESC LIMIT 1
-            """, [tenantId, installationId, activityType]).first else { return nil }
+    public static func currentTemplate(
+        _ c: PostgresConnection, tenantId: String, installationId: String, activityType: String
+    ) throws -> (String, JSONValue?)? {
+        guard
+            let r = try c.query(
+                """
+                SELECT s.current_template_version, v.schema::text AS schema FROM start_targets s
+                  LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
+                                               AND v.binding_id = s.binding_id AND v.id = s.current_template_version
+                 WHERE s.tenant_id = $1 AND s.installation_id = $2 AND s.activity_type = $3 AND s.status <> 'retired'
+                 ORDER BY s.updated_at DESC LIMIT 1
+                """, [tenantId, installationId, activityType]
+            ).first
+        else { return nil }
         return (try r.string("current_template_version"), try r.optionalString("schema").map { try JSONValue.parse($0, maxDepth: 128) })
     }
 }

@@ -40,41 +40,57 @@ public enum StartTargetStore {
     }
 
     /// The start target of (installation, binding, activity type), locked for update.
-    public static func find(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String,
-                            activityType: String) throws -> StartTargetRecord? {
-        try c.query("""
+    public static func find(
+        _ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String,
+        activityType: String
+    ) throws -> StartTargetRecord? {
+        try c.query(
+            """
             SELECT \(columns) FROM start_targets
              WHERE tenant_id = $1 AND installation_id = $2 AND binding_id = $3 AND activity_type = $4 FOR UPDATE
-            """, [tenantId, installationId, bindingId, activityType]).first.map(StartTargetRecord.init(row:))
+            """, [tenantId, installationId, bindingId, activityType]
+        ).first.map(StartTargetRecord.init(row:))
     }
 
     /// Inserts a new start target.
-    public static func insert(_ c: PostgresConnection, tenantId: String, id: String, installationId: String, bindingId: String,
-                              activityType: String, templateVersion: String, status: String, now: Date) throws -> StartTargetRecord {
-        try StartTargetRecord(row: c.query("""
-            INSERT INTO start_targets (tenant_id, id, installation_id, binding_id, activity_type, current_template_version, status,
-                                       created_at, updated_at)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8::timestamptz, $8::timestamptz) RETURNING \(columns)
-            """, [tenantId, id, installationId, bindingId, activityType, templateVersion, status, now])[0])
+    public static func insert(
+        _ c: PostgresConnection, tenantId: String, id: String, installationId: String, bindingId: String,
+        activityType: String, templateVersion: String, status: String, now: Date
+    ) throws -> StartTargetRecord {
+        try StartTargetRecord(
+            row: c.query(
+                """
+                INSERT INTO start_targets (tenant_id, id, installation_id, binding_id, activity_type, current_template_version, status,
+                                           created_at, updated_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8::timestamptz, $8::timestamptz) RETURNING \(columns)
+                """, [tenantId, id, installationId, bindingId, activityType, templateVersion, status, now])[0])
     }
 
     /// Moves the start target to `templateVersion` (its token and status stay: iOS
     /// push-to-start tokens are per activity type, not per template).
-    public static func setCurrentVersion(_ c: PostgresConnection, tenantId: String, id: String, templateVersion: String,
-                                         now: Date) throws -> StartTargetRecord {
-        try StartTargetRecord(row: c.query("""
-            UPDATE start_targets SET current_template_version = $3, updated_at = $4::timestamptz
-             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
-            """, [tenantId, id, templateVersion, now])[0])
+    public static func setCurrentVersion(
+        _ c: PostgresConnection, tenantId: String, id: String, templateVersion: String,
+        now: Date
+    ) throws -> StartTargetRecord {
+        try StartTargetRecord(
+            row: c.query(
+                """
+                UPDATE start_targets SET current_template_version = $3, updated_at = $4::timestamptz
+                 WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+                """, [tenantId, id, templateVersion, now])[0])
     }
 
     /// Stores the push-to-start token; the start target becomes `ready` (unless retired).
-    public static func setPushToStartToken(_ c: PostgresConnection, tenantId: String, id: String, token: String, now: Date) throws -> StartTargetRecord {
-        try StartTargetRecord(row: c.query("""
-            UPDATE start_targets SET push_to_start_token = $3, status = CASE WHEN status = 'retired' THEN status ELSE 'ready' END,
-                   updated_at = $4::timestamptz
-             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
-            """, [tenantId, id, token, now])[0])
+    public static func setPushToStartToken(
+        _ c: PostgresConnection, tenantId: String, id: String, token: String, now: Date
+    ) throws -> StartTargetRecord {
+        try StartTargetRecord(
+            row: c.query(
+                """
+                UPDATE start_targets SET push_to_start_token = $3, status = CASE WHEN status = 'retired' THEN status ELSE 'ready' END,
+                       updated_at = $4::timestamptz
+                 WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+                """, [tenantId, id, token, now])[0])
     }
 
     /// docs/providers.md: an Android start target is `ready` exactly while its installation has an FCM
@@ -84,7 +100,8 @@ public enum StartTargetStore {
     /// Returns how many start targets changed.
     @discardableResult
     public static func refreshAndroidReadiness(_ c: PostgresConnection, tenantId: String, installationId: String) throws -> Int {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE start_targets st
                SET status = CASE WHEN i.fcm_token IS NULL THEN 'pending' ELSE 'ready' END, updated_at = now()
               FROM installations i

@@ -82,8 +82,10 @@ public struct TargetFilter: Sendable {
     /// For a sender key: only targets it covers (ids in `targets`, or started from
     /// `created_from` by `keyId`).
     public var coverage: SenderScope?
-    public init(status: String? = nil, businessKey: String? = nil, installationId: String? = nil, startTargetId: String? = nil,
-                channelId: String? = nil, coverage: SenderScope? = nil) {
+    public init(
+        status: String? = nil, businessKey: String? = nil, installationId: String? = nil, startTargetId: String? = nil,
+        channelId: String? = nil, coverage: SenderScope? = nil
+    ) {
         self.status = status; self.businessKey = businessKey; self.installationId = installationId
         self.startTargetId = startTargetId; self.channelId = channelId; self.coverage = coverage
     }
@@ -106,8 +108,10 @@ public enum TargetStore {
 
     /// The target holding (business_key, business_generation), if any.
     public static func byBusiness(_ c: PostgresConnection, tenantId: String, key: String, generation: String) throws -> TargetRecord? {
-        try c.query("SELECT \(columns) FROM targets WHERE tenant_id = $1 AND business_key = $2 AND business_generation = $3",
-                    [tenantId, key, generation]).first.map(TargetRecord.init(row:))
+        try c.query(
+            "SELECT \(columns) FROM targets WHERE tenant_id = $1 AND business_key = $2 AND business_generation = $3",
+            [tenantId, key, generation]
+        ).first.map(TargetRecord.init(row:))
     }
 
     /// Serialises reservations of one business instance for the rest of the transaction
@@ -122,10 +126,12 @@ public enum TargetStore {
         public var activityType: String, templateVersion: String?, businessKey: String?, businessGeneration: String?
         public var status: TargetStatus, state: JSONValue, sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?
         public var tokenStatus: String
-        public init(id: String, installationId: String, startTargetId: String?, createdByKeyId: String?, origin: String,
-                    activityType: String, templateVersion: String?, businessKey: String?, businessGeneration: String?,
-                    status: TargetStatus, state: JSONValue, sourceVersion: Int64? = nil, staleAt: Date?, relevanceScore: Double?,
-                    tokenStatus: String) {
+        public init(
+            id: String, installationId: String, startTargetId: String?, createdByKeyId: String?, origin: String,
+            activityType: String, templateVersion: String?, businessKey: String?, businessGeneration: String?,
+            status: TargetStatus, state: JSONValue, sourceVersion: Int64? = nil, staleAt: Date?, relevanceScore: Double?,
+            tokenStatus: String
+        ) {
             self.id = id; self.installationId = installationId; self.startTargetId = startTargetId; self.createdByKeyId = createdByKeyId
             self.origin = origin; self.activityType = activityType; self.templateVersion = templateVersion
             self.businessKey = businessKey; self.businessGeneration = businessGeneration; self.status = status; self.state = state
@@ -135,22 +141,30 @@ public enum TargetStore {
 
     /// Inserts a target at revision 1.
     public static func insert(_ c: PostgresConnection, tenantId: String, _ n: New) throws -> TargetRecord {
-        try TargetRecord(row: c.query("""
-            INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
-                                 template_version, business_key, business_generation, status, revision, state, source_version,
-                                 stale_at, relevance_score, token_status)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16)
-            RETURNING \(columns)
-            """, [tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
-                  n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
-                  n.relevanceScore, n.tokenStatus])[0])
+        try TargetRecord(
+            row: c.query(
+                """
+                INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
+                                     template_version, business_key, business_generation, status, revision, state, source_version,
+                                     stale_at, relevance_score, token_status)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16)
+                RETURNING \(columns)
+                """,
+                [
+                    tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
+                    n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
+                    n.relevanceScore, n.tokenStatus
+                ])[0])
     }
 
     /// Commits a state-bearing write: new revision and full snapshot (docs/write-semantics.md "Every
     /// state-bearing write carries its own full committed snapshot and gets revision +1").
-    public static func applyState(_ c: PostgresConnection, tenantId: String, id: String, revision: Int64, state: JSONValue,
-                                  sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?, status: TargetStatus?) throws {
-        try c.execute("""
+    public static func applyState(
+        _ c: PostgresConnection, tenantId: String, id: String, revision: Int64, state: JSONValue,
+        sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?, status: TargetStatus?
+    ) throws {
+        try c.execute(
+            """
             UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
                    stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
                    status = COALESCE($8, status), updated_at = now()
@@ -165,7 +179,8 @@ public enum TargetStore {
 
     /// Sets status (and, when ending, the reason and end time).
     public static func setStatus(_ c: PostgresConnection, tenantId: String, id: String, status: TargetStatus, endReason: String? = nil) throws {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE targets SET status = $3, end_reason = COALESCE($4, end_reason),
                    ended_at = CASE WHEN $3 IN ('ended', 'creation_failed') THEN COALESCE(ended_at, now()) ELSE ended_at END,
                    updated_at = now()
@@ -175,18 +190,22 @@ public enum TargetStore {
 
     /// Registers a (rotated) update push token; a waiting target becomes `ready`.
     public static func setPushToken(_ c: PostgresConnection, tenantId: String, id: String, token: String) throws -> TargetRecord {
-        try TargetRecord(row: c.query("""
-            UPDATE targets SET push_token = $3, token_status = 'registered',
-                   status = CASE WHEN status IN ('reserved', 'starting', 'token_pending', 'start_unknown') THEN 'ready' ELSE status END,
-                   updated_at = now()
-             WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
-            """, [tenantId, id, token])[0])
+        try TargetRecord(
+            row: c.query(
+                """
+                UPDATE targets SET push_token = $3, token_status = 'registered',
+                       status = CASE WHEN status IN ('reserved', 'starting', 'token_pending', 'start_unknown') THEN 'ready' ELSE status END,
+                       updated_at = now()
+                 WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+                """, [tenantId, id, token])[0])
     }
 
     /// Targets matching `filter`, id order, keyset-paginated.
-    public static func list(_ c: PostgresConnection, tenantId: String, filter: TargetFilter, limit: Int, after: String?) throws -> Page<TargetRecord> {
+    public static func list(_ c: PostgresConnection, tenantId: String, filter: TargetFilter, limit: Int, after: String?) throws -> Page<TargetRecord>
+    {
         let cov = filter.coverage
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT \(columns) FROM targets
              WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2)
                AND ($3::text IS NULL OR status = $3) AND ($4::text IS NULL OR business_key = $4)
@@ -195,18 +214,27 @@ public enum TargetStore {
                     OR (start_target_id = ANY($9::text[]) AND created_by_key_id = $10))
                AND ($12::text IS NULL OR channel_id = $12)
              ORDER BY id LIMIT $11
-            """, [tenantId, after, filter.status, filter.businessKey, filter.installationId, filter.startTargetId,
-                  cov != nil, PostgresTextArray(Array(cov?.targets ?? [])), PostgresTextArray(Array(cov?.createdFrom ?? [])),
-                  cov?.keyId, limit + 1, filter.channelId]).map(TargetRecord.init(row:))
+            """,
+            [
+                tenantId, after, filter.status, filter.businessKey, filter.installationId, filter.startTargetId,
+                cov != nil, PostgresTextArray(Array(cov?.targets ?? [])), PostgresTextArray(Array(cov?.createdFrom ?? [])),
+                cov?.keyId, limit + 1, filter.channelId
+            ]
+        ).map(TargetRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// The pinned schema of template version `id` of the installation (nil: none declared
     /// or unknown version).
-    public static func templateSchema(_ c: PostgresConnection, tenantId: String, installationId: String, templateVersion: String) throws -> JSONValue? {
-        guard let text = try c.query("""
-            SELECT schema::text AS schema FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND id = $3 LIMIT 1
-            """, [tenantId, installationId, templateVersion]).first?.optionalString("schema") else { return nil }
+    public static func templateSchema(_ c: PostgresConnection, tenantId: String, installationId: String, templateVersion: String) throws -> JSONValue?
+    {
+        guard
+            let text = try c.query(
+                """
+                SELECT schema::text AS schema FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND id = $3 LIMIT 1
+                """, [tenantId, installationId, templateVersion]
+            ).first?.optionalString("schema")
+        else { return nil }
         return try JSONValue.parse(text, maxDepth: 128)
     }
 }

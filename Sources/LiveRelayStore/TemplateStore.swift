@@ -48,8 +48,10 @@ public struct NewTemplateVersion: Sendable {
     public let bundleModules: Int
     public let bundleFiles: Int
 
-    public init(id: String, activityType: String, attributesType: String, rendererDigest: String, schema: JSONValue?,
-                resources: JSONValue, bundleBytes: Int, bundleModules: Int, bundleFiles: Int) {
+    public init(
+        id: String, activityType: String, attributesType: String, rendererDigest: String, schema: JSONValue?,
+        resources: JSONValue, bundleBytes: Int, bundleModules: Int, bundleFiles: Int
+    ) {
         self.id = id; self.activityType = activityType; self.attributesType = attributesType; self.rendererDigest = rendererDigest
         self.schema = schema; self.resources = resources; self.bundleBytes = bundleBytes; self.bundleModules = bundleModules
         self.bundleFiles = bundleFiles
@@ -64,35 +66,48 @@ public enum TemplateStore {
         """
 
     /// Template version `id` of the binding.
-    public static func get(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String, id: String) throws -> TemplateVersionRecord? {
-        try c.query("""
+    public static func get(
+        _ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String, id: String
+    ) throws -> TemplateVersionRecord? {
+        try c.query(
+            """
             SELECT \(columns) FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND binding_id = $3 AND id = $4
-            """, [tenantId, installationId, bindingId, id]).first.map(TemplateVersionRecord.init(row:))
+            """, [tenantId, installationId, bindingId, id]
+        ).first.map(TemplateVersionRecord.init(row:))
     }
 
     /// Template version `id` of the installation, whatever its binding (ids embed the binding,
     /// so at most one row matches).
     public static func get(_ c: PostgresConnection, tenantId: String, installationId: String, id: String) throws -> TemplateVersionRecord? {
-        try c.query("""
+        try c.query(
+            """
             SELECT \(columns) FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND id = $3 LIMIT 1
-            """, [tenantId, installationId, id]).first.map(TemplateVersionRecord.init(row:))
+            """, [tenantId, installationId, id]
+        ).first.map(TemplateVersionRecord.init(row:))
     }
 
     /// Stores a new version (current from birth: `released_at` NULL).
-    public static func insert(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String,
-                              version v: NewTemplateVersion, now: Date) throws {
-        try c.execute("""
+    public static func insert(
+        _ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String,
+        version v: NewTemplateVersion, now: Date
+    ) throws {
+        try c.execute(
+            """
             INSERT INTO template_versions (tenant_id, installation_id, binding_id, id, activity_type, attributes_type, renderer_digest,
                                            schema, resources, bundle_bytes, bundle_modules, bundle_files, created_at)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13::timestamptz)
-            """, [tenantId, installationId, bindingId, v.id, v.activityType, v.attributesType, v.rendererDigest,
-                  v.schema.map { $0.jsonString }, v.resources.jsonString, v.bundleBytes, v.bundleModules, v.bundleFiles, now])
+            """,
+            [
+                tenantId, installationId, bindingId, v.id, v.activityType, v.attributesType, v.rendererDigest,
+                v.schema.map { $0.jsonString }, v.resources.jsonString, v.bundleBytes, v.bundleModules, v.bundleFiles, now
+            ])
     }
 
     /// Marks the version as no longer the current version of a live start target: its 7-day
     /// retention clock starts at `at` (unless a target or sender key still pins it).
     public static func release(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String, id: String, at: Date) throws {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE template_versions SET released_at = $5::timestamptz
              WHERE tenant_id = $1 AND installation_id = $2 AND binding_id = $3 AND id = $4
             """, [tenantId, installationId, bindingId, id, at])
@@ -100,7 +115,8 @@ public enum TemplateStore {
 
     /// Marks the version as current again (`released_at` NULL).
     public static func unrelease(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String, id: String) throws {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE template_versions SET released_at = NULL
              WHERE tenant_id = $1 AND installation_id = $2 AND binding_id = $3 AND id = $4
             """, [tenantId, installationId, bindingId, id])
@@ -109,7 +125,8 @@ public enum TemplateStore {
     /// Deletes the version; returns whether a row went.
     @discardableResult
     public static func delete(_ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String, id: String) throws -> Bool {
-        try c.execute("""
+        try c.execute(
+            """
             DELETE FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 AND binding_id = $3 AND id = $4
             """, [tenantId, installationId, bindingId, id]) > 0
     }

@@ -37,9 +37,11 @@ public enum TenantStore {
 
     /// Inserts a new active tenant.
     public static func insert(_ c: PostgresConnection, id: String, name: String, dailyPushQuota: Int64) throws -> TenantRecord {
-        try TenantRecord(row: c.query("""
-            INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, $2, $3) RETURNING \(columns)
-            """, [id, name, dailyPushQuota])[0])
+        try TenantRecord(
+            row: c.query(
+                """
+                INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, $2, $3) RETURNING \(columns)
+                """, [id, name, dailyPushQuota])[0])
     }
 
     /// The tenant `id`, or nil.
@@ -49,21 +51,27 @@ public enum TenantStore {
 
     /// Tenants in id (creation) order after `after`, at most `limit`.
     public static func list(_ c: PostgresConnection, limit: Int, after: String?) throws -> Page<TenantRecord> {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT \(columns) FROM tenants WHERE ($1::text IS NULL OR tenant_id > $1) ORDER BY tenant_id LIMIT $2
-            """, [after, limit + 1]).map(TenantRecord.init(row:))
+            """, [after, limit + 1]
+        ).map(TenantRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// Changes the given fields of tenant `id` (nil keeps a value); nil when there is no such
     /// tenant. The budgets are 0–1000 (`PriorityBudget.maxBudget`; the columns' CHECKs too).
-    public static func update(_ c: PostgresConnection, id: String, name: String?, dailyPushQuota: Int64?, status: String?,
-                              priority10HourlyBudget: Int64? = nil, frequentUpdatesHourlyBudget: Int64? = nil) throws -> TenantRecord? {
-        try c.query("""
+    public static func update(
+        _ c: PostgresConnection, id: String, name: String?, dailyPushQuota: Int64?, status: String?,
+        priority10HourlyBudget: Int64? = nil, frequentUpdatesHourlyBudget: Int64? = nil
+    ) throws -> TenantRecord? {
+        try c.query(
+            """
             UPDATE tenants SET name = COALESCE($2, name), daily_push_quota = COALESCE($3, daily_push_quota),
                    status = COALESCE($4, status), priority10_hourly_budget = COALESCE($5, priority10_hourly_budget),
                    frequent_updates_hourly_budget = COALESCE($6, frequent_updates_hourly_budget), updated_at = now()
              WHERE tenant_id = $1 RETURNING \(columns)
-            """, [id, name, dailyPushQuota, status, priority10HourlyBudget, frequentUpdatesHourlyBudget]).first.map(TenantRecord.init(row:))
+            """, [id, name, dailyPushQuota, status, priority10HourlyBudget, frequentUpdatesHourlyBudget]
+        ).first.map(TenantRecord.init(row:))
     }
 }

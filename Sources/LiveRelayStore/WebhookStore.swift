@@ -105,11 +105,15 @@ public enum WebhookStore {
         Array("webhook-secret|\(tenant)|\(endpoint)|\(secretId)".utf8)
     }
 
-    public static func insertEndpoint(_ c: PostgresConnection, tenantId: String, id: String, url: String, events: [String],
-                                      description: String) throws -> WebhookEndpointRecord {
-        try WebhookEndpointRecord(row: c.query("""
-            INSERT INTO webhook_endpoints (tenant_id, id, url, events, description) VALUES ($1, $2, $3, $4, $5) RETURNING \(columns)
-            """, [tenantId, id, url, PostgresTextArray(events), description])[0])
+    public static func insertEndpoint(
+        _ c: PostgresConnection, tenantId: String, id: String, url: String, events: [String],
+        description: String
+    ) throws -> WebhookEndpointRecord {
+        try WebhookEndpointRecord(
+            row: c.query(
+                """
+                INSERT INTO webhook_endpoints (tenant_id, id, url, events, description) VALUES ($1, $2, $3, $4, $5) RETURNING \(columns)
+                """, [tenantId, id, url, PostgresTextArray(events), description])[0])
     }
 
     /// Stores `secret` sealed (AES-256-GCM under `kek`, bound to its row) as a signing secret
@@ -117,14 +121,16 @@ public enum WebhookStore {
     public static func addSecret(_ c: PostgresConnection, tenantId: String, endpointId: String, secret: String, kek: AESGCM) throws {
         let sid = Identifier.makeBody()
         let sealed = try kek.seal(Array(secret.utf8), associatedData: aad(tenantId, endpointId, sid))
-        try c.execute("INSERT INTO webhook_secrets (tenant_id, endpoint_id, id, secret_sealed) VALUES ($1, $2, $3, $4)",
-                      [tenantId, endpointId, sid, sealed])
+        try c.execute(
+            "INSERT INTO webhook_secrets (tenant_id, endpoint_id, id, secret_sealed) VALUES ($1, $2, $3, $4)",
+            [tenantId, endpointId, sid, sealed])
     }
 
     /// Rotation: every secret still signing at `now` stops signing at `expiresAt` (or keeps its
     /// earlier expiry). Call before `addSecret` of the new one.
     public static func expireSecrets(_ c: PostgresConnection, tenantId: String, endpointId: String, now: Date, expiresAt: Date) throws {
-        try c.execute("""
+        try c.execute(
+            """
             UPDATE webhook_secrets SET expires_at = LEAST(COALESCE(expires_at, $4), $4)
              WHERE tenant_id = $1 AND endpoint_id = $2 AND (expires_at IS NULL OR expires_at > $3)
             """, [tenantId, endpointId, now, expiresAt])
@@ -133,12 +139,15 @@ public enum WebhookStore {
     /// The secrets that sign at `now`, newest first, opened.
     /// - Throws: `CryptoError` when a sealed secret does not open under `kek`.
     public static func activeSecrets(_ c: PostgresConnection, tenantId: String, endpointId: String, now: Date, kek: AESGCM) throws -> [String] {
-        try c.query("""
+        try c.query(
+            """
             SELECT id, secret_sealed FROM webhook_secrets
              WHERE tenant_id = $1 AND endpoint_id = $2 AND (expires_at IS NULL OR expires_at > $3) ORDER BY id DESC
-            """, [tenantId, endpointId, now]).map { r in
-            String(decoding: try kek.open(try r.bytes("secret_sealed"), associatedData: aad(tenantId, endpointId, try r.string("id"))),
-                   as: UTF8.self)
+            """, [tenantId, endpointId, now]
+        ).map { r in
+            String(
+                decoding: try kek.open(try r.bytes("secret_sealed"), associatedData: aad(tenantId, endpointId, try r.string("id"))),
+                as: UTF8.self)
         }
     }
 
@@ -148,23 +157,29 @@ public enum WebhookStore {
     }
 
     public static func listEndpoints(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<WebhookEndpointRecord> {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             SELECT \(columns) FROM webhook_endpoints WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]).map(WebhookEndpointRecord.init(row:))
+            """, [tenantId, after, limit + 1]
+        ).map(WebhookEndpointRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 
     /// Changes the given fields (nil: unchanged). Enabling clears `disabled_reason` and the
     /// failure streak; disabling by the tenant sets `disabled_reason` to `"manual"`.
-    public static func updateEndpoint(_ c: PostgresConnection, tenantId: String, id: String, url: String?, events: [String]?,
-                                      description: String?, status: String?) throws -> WebhookEndpointRecord? {
-        try c.query("""
+    public static func updateEndpoint(
+        _ c: PostgresConnection, tenantId: String, id: String, url: String?, events: [String]?,
+        description: String?, status: String?
+    ) throws -> WebhookEndpointRecord? {
+        try c.query(
+            """
             UPDATE webhook_endpoints SET url = COALESCE($3, url), events = COALESCE($4, events), description = COALESCE($5, description),
                    disabled_reason = CASE WHEN $6::text IS NULL OR $6 = status THEN disabled_reason WHEN $6 = 'enabled' THEN NULL ELSE 'manual' END,
                    failing_since = CASE WHEN $6 = 'enabled' AND status = 'disabled' THEN NULL ELSE failing_since END,
                    status = COALESCE($6, status), updated_at = now()
              WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
-            """, [tenantId, id, url, events.map(PostgresTextArray.init), description, status]).first.map(WebhookEndpointRecord.init(row:))
+            """, [tenantId, id, url, events.map(PostgresTextArray.init), description, status]
+        ).first.map(WebhookEndpointRecord.init(row:))
     }
 
     /// Deletes the endpoint with its secrets, queued deliveries and log. False when absent.
@@ -174,17 +189,22 @@ public enum WebhookStore {
 
     /// Queues `event` for this endpoint alone (webhook.test), due now.
     public static func queueDelivery(_ c: PostgresConnection, tenantId: String, endpointId: String, event: EventRecord) throws {
-        try c.execute("""
+        try c.execute(
+            """
             INSERT INTO webhook_deliveries (tenant_id, endpoint_id, event_id, event_type, event_created_at) VALUES ($1, $2, $3, $4, $5)
             """, [tenantId, endpointId, event.id, event.type, event.createdAt])
     }
 
     /// The endpoint's delivery log, newest first (`before`: the id of the last attempt of the previous page).
-    public static func attempts(_ c: PostgresConnection, tenantId: String, endpointId: String, limit: Int, before: Int64?) throws -> Page<WebhookAttemptRecord> {
-        let rows = try c.query("""
+    public static func attempts(
+        _ c: PostgresConnection, tenantId: String, endpointId: String, limit: Int, before: Int64?
+    ) throws -> Page<WebhookAttemptRecord> {
+        let rows = try c.query(
+            """
             SELECT id, event_id, event_type, attempt, status_code, error, duration_ms, delivered_at FROM webhook_attempts
              WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3::bigint IS NULL OR id < $3) ORDER BY id DESC LIMIT $4
-            """, [tenantId, endpointId, before, limit + 1]).map(WebhookAttemptRecord.init(row:))
+            """, [tenantId, endpointId, before, limit + 1]
+        ).map(WebhookAttemptRecord.init(row:))
         return Page.from(rows, limit: limit, id: { String($0.id) })
     }
 
@@ -199,11 +219,14 @@ public enum WebhookStore {
     /// first before any tenant's second, and within a tenant every endpoint's first before any
     /// endpoint's second. So one tenant's slow endpoints never hold more than its share of the
     /// worker's threads. Candidates are the 2,000 earliest due deliveries.
-    public static func claim(_ c: PostgresConnection, owner: String, now: Date, limit: Int, leaseSeconds: Double,
-                             shares: WebhookClaimShares) throws -> [WebhookJob] {
+    public static func claim(
+        _ c: PostgresConnection, owner: String, now: Date, limit: Int, leaseSeconds: Double,
+        shares: WebhookClaimShares
+    ) throws -> [WebhookJob] {
         let endpoints = shares.inFlightByEndpoint.sorted { $0.key < $1.key }
         let tenants = shares.inFlightByTenant.sorted { $0.key < $1.key }
-        return try c.query("""
+        return try c.query(
+            """
             WITH cand AS (
               SELECT d.tenant_id, d.endpoint_id, d.event_id, d.next_attempt_at,
                      row_number() OVER (PARTITION BY d.tenant_id, d.endpoint_id ORDER BY d.next_attempt_at, d.event_id) AS rn_e
@@ -236,9 +259,13 @@ public enum WebhookStore {
               FROM leased l
               JOIN webhook_endpoints e ON e.tenant_id = l.tenant_id AND e.id = l.endpoint_id
               JOIN events ev ON ev.tenant_id = l.tenant_id AND ev.id = l.event_id
-            """, [now, limit, leaseSeconds, owner, PostgresTextArray(endpoints.map(\.key)), PostgresTextArray(endpoints.map { String($0.value) }),
-                  PostgresTextArray(tenants.map(\.key)), PostgresTextArray(tenants.map { String($0.value) }),
-                  shares.perEndpoint, shares.perTenant]).map(WebhookJob.init(row:))
+            """,
+            [
+                now, limit, leaseSeconds, owner, PostgresTextArray(endpoints.map(\.key)), PostgresTextArray(endpoints.map { String($0.value) }),
+                PostgresTextArray(tenants.map(\.key)), PostgresTextArray(tenants.map { String($0.value) }),
+                shares.perEndpoint, shares.perTenant
+            ]
+        ).map(WebhookJob.init(row:))
     }
 
     /// Records one attempt of `job` (system scope, one transaction): the log row, then the
@@ -246,14 +273,20 @@ public enum WebhookStore {
     /// least 10 attempts and 72 h) — and the endpoint's failure streak. An endpoint failing
     /// for 72 h is disabled (`disabled_reason: "failing"`) with an audit event (actor
     /// `system`). `random` is uniform in 0..<1 (the jitter).
-    public static func complete(_ c: PostgresConnection, job: WebhookJob, owner: String, outcome: WebhookAttemptOutcome,
-                                now: Date, random: Double) throws -> WebhookCompletion {
+    public static func complete(
+        _ c: PostgresConnection, job: WebhookJob, owner: String, outcome: WebhookAttemptOutcome,
+        now: Date, random: Double
+    ) throws -> WebhookCompletion {
         let attempt = job.attempts + 1
-        try c.execute("""
+        try c.execute(
+            """
             INSERT INTO webhook_attempts (tenant_id, endpoint_id, event_id, event_type, attempt, status_code, error, duration_ms, delivered_at)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-            """, [job.tenantId, job.endpointId, job.eventId, job.eventType, attempt, outcome.statusCode, outcome.error,
-                  outcome.durationMs, now])
+            """,
+            [
+                job.tenantId, job.endpointId, job.eventId, job.eventType, attempt, outcome.statusCode, outcome.error,
+                outcome.durationMs, now
+            ])
         let completion: WebhookCompletion
         if outcome.delivered {
             completion = .delivered
@@ -268,29 +301,39 @@ public enum WebhookStore {
         case .retry(let at): status = "pending"; next = at
         default: status = "failed"; next = now
         }
-        let updated = try c.execute("""
+        let updated = try c.execute(
+            """
             UPDATE webhook_deliveries SET status = $5, attempts = $6, next_attempt_at = $7, lease_owner = NULL, lease_expires_at = NULL,
                    finished_at = CASE WHEN $5 = 'pending' THEN NULL ELSE $8::timestamptz END
              WHERE tenant_id = $1 AND endpoint_id = $2 AND event_id = $3 AND lease_owner = $4 AND status = 'pending'
             """, [job.tenantId, job.endpointId, job.eventId, owner, status, attempt, next, now])
         guard updated > 0 else { return .leaseLost }
         if outcome.delivered {
-            try c.execute("UPDATE webhook_endpoints SET failing_since = NULL WHERE tenant_id = $1 AND id = $2 AND failing_since IS NOT NULL",
-                          [job.tenantId, job.endpointId])
+            try c.execute(
+                "UPDATE webhook_endpoints SET failing_since = NULL WHERE tenant_id = $1 AND id = $2 AND failing_since IS NOT NULL",
+                [job.tenantId, job.endpointId])
             return completion
         }
-        guard let row = try c.query("""
-            UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $3) WHERE tenant_id = $1 AND id = $2
-            RETURNING failing_since, status
-            """, [job.tenantId, job.endpointId, now]).first else { return completion }
+        guard
+            let row = try c.query(
+                """
+                UPDATE webhook_endpoints SET failing_since = COALESCE(failing_since, $3) WHERE tenant_id = $1 AND id = $2
+                RETURNING failing_since, status
+                """, [job.tenantId, job.endpointId, now]
+            ).first
+        else { return completion }
         if try row.string("status") == "enabled", WebhookRules.shouldDisable(failingSince: try row.optionalDate("failing_since"), now: now) {
-            try c.execute("""
+            try c.execute(
+                """
                 UPDATE webhook_endpoints SET status = 'disabled', disabled_reason = 'failing', updated_at = $3 WHERE tenant_id = $1 AND id = $2
                 """, [job.tenantId, job.endpointId, now])
-            try AuditStore.record(c, tenantId: job.tenantId, actorId: "system", action: "webhook_endpoint.disable",
-                                  objectType: "webhook_endpoint", objectId: job.endpointId, requestId: "webhook-worker",
-                                  details: ["disabled_reason": "failing",
-                                            "failing_since": .string(Timestamp.format(try row.date("failing_since")))])
+            try AuditStore.record(
+                c, tenantId: job.tenantId, actorId: "system", action: "webhook_endpoint.disable",
+                objectType: "webhook_endpoint", objectId: job.endpointId, requestId: "webhook-worker",
+                details: [
+                    "disabled_reason": "failing",
+                    "failing_since": .string(Timestamp.format(try row.date("failing_since")))
+                ])
         }
         return completion
     }

@@ -21,7 +21,8 @@ public enum WritePath {
     /// The target `id`, locked `FOR UPDATE` (serialises writes per target), with its
     /// installation's `platform`. Decode with `target(_:)`.
     public static func lockTarget(tenantId: String, id: String) -> PostgresStatement {
-        PostgresStatement("""
+        PostgresStatement(
+            """
             SELECT \(TargetStore.columns),
                    (SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform
               FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE
@@ -37,7 +38,8 @@ public enum WritePath {
     /// The target's queued (not yet sending) operations, oldest first, locked: what the new
     /// write may supersede (`WriteRules.superseded`). Decode with `queued(_:)`.
     public static func lockQueued(tenantId: String, targetId: String) -> PostgresStatement {
-        PostgresStatement("""
+        PostgresStatement(
+            """
             SELECT id, kind, has_state, alert IS NOT NULL AS has_alert FROM operations
              WHERE tenant_id = $1 AND target_id = $2 AND status = 'queued' ORDER BY seq FOR UPDATE
             """, [tenantId, targetId])
@@ -74,8 +76,9 @@ public enum WritePath {
 
     /// The id of the target holding (business_key, business_generation), if any. Decode with `holder(_:)`.
     public static func businessHolder(tenantId: String, key: String, generation: String) -> PostgresStatement {
-        PostgresStatement("SELECT id FROM targets WHERE tenant_id = $1 AND business_key = $2 AND business_generation = $3",
-                          [tenantId, key, generation])
+        PostgresStatement(
+            "SELECT id FROM targets WHERE tenant_id = $1 AND business_key = $2 AND business_generation = $3",
+            [tenantId, key, generation])
     }
 
     /// The holder id from `businessHolder`'s result.
@@ -98,9 +101,12 @@ public enum WritePath {
     /// the next operation sequence number, optionally a new status; returns the row
     /// (decode with `updatedTarget(_:)`). `seq` of the new operation is `opSeq + 1` of the
     /// locked row read before.
-    public static func applyState(tenantId: String, id: String, revision: Int64, state: JSONValue, sourceVersion: Int64?,
-                                  staleAt: Date?, relevanceScore: Double?, status: TargetStatus?) -> PostgresStatement {
-        PostgresStatement("""
+    public static func applyState(
+        tenantId: String, id: String, revision: Int64, state: JSONValue, sourceVersion: Int64?,
+        staleAt: Date?, relevanceScore: Double?, status: TargetStatus?
+    ) -> PostgresStatement {
+        PostgresStatement(
+            """
             UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
                    stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
                    status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
@@ -112,7 +118,8 @@ public enum WritePath {
     /// Takes the next operation sequence number of the locked target without new state,
     /// optionally setting a status (a stateless end: `ending`); returns the row.
     public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?) -> PostgresStatement {
-        PostgresStatement("""
+        PostgresStatement(
+            """
             UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
                    updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
              WHERE tenant_id = $1 AND id = $2
@@ -123,15 +130,19 @@ public enum WritePath {
     /// Inserts a new remote target at revision 1 with `op_seq = 1` (its start operation's seq);
     /// returns the row.
     public static func insertTarget(tenantId: String, _ n: TargetStore.New) -> PostgresStatement {
-        PostgresStatement("""
+        PostgresStatement(
+            """
             INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
                                  template_version, business_key, business_generation, status, revision, state, source_version,
                                  stale_at, relevance_score, token_status, op_seq)
             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16, 1)
             RETURNING \(TargetStore.columns)
-            """, [tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
-                  n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
-                  n.relevanceScore, n.tokenStatus])
+            """,
+            [
+                tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
+                n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
+                n.relevanceScore, n.tokenStatus
+            ])
     }
 
     /// The target row returned by `applyState`, `bumpSeq` or `insertTarget`.
@@ -158,7 +169,8 @@ public enum WritePath {
     /// session prepared while `operations` had no statistics otherwise scanned every queued
     /// operation of the tenant (docs/write-path.md "Profile").
     public static func supersede(tenantId: String, targetId: String, ids: [String], by: String) -> PostgresStatement {
-        PostgresStatement("""
+        PostgresStatement(
+            """
             UPDATE operations SET status = 'superseded', superseded_by = $4, updated_at = now()
              WHERE tenant_id = $1 AND target_id = $2 AND id = ANY($3::text[]) AND status = 'queued'
             """, [tenantId, targetId, PostgresTextArray(ids), by])
@@ -169,8 +181,10 @@ public enum WritePath {
     /// whose status changed.
     /// `operationId`: the queued operation, named in the dispatch wake-up (`<tenant>:<operation>`,
     /// docs/delivery.md "Wake-ups") so a dispatcher in this process measures lag from the commit.
-    public static func notify(_ c: PostgresConnection, tenantId: String, queued: Bool, superseded: [String], targetChanged: String?,
-                              operationId: String? = nil) throws {
+    public static func notify(
+        _ c: PostgresConnection, tenantId: String, queued: Bool, superseded: [String], targetChanged: String?,
+        operationId: String? = nil
+    ) throws {
         if queued { try c.notify(OperationStore.dispatchChannel, payload: operationId.map { tenantId + ":" + $0 } ?? tenantId) }
         for id in superseded { try c.notify(OperationStore.eventsChannel, payload: id) }
         if let targetChanged { try c.notify(OperationStore.eventsChannel, payload: targetChanged) }
@@ -180,7 +194,8 @@ public enum WritePath {
 
     /// Stores the response of the claimed idempotency key (plain; write responses hold no secret).
     public static func complete(tenantId: String, endpoint: String, key: String, response: StoredResponse) -> PostgresStatement {
-        PostgresStatement("""
+        PostgresStatement(
+            """
             UPDATE idempotency_records SET status_code = $4, response_body = $5, response_sealed = NULL
              WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
             """, [tenantId, endpoint, key, response.status, response.body])

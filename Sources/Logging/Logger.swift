@@ -4,7 +4,8 @@ import Synchronization
 
 /// Log severities, lowest first (`LIVERELAY_LOG_LEVEL`, docs/configuration.md: `debug`…`error`).
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
-    case debug = 0, info, warning, error
+    case debug = 0
+    case info, warning, error
 
     /// The name used in configuration and in each line's `level` field.
     public var name: String {

@@ -8,7 +8,7 @@ import Synchronization
 /// be called from any thread.
 public final class Histogram: @unchecked Sendable {
     struct Series {
-        var counts: [UInt64]   // per finite bucket, non-cumulative
+        var counts: [UInt64]  // per finite bucket, non-cumulative
         var sum: Double = 0
         var count: UInt64 = 0
     }
@@ -54,8 +54,9 @@ public final class Histogram: @unchecked Sendable {
             var cumulative: UInt64 = 0
             for (i, bound) in bounds.enumerated() {
                 cumulative += s.counts[i]
-                PrometheusText.sample(into: &out, name: name + "_bucket",
-                                      labels: labels + [("le", PrometheusText.format(bound))], value: Double(cumulative))
+                PrometheusText.sample(
+                    into: &out, name: name + "_bucket",
+                    labels: labels + [("le", PrometheusText.format(bound))], value: Double(cumulative))
             }
             PrometheusText.sample(into: &out, name: name + "_bucket", labels: labels + [("le", "+Inf")], value: Double(s.count))
             PrometheusText.sample(into: &out, name: name + "_sum", labels: labels, value: s.sum)

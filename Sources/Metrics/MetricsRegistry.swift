@@ -64,8 +64,10 @@ public final class MetricsRegistry: @unchecked Sendable {
     /// already live elsewhere: pool sizes, queue depth). `sample` returns `(labelValues, value)`
     /// pairs, one value per label name each; pairs with the wrong number of label values are
     /// skipped. Registering an existing gauge name replaces nothing and is ignored.
-    public func gauge(_ name: String, help: String, labels: [String] = [],
-                      sample: @escaping @Sendable () -> [([String], Double)]) {
+    public func gauge(
+        _ name: String, help: String, labels: [String] = [],
+        sample: @escaping @Sendable () -> [([String], Double)]
+    ) {
         Self.validate(name: name, labels: labels)
         families.withLock { families in
             if let existing = families.first(where: { $0.name == name }) {

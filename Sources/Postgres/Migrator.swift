@@ -34,7 +34,8 @@ public struct Migrator: Sendable {
             let name = String(fileName.dropLast(4))
             let digits = name.prefix { $0.isASCII && $0.isNumber }
             guard !digits.isEmpty, let number = Int(digits),
-                  name.dropFirst(digits.count).first == "_", name.count > digits.count + 1 else {
+                name.dropFirst(digits.count).first == "_", name.count > digits.count + 1
+            else {
                 throw MigrationError.badFileName(fileName)
             }
             let bytes = [UInt8](try Data(contentsOf: directory.appendingPathComponent(fileName)))
@@ -71,7 +72,8 @@ public struct Migrator: Sendable {
         try pool.withConnection { connection in
             try connection.query("SELECT pg_advisory_lock($1)", [Self.advisoryLockKey])
             defer { _ = try? connection.query("SELECT pg_advisory_unlock($1)", [Self.advisoryLockKey]) }
-            try connection.simpleQuery("""
+            try connection.simpleQuery(
+                """
                 CREATE TABLE IF NOT EXISTS schema_migrations (
                     name text PRIMARY KEY,
                     sha256 text NOT NULL,
@@ -84,8 +86,9 @@ public struct Migrator: Sendable {
                 let started = ContinuousClock.now
                 try connection.transaction { connection in
                     try connection.simpleQuery(file.sql)
-                    try connection.execute("INSERT INTO schema_migrations (name, sha256) VALUES ($1, $2)",
-                                           [file.name, file.sha256])
+                    try connection.execute(
+                        "INSERT INTO schema_migrations (name, sha256) VALUES ($1, $2)",
+                        [file.name, file.sha256])
                 }
                 applied.append(file.name)
                 log("applied migration \(file.name) in \(ContinuousClock.now - started)")

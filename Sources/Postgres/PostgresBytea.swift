@@ -19,7 +19,8 @@ enum PostgresBytea {
     static func parse(_ text: String) -> [UInt8]? {
         let utf8 = Array(text.utf8)
         guard utf8.count >= 2, utf8[0] == UInt8(ascii: "\\"), utf8[1] == UInt8(ascii: "x"),
-              utf8.count % 2 == 0 else { return nil }
+            utf8.count % 2 == 0
+        else { return nil }
         var out = [UInt8]()
         out.reserveCapacity((utf8.count - 2) / 2)
         var i = 2

@@ -85,9 +85,11 @@ extension PostgresConnection {
         var out: [PostgresNotification] = []
         while let note = PQnotifies(handle) {
             let n = note.pointee
-            out.append(PostgresNotification(channel: String(cString: n.relname),
-                                            payload: n.extra.map { String(cString: $0) } ?? "",
-                                            pid: n.be_pid))
+            out.append(
+                PostgresNotification(
+                    channel: String(cString: n.relname),
+                    payload: n.extra.map { String(cString: $0) } ?? "",
+                    pid: n.be_pid))
             PQfreemem(note)
         }
         return out

@@ -114,7 +114,10 @@ extension PostgresConnection {
         }
         roundTrips += 1
         // What each queued command is: a prepare of statement i (cache it on success) or statement i itself.
-        enum Command { case prepare(Int, String), run(Int) }
+        enum Command {
+            case prepare(Int, String)
+            case run(Int)
+        }
         var commands: [Command] = []
         var newNames: [String: String] = [:]
         var sendFailed = false
@@ -128,7 +131,7 @@ extension PostgresConnection {
                 name = n
             }
             let cStrings = texts[i].map { $0.flatMap { strdup($0) } }
-            defer { cStrings.forEach { free($0) } }
+            defer { for s in cStrings { free(s) } }
             let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
             let ok = pointers.withUnsafeBufferPointer { buffer -> Int32 in
                 if let name { return PQsendQueryPrepared(conn, name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
@@ -154,8 +157,10 @@ extension PostgresConnection {
             guard let res = PQgetResult(conn) else {
                 nulls += 1
                 if nulls > 1 || PQstatus(conn) != CONNECTION_OK {
-                    let error = PostgresError(kind: .connection, message: Self.trimmed(PQerrorMessage(conn)).isEmpty
-                                              ? "connection lost during a pipeline" : Self.trimmed(PQerrorMessage(conn)))
+                    let error = PostgresError(
+                        kind: .connection,
+                        message: Self.trimmed(PQerrorMessage(conn)).isEmpty
+                            ? "connection lost during a pipeline" : Self.trimmed(PQerrorMessage(conn)))
                     lastError = error
                     close()
                     throw error

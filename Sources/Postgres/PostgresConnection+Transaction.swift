@@ -16,13 +16,16 @@ extension PostgresConnection {
     ///
     /// - Throws: whatever `BEGIN`, `set_config`, `body` or `COMMIT` threw.
     @discardableResult
-    public func transaction<T>(isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
-                               lazyBegin: Bool = false, _ body: (PostgresConnection) throws -> T) throws -> T {
+    public func transaction<T>(
+        isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
+        lazyBegin: Bool = false, _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
         let startTrips = roundTrips
         var committed = false
         defer {
-            PostgresInstrumentation.report(PostgresTransactionReport(
-                roundTrips: roundTrips - startTrips, settings: settings, label: transactionLabel, committed: committed))
+            PostgresInstrumentation.report(
+                PostgresTransactionReport(
+                    roundTrips: roundTrips - startTrips, settings: settings, label: transactionLabel, committed: committed))
             transactionLabel = nil
             pendingBegin = nil
             committedInPipeline = false

@@ -53,13 +53,13 @@ public final class PostgresConnection {
             ("client_encoding", "UTF8"),
             ("options", "-c TimeZone=UTC -c DateStyle=ISO,MDY -c bytea_output=hex"),
             ("dbname", conninfo),
-            ("connect_timeout", String(connectTimeoutSeconds)),
+            ("connect_timeout", String(connectTimeoutSeconds))
         ]
         let keys = params.map { strdup($0.0) }
         let values = params.map { strdup($0.1) }
         defer {
-            keys.forEach { free($0) }
-            values.forEach { free($0) }
+            for k in keys { free(k) }
+            for v in values { free(v) }
         }
         let keyPointers = keys.map { UnsafePointer($0) } + [nil]
         let valuePointers = values.map { UnsafePointer($0) } + [nil]
@@ -170,7 +170,7 @@ public final class PostgresConnection {
             throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
         }
         let cStrings = texts.map { $0.flatMap { strdup($0) } }
-        defer { cStrings.forEach { free($0) } }
+        defer { for s in cStrings { free(s) } }
         let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
         // Parameterised statements are prepared once per session (cached by text, see `pipeline`).
         var name = preparedNames[sql]
@@ -221,11 +221,13 @@ public final class PostgresConnection {
         var message = Self.trimmed(PQresultErrorMessage(res))
         if message.isEmpty { message = Self.trimmed(PQerrorMessage(conn)) }
         if message.isEmpty { message = "unexpected result status \(String(cString: PQresStatus(PQresultStatus(res))))" }
-        let broken = PQstatus(conn) != CONNECTION_OK
+        let broken =
+            PQstatus(conn) != CONNECTION_OK
             || sqlState?.hasPrefix("08") == true
             || ["57P01", "57P02", "57P03"].contains(sqlState ?? "")
-        return PostgresError(kind: broken ? .connection : .query, message: message,
-                             sqlState: sqlState, constraint: field(cshim_pg_diag_constraint_name()))
+        return PostgresError(
+            kind: broken ? .connection : .query, message: message,
+            sqlState: sqlState, constraint: field(cshim_pg_diag_constraint_name()))
     }
 
     static func rows(of res: OpaquePointer) -> [PostgresRow] {

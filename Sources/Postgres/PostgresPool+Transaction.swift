@@ -18,9 +18,11 @@ extension PostgresPool {
     /// - Throws: the last serialization failure after `maxAttempts`, or any other error from the
     ///   pool, the statements, or `body`.
     @discardableResult
-    public func transaction<T>(isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
-                               maxAttempts: Int = 5, lazyBegin: Bool = false,
-                               _ body: (PostgresConnection) throws -> T) throws -> T {
+    public func transaction<T>(
+        isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
+        maxAttempts: Int = 5, lazyBegin: Bool = false,
+        _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
         var attempt = 0
         var staleRetries = 0
         while true {
@@ -42,8 +44,10 @@ extension PostgresPool {
                 }
             } catch let error as PostgresError where error.isSerializationFailure && attempt < maxAttempts {
                 Thread.sleep(forTimeInterval: Self.backoffSeconds(attempt: attempt))
-            } catch let error as PostgresError where error.kind == .connection && gotConnection && !bodyStarted
-                        && staleRetries < 2 {
+            } catch let error as PostgresError
+                where error.kind == .connection && gotConnection && !bodyStarted
+                && staleRetries < 2
+            {
                 staleRetries += 1
                 attempt -= 1
             }

@@ -35,8 +35,10 @@ public final class PostgresPool: @unchecked Sendable {
     ///   - maxConnections: upper bound on open connections (at least 1).
     ///   - acquireTimeoutSeconds: longest wait in seconds for a free connection.
     ///   - connectTimeoutSeconds: libpq `connect_timeout` in seconds for each new connection.
-    public init(conninfo: String, maxConnections: Int = 10, acquireTimeoutSeconds: Double = 5,
-                connectTimeoutSeconds: Int = 5) {
+    public init(
+        conninfo: String, maxConnections: Int = 10, acquireTimeoutSeconds: Double = 5,
+        connectTimeoutSeconds: Int = 5
+    ) {
         self.conninfo = conninfo
         self.maxConnections = max(1, maxConnections)
         self.acquireTimeoutSeconds = max(0, acquireTimeoutSeconds)
@@ -44,7 +46,7 @@ public final class PostgresPool: @unchecked Sendable {
     }
 
     deinit {
-        idle.forEach { $0.close() }
+        for c in idle { c.close() }
     }
 
     /// Lends one connection to `body` and takes it back afterwards (also when `body` throws).
@@ -77,7 +79,7 @@ public final class PostgresPool: @unchecked Sendable {
         open -= toClose.count
         condition.broadcast()
         condition.unlock()
-        toClose.forEach { $0.close() }
+        for c in toClose { c.close() }
     }
 
     // MARK: - Acquire and release
@@ -120,8 +122,9 @@ public final class PostgresPool: @unchecked Sendable {
             waiting -= 1
             if !signalled && Date() >= deadline && idle.isEmpty && open >= maxConnections && !closed {
                 condition.unlock()
-                throw PostgresError(kind: .poolTimeout,
-                                    message: "no free connection within \(acquireTimeoutSeconds) s (max \(maxConnections))")
+                throw PostgresError(
+                    kind: .poolTimeout,
+                    message: "no free connection within \(acquireTimeoutSeconds) s (max \(maxConnections))")
             }
         }
     }

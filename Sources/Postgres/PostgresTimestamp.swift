@@ -23,17 +23,19 @@ enum PostgresTimestamp {
     static func parse(_ text: String) -> Date? {
         var s = Scanner(Array(text.utf8))
         guard let year = s.number(minDigits: 4, maxDigits: 7), s.take("-"),
-              let month = s.number(minDigits: 2, maxDigits: 2), s.take("-"),
-              let day = s.number(minDigits: 2, maxDigits: 2),
-              (1...12).contains(month), (1...31).contains(day) else { return nil }
+            let month = s.number(minDigits: 2, maxDigits: 2), s.take("-"),
+            let day = s.number(minDigits: 2, maxDigits: 2),
+            (1...12).contains(month), (1...31).contains(day)
+        else { return nil }
         var secOfDay: Int64 = 0
         var micros: Int64 = 0
         var offset: Int64 = 0
         if s.take(" ") || s.take("T") {
             guard let hh = s.number(minDigits: 2, maxDigits: 2), s.take(":"),
-                  let mi = s.number(minDigits: 2, maxDigits: 2), s.take(":"),
-                  let ss = s.number(minDigits: 2, maxDigits: 2),
-                  hh <= 24, mi < 60, ss < 61 else { return nil }
+                let mi = s.number(minDigits: 2, maxDigits: 2), s.take(":"),
+                let ss = s.number(minDigits: 2, maxDigits: 2),
+                hh <= 24, mi < 60, ss < 61
+            else { return nil }
             secOfDay = hh * 3600 + mi * 60 + ss
             if s.take(".") {
                 let start = s.index

@@ -37,8 +37,10 @@ final class CLIEnvironment: @unchecked Sendable {
         let kek = SecureRandom.bytes(32)
         self.kek = kek
         let (db, metrics, migrator) = (db, MetricsRegistry(), try TestDatabase.migrator())
-        api = try APIStack(db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 4),
-                           metrics: metrics, serverLog: { _ in }) { auth, events in
+        api = try APIStack(
+            db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 4),
+            metrics: metrics, serverLog: { _ in }
+        ) { auth, events in
             APIContext(db: db, auth: auth, kek: try AESGCM(key: kek), log: log, metrics: metrics, migrator: migrator, events: events)
         }
     }
@@ -83,27 +85,38 @@ final class CLIEnvironment: @unchecked Sendable {
     func world(quota: Int = 1000) throws -> World {
         let t = try admin(["tenants", "create", "--name", "CLI", "--daily-push-quota", String(quota)])
         guard t.status == 0, let tenant = t.json["tenant"]?["id"]?.stringValue, let master = t.json["master_key"]?["credential"]?.stringValue,
-              let pub = t.json["publishable_key"]?["credential"]?.stringValue else {
+            let pub = t.json["publishable_key"]?["credential"]?.stringValue
+        else {
             throw FixtureFailure("admin tenants create failed: \(t.status) \(t.stderr)")
         }
-        let inst = call("POST", "/v1/installations", ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
-                                                      "install_id": .string(UUID().uuidString)], as: pub)
+        let inst = call(
+            "POST", "/v1/installations",
+            [
+                "platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
+                "install_id": .string(UUID().uuidString)
+            ], as: pub)
         guard let insId = inst.json["installation_id"]?.stringValue, let insCred = inst.json["credential"]?.stringValue else {
             throw FixtureFailure("installation failed: \(inst.status) \(inst.json.jsonString)")
         }
-        let prep = call("POST", "/v1/installations/\(insId)/start-targets", [
-            "binding_id": "widget", "activity_type": "delivery", "attributes_type": "DeliveryAttributes", "renderer_digest": "sha256:r1",
-            "schema": ["type": "object", "required": ["eta"], "properties": ["eta": ["type": "string", "maxLength": 20]]],
-            "bundle": ["bytes": 1000, "modules": 1, "files": 1]], as: insCred)
+        let prep = call(
+            "POST", "/v1/installations/\(insId)/start-targets",
+            [
+                "binding_id": "widget", "activity_type": "delivery", "attributes_type": "DeliveryAttributes", "renderer_digest": "sha256:r1",
+                "schema": ["type": "object", "required": ["eta"], "properties": ["eta": ["type": "string", "maxLength": 20]]],
+                "bundle": ["bytes": 1000, "modules": 1, "files": 1]
+            ], as: insCred)
         guard let st = prep.json["start_target_id"]?.stringValue, let tv = prep.json["template_version"]?.stringValue else {
             throw FixtureFailure("prepare failed: \(prep.status) \(prep.json.jsonString)")
         }
         let tok = call("PUT", "/v1/installations/\(insId)/start-targets/\(st)/push-to-start-token", ["token": "a1b2c3d4"], as: insCred)
         guard tok.status == 200 else { throw FixtureFailure("token failed: \(tok.status)") }
-        let sk = call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": [.string(st)], "created_from": [.string(st)],
-            "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
-            "idempotency_key": .string(UUID().uuidString)], as: master)
+        let sk = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "created_from": [.string(st)],
+                "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
+                "idempotency_key": .string(UUID().uuidString)
+            ], as: master)
         guard let sender = sk.json["credential"]?.stringValue else { throw FixtureFailure("sender key failed: \(sk.status)") }
         return World(tenantId: tenant, master: master, sender: sender, startTarget: st, templateVersion: tv)
     }

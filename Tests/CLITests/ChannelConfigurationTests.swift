@@ -5,8 +5,10 @@ import LiveRelayApp
 /// The channel and broadcast host variables (docs/configuration.md, docs/channels.md): Apple's
 /// defaults, overrides, validation naming the variable, and the endpoints handed to the sender.
 final class ChannelConfigurationTests: XCTestCase {
-    let names = ["LIVERELAY_APNS_CHANNELS_SANDBOX_URL", "LIVERELAY_APNS_CHANNELS_PRODUCTION_URL",
-                 "LIVERELAY_APNS_BROADCAST_SANDBOX_URL", "LIVERELAY_APNS_BROADCAST_PRODUCTION_URL"]
+    let names = [
+        "LIVERELAY_APNS_CHANNELS_SANDBOX_URL", "LIVERELAY_APNS_CHANNELS_PRODUCTION_URL",
+        "LIVERELAY_APNS_BROADCAST_SANDBOX_URL", "LIVERELAY_APNS_BROADCAST_PRODUCTION_URL"
+    ]
 
     func testDefaultsAreApplesHosts() throws {
         let c = try Configuration.load([:])
@@ -26,8 +28,9 @@ final class ChannelConfigurationTests: XCTestCase {
         let c = try Configuration.load(env)
         XCTAssertEqual(c.apnsChannelsSandboxURL, "https://127.0.0.1:8000", "a trailing slash is dropped")
         let e = c.providerEndpoints(maxConnectionsPerPool: 2)
-        XCTAssertEqual([e.apnsChannelsSandboxURL, e.apnsChannelsProductionURL, e.apnsBroadcastSandboxURL, e.apnsBroadcastProductionURL].map(\.port),
-                       [8000, 8001, 8002, 8003])
+        XCTAssertEqual(
+            [e.apnsChannelsSandboxURL, e.apnsChannelsProductionURL, e.apnsBroadcastSandboxURL, e.apnsBroadcastProductionURL].map(\.port),
+            [8000, 8001, 8002, 8003])
         XCTAssertEqual(e.maxConnectionsPerPool, 2)
     }
 

@@ -69,7 +69,7 @@ final class ConfigurationTests: XCTestCase {
             ("LIVERELAY_DISPATCH_THREADS", 1...512, \.dispatchThreads), ("LIVERELAY_DISPATCH_BATCH", 1...1000, \.dispatchBatch),
             ("LIVERELAY_DISPATCH_LEASE_SECONDS", 3...3600, \.dispatchLeaseSeconds),
             ("LIVERELAY_DISPATCH_MAX_IN_FLIGHT", 1...100_000, \.dispatchMaxInFlight),
-            ("LIVERELAY_DISPATCH_CONNECTIONS", 1...64, \.dispatchConnections),
+            ("LIVERELAY_DISPATCH_CONNECTIONS", 1...64, \.dispatchConnections)
         ]
         for (k, range, field) in table {
             XCTAssertEqual(try load([k: String(range.lowerBound)]).process[keyPath: field], range.lowerBound, k)

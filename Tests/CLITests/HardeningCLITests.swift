@@ -26,10 +26,15 @@ final class HardeningCLITests: XCTestCase {
         XCTAssertTrue(refused.stderr.contains("SUPERUSER"), refused.stderr)
         XCTAssertTrue(refused.stderr.contains("row-level security"), refused.stderr)
         XCTAssertTrue(refused.stderr.contains("LIVERELAY_ALLOW_PRIVILEGED_ROLE=1"), refused.stderr)
-        XCTAssertTrue(refused.stderr.split(separator: "\n").contains { $0.contains("SUPERUSER") && $0.contains("LIVERELAY_ALLOW_PRIVILEGED_ROLE=1") },
-                      "one line says why: \(refused.stderr)")
-        let allowed = try env.run(["admin", "tenants", "list"], env: ["DATABASE_URL": superURL, "LIVERELAY_KEK": kek,
-                                                                      "LIVERELAY_ALLOW_PRIVILEGED_ROLE": "1"])
+        XCTAssertTrue(
+            refused.stderr.split(separator: "\n").contains { $0.contains("SUPERUSER") && $0.contains("LIVERELAY_ALLOW_PRIVILEGED_ROLE=1") },
+            "one line says why: \(refused.stderr)")
+        let allowed = try env.run(
+            ["admin", "tenants", "list"],
+            env: [
+                "DATABASE_URL": superURL, "LIVERELAY_KEK": kek,
+                "LIVERELAY_ALLOW_PRIVILEGED_ROLE": "1"
+            ])
         XCTAssertEqual(allowed.status, 0, allowed.stderr)
         let ordinary = try env.admin(["tenants", "list"])
         XCTAssertEqual(ordinary.status, 0, ordinary.stderr)
@@ -45,7 +50,8 @@ final class HardeningCLITests: XCTestCase {
         try env.db.tenant(w.tenantId) { c in
             let inst = try c.query("SELECT installation_id FROM start_targets WHERE tenant_id = $1 AND id = $2", [w.tenantId, w.startTarget])[0]
                 .string("installation_id")
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO targets (tenant_id, id, installation_id, start_target_id, origin, activity_type, template_version, status,
                                      end_reason, state, ended_at)
                 VALUES ($1, $2, $3, $4, 'remote', 'delivery', $5, 'ended', 'sender', '{}'::jsonb, now() - interval '40 days')

@@ -29,9 +29,12 @@ final class OpsCLITests: XCTestCase {
     }
 
     func testWorkerServesDispatchMetricsHealthAndReadinessOnItsMetricsAddress() throws {
-        let worker = try background(["worker"], env: [
-            "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
-            "LIVERELAY_KEK": kekBase64, "LIVERELAY_METRICS_LISTEN": "127.0.0.1:0", "LIVERELAY_LOG_LEVEL": "info"])
+        let worker = try background(
+            ["worker"],
+            env: [
+                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
+                "LIVERELAY_KEK": kekBase64, "LIVERELAY_METRICS_LISTEN": "127.0.0.1:0", "LIVERELAY_LOG_LEVEL": "info"
+            ])
         defer { worker.stop() }
         let line = try XCTUnwrap(worker.waitForLine(containing: "metrics listening"), "no metrics listener: \(worker.output)")
         let address = try XCTUnwrap(try JSONValue.parse(line)["address"]?.stringValue)
@@ -51,14 +54,21 @@ final class OpsCLITests: XCTestCase {
     }
 
     func testWorkerWithoutMetricsAddressOpensNoListenerAndABadAddressIsOneLine() throws {
-        let bad = try env.run(["worker"], env: ["DATABASE_URL": env.conninfo, "LIVERELAY_KEK": kekBase64,
-                                                "LIVERELAY_METRICS_LISTEN": "localhost"])
+        let bad = try env.run(
+            ["worker"],
+            env: [
+                "DATABASE_URL": env.conninfo, "LIVERELAY_KEK": kekBase64,
+                "LIVERELAY_METRICS_LISTEN": "localhost"
+            ])
         XCTAssertEqual(bad.status, 2, bad.stderr)
         XCTAssertTrue(bad.stderr.contains("LIVERELAY_METRICS_LISTEN must be host:port"), bad.stderr)
 
-        let worker = try background(["worker"], env: [
-            "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
-            "LIVERELAY_KEK": kekBase64, "LIVERELAY_LOG_LEVEL": "info"])
+        let worker = try background(
+            ["worker"],
+            env: [
+                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "DATABASE_URL": env.conninfo,
+                "LIVERELAY_KEK": kekBase64, "LIVERELAY_LOG_LEVEL": "info"
+            ])
         defer { worker.stop() }
         let running = try XCTUnwrap(worker.waitForLine(containing: "worker running"), worker.output)
         XCTAssertEqual(try JSONValue.parse(running)["metrics"]?.stringValue, "off", running)
@@ -70,15 +80,23 @@ final class OpsCLITests: XCTestCase {
         let w = try env.world()
         let key = P256PrivateKey.generate()
         for e in ["sandbox", "production"] {
-            let r = env.call("PUT", "/v1/provider-credentials/apns", [
-                "team_id": "ABCDE12345", "key_id": "KEY1234567", "private_key": .string(key.pkcs8PEM),
-                "topics": ["com.example.app"], "environment": .string(e)], as: w.master)
+            let r = env.call(
+                "PUT", "/v1/provider-credentials/apns",
+                [
+                    "team_id": "ABCDE12345", "key_id": "KEY1234567", "private_key": .string(key.pkcs8PEM),
+                    "topics": ["com.example.app"], "environment": .string(e)
+                ], as: w.master)
             XCTAssertEqual(r.status, 201, r.json.jsonString)
         }
         let rsa = RSAPrivateKey.generate(bits: 2048)
-        let f = env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": [
-            "type": "service_account", "project_id": "demo-project", "private_key_id": "k1", "private_key": .string(rsa.pkcs8PEM),
-            "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"]], as: w.master)  // doctor mints the assertion only, no request
+        let f = env.call(
+            "PUT", "/v1/provider-credentials/fcm",
+            [
+                "service_account": [
+                    "type": "service_account", "project_id": "demo-project", "private_key_id": "k1", "private_key": .string(rsa.pkcs8PEM),
+                    "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"
+                ]
+            ], as: w.master)  // doctor mints the assertion only, no request
         XCTAssertEqual(f.status, 201, f.json.jsonString)
         return w.tenantId
     }
@@ -90,8 +108,10 @@ final class OpsCLITests: XCTestCase {
         let r = try env.run(["doctor"], env: ["DATABASE_URL": env.conninfo, "LIVERELAY_KEK": kekBase64])
         XCTAssertEqual(r.status, 0, r.stdout + r.stderr)
         let out = lines(r.stdout)
-        for check in ["configuration", "database", "database role", "migrations", "clock", "kek",
-                      "tenant \(tenant) apns production", "tenant \(tenant) apns sandbox", "tenant \(tenant) fcm"] {
+        for check in [
+            "configuration", "database", "database role", "migrations", "clock", "kek",
+            "tenant \(tenant) apns production", "tenant \(tenant) apns sandbox", "tenant \(tenant) fcm"
+        ] {
             XCTAssertEqual(out.filter { $0.hasPrefix("ok   \(check): ") }.count, 1, "one ok line for \(check) in:\n\(r.stdout)")
         }
         XCTAssertFalse(out.contains { $0.hasPrefix("FAIL") }, r.stdout)

@@ -12,10 +12,15 @@ final class RemoteCLITests: XCTestCase {
 
     func testUsageErrorsExitTwo() throws {
         let w = try env.world()
-        for args in [[], ["bogus"], ["targets"], ["start", "--template-version", "tv_x"], ["target", "get"],
-                     ["update", "--target-id", "tgt_x", "--state", "{not json"], ["capabilities", "--nope", "1"],
-                     ["targets", "list", "--limit", "many"], ["start", "--start-target-id", w.startTarget, "--template-version", "tv",
-                                                                "--state", "{}", "--alert-title", "only a title"]] {
+        for args in [
+            [], ["bogus"], ["targets"], ["start", "--template-version", "tv_x"], ["target", "get"],
+            ["update", "--target-id", "tgt_x", "--state", "{not json"], ["capabilities", "--nope", "1"],
+            ["targets", "list", "--limit", "many"],
+            [
+                "start", "--start-target-id", w.startTarget, "--template-version", "tv",
+                "--state", "{}", "--alert-title", "only a title"
+            ]
+        ] {
             let r = try env.remote(args, key: w.sender)
             XCTAssertEqual(r.status, 2, "\(args): \(r.stderr)")
             XCTAssertTrue(r.stderr.contains("liverelay remote:"), r.stderr)
@@ -63,10 +68,13 @@ final class RemoteCLITests: XCTestCase {
 
     func testSeedFlowStartUpdateEnd() throws {
         let w = try env.world()
-        let start = try env.remote(["start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
-                                    "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
-                                    "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
-                                    "--priority", "5", "--idempotency-key", "cli-start-1"], key: w.sender)
+        let start = try env.remote(
+            [
+                "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
+                "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
+                "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
+                "--priority", "5", "--idempotency-key", "cli-start-1"
+            ], key: w.sender)
         XCTAssertEqual(start.status, 0, start.stderr)
         XCTAssertFalse(start.stderr.contains("idempotency_key:"), "an explicit key is not printed")
         let tgt = try XCTUnwrap(start.json["target"]?["id"]?.stringValue, start.stdout)
@@ -76,17 +84,23 @@ final class RemoteCLITests: XCTestCase {
         XCTAssertEqual(start.json["target"]?["business_key"]?.stringValue, "delivery:42")
 
         // The same command again replays (exit 0, same operation).
-        let replay = try env.remote(["start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
-                                     "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
-                                     "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
-                                     "--priority", "5", "--idempotency-key", "cli-start-1"], key: w.sender)
+        let replay = try env.remote(
+            [
+                "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
+                "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
+                "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
+                "--priority", "5", "--idempotency-key", "cli-start-1"
+            ], key: w.sender)
         XCTAssertEqual(replay.status, 0, replay.stderr)
         XCTAssertEqual(replay.json["operation"]?["id"]?.stringValue, op)
 
         // Without a key: a generated one is printed; the business instance is taken → 409 with details.
-        let taken = try env.remote(["start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
-                                    "--state", #"{"eta":"1"}"#, "--alert-title", "t", "--alert-body", "b",
-                                    "--business-key", "delivery:42", "--business-generation", "1"], key: w.sender)
+        let taken = try env.remote(
+            [
+                "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
+                "--state", #"{"eta":"1"}"#, "--alert-title", "t", "--alert-body", "b",
+                "--business-key", "delivery:42", "--business-generation", "1"
+            ], key: w.sender)
         XCTAssertEqual(taken.status, 3)
         XCTAssertTrue(taken.stderr.contains("idempotency_key: "), taken.stderr)
         XCTAssertTrue(taken.stderr.contains("BUSINESS_GENERATION_CONFLICT (HTTP 409)"), taken.stderr)
@@ -95,8 +109,11 @@ final class RemoteCLITests: XCTestCase {
         let stateFile = FileManager.default.temporaryDirectory.appendingPathComponent("state-\(UUID().uuidString).json")
         try Data(#"{"eta":"12:55"}"#.utf8).write(to: stateFile)
         defer { try? FileManager.default.removeItem(at: stateFile) }
-        let update = try env.remote(["update", "--target-id", tgt, "--state-file", stateFile.path, "--expected-revision", "1",
-                                     "--alert-title", "Updated from server", "--alert-body", "New ETA 12:55", "--source-version", "7"], key: w.sender)
+        let update = try env.remote(
+            [
+                "update", "--target-id", tgt, "--state-file", stateFile.path, "--expected-revision", "1",
+                "--alert-title", "Updated from server", "--alert-body", "New ETA 12:55", "--source-version", "7"
+            ], key: w.sender)
         XCTAssertEqual(update.status, 0, update.stderr)
         XCTAssertEqual(update.json["target"]?["revision"]?.intValue, 2)
         XCTAssertEqual(update.json["operation"]?["has_alert"]?.boolValue, true)
@@ -106,8 +123,9 @@ final class RemoteCLITests: XCTestCase {
         XCTAssertTrue(stale.stderr.contains("REVISION_CONFLICT (HTTP 409)"), stale.stderr)
         XCTAssertTrue(stale.stderr.contains(#""current_revision":2"#), stale.stderr)
 
-        let schema = try env.remote(["update", "--target-id", tgt, "--state-file", "-", "--expected-revision", "2"], key: w.sender,
-                                    stdin: #"{"eta": 5}"#)
+        let schema = try env.remote(
+            ["update", "--target-id", tgt, "--state-file", "-", "--expected-revision", "2"], key: w.sender,
+            stdin: #"{"eta": 5}"#)
         XCTAssertEqual(schema.status, 3)
         XCTAssertTrue(schema.stderr.contains("STATE_SCHEMA_MISMATCH (HTTP 422)"), schema.stderr)
 
@@ -134,8 +152,11 @@ final class RemoteCLITests: XCTestCase {
         XCTAssertEqual(ops.status, 0, ops.stderr)
         XCTAssertEqual(ops.json["data"]?.arrayValue?.count, 2)
 
-        let end = try env.remote(["end", "--target-id", tgt, "--state", #"{"eta":"delivered"}"#, "--expected-revision", "2",
-                                  "--dismiss-at", Self.inOneHour(), "--wait-ms", "10"], key: w.sender)
+        let end = try env.remote(
+            [
+                "end", "--target-id", tgt, "--state", #"{"eta":"delivered"}"#, "--expected-revision", "2",
+                "--dismiss-at", Self.inOneHour(), "--wait-ms", "10"
+            ], key: w.sender)
         XCTAssertEqual(end.status, 0, end.stderr)
         XCTAssertEqual(end.json["operation"]?["kind"]?.stringValue, "end")
         XCTAssertEqual(end.json["target"]?["status"]?.stringValue, "ending")
@@ -152,9 +173,12 @@ final class RemoteCLITests: XCTestCase {
         let w = try env.world()
         var ids: [String] = []
         for g in 1...5 {
-            let r = try env.remote(["start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
-                                    "--state", #"{"eta":"1"}"#, "--alert-title", "Preparing", "--alert-body", "b",
-                                    "--business-key", "order:7", "--business-generation", String(g)], key: w.sender)
+            let r = try env.remote(
+                [
+                    "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
+                    "--state", #"{"eta":"1"}"#, "--alert-title", "Preparing", "--alert-body", "b",
+                    "--business-key", "order:7", "--business-generation", String(g)
+                ], key: w.sender)
             XCTAssertEqual(r.status, 0, r.stderr)
             ids.append(r.json["target"]?["id"]?.stringValue ?? "")
         }

@@ -44,11 +44,11 @@ final class Argon2idTests: XCTestCase {
             "", "garbage", "$argon2id$", "$argon2i$v=19$m=64,t=1,p=1$c2FsdHNhbHQ$aGFzaGhhc2hoYXNo",
             good.replacingOccurrences(of: "$argon2id$", with: "$argon2d$"),
             good.replacingOccurrences(of: "v=19", with: "v=16"),
-            good.replacingOccurrences(of: "m=64", with: "m=99999999"),   // over the cost cap
+            good.replacingOccurrences(of: "m=64", with: "m=99999999"),  // over the cost cap
             good.replacingOccurrences(of: "t=1", with: "t=x"),
             String(good.dropLast(5)),
             good + "$extra",
-            good + "\u{0}",
+            good + "\u{0}"
         ]
         for encoded in malformed { XCTAssertFalse(Argon2id.verify(secret, encoded: encoded), encoded) }
         XCTAssertTrue(Argon2id.verify(secret, encoded: good))

@@ -41,7 +41,7 @@ final class DigestTests: XCTestCase {
             XCTAssertEqual(Base64URL.encode(Array(plain.utf8)), encoded)
             XCTAssertEqual(Base64URL.decode(encoded), Array(plain.utf8))
         }
-        XCTAssertEqual(Base64URL.encode([0xFB, 0xFF]), "-_8")       // standard base64: "+/8="
+        XCTAssertEqual(Base64URL.encode([0xFB, 0xFF]), "-_8")  // standard base64: "+/8="
         XCTAssertEqual(Base64URL.encode([0xFB, 0xFF, 0xBF]), "-_-_")
         XCTAssertEqual(Base64URL.decode("-_-_"), [0xFB, 0xFF, 0xBF])
         for _ in 0..<50 {
@@ -51,10 +51,10 @@ final class DigestTests: XCTestCase {
     }
 
     func testBase64URLRejectsMalformed() {
-        XCTAssertNil(Base64URL.decode("Zg=="))   // padding
-        XCTAssertNil(Base64URL.decode("Z"))      // impossible length
-        XCTAssertNil(Base64URL.decode("Zh"))     // non-zero unused bits
-        XCTAssertNil(Base64URL.decode("a+b/"))   // standard alphabet
+        XCTAssertNil(Base64URL.decode("Zg=="))  // padding
+        XCTAssertNil(Base64URL.decode("Z"))  // impossible length
+        XCTAssertNil(Base64URL.decode("Zh"))  // non-zero unused bits
+        XCTAssertNil(Base64URL.decode("a+b/"))  // standard alphabet
         XCTAssertNil(Base64URL.decode("Zm 9v"))  // whitespace
         XCTAssertNil(Base64URL.decode("Zm9v\u{e9}"))
     }

@@ -10,8 +10,9 @@ final class JWTTests: XCTestCase {
         let token = try JWT.sign(header: ["kid": .string("ABC123DEFG")], claims: claims, algorithm: .es256(key))
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
         XCTAssertEqual(parts.count, 3)
-        XCTAssertEqual(Base64URL.decode(String(parts[0])).map { String(decoding: $0, as: UTF8.self) },
-                       #"{"alg":"ES256","kid":"ABC123DEFG"}"#)
+        XCTAssertEqual(
+            Base64URL.decode(String(parts[0])).map { String(decoding: $0, as: UTF8.self) },
+            #"{"alg":"ES256","kid":"ABC123DEFG"}"#)
         XCTAssertEqual(Base64URL.decode(String(parts[2]))?.count, 64)
         let decoded = try JWT.decode(token)
         XCTAssertEqual(decoded.header, ["alg": .string("ES256"), "kid": .string("ABC123DEFG")])
@@ -26,7 +27,7 @@ final class JWTTests: XCTestCase {
         let google: [String: JSONValue] = [
             "iss": .string("sa@project.iam.gserviceaccount.com"),
             "scope": .string("https://www.googleapis.com/auth/firebase.messaging"),
-            "aud": .string("https://oauth2.googleapis.com/token"), "iat": .int(1_700_000_000), "exp": .int(1_700_003_600),
+            "aud": .string("https://oauth2.googleapis.com/token"), "iat": .int(1_700_000_000), "exp": .int(1_700_003_600)
         ]
         let token = try JWT.sign(header: ["typ": .string("JWT"), "alg": .string("none")], claims: google, algorithm: .rs256(key))
         let decoded = try XCTUnwrap(JWT.verify(token, key: key.publicKey))
@@ -75,7 +76,7 @@ final class JWTTests: XCTestCase {
             "\(object)." + Base64URL.encode(Array("\"str\"".utf8)) + ".",
             Base64URL.encode(Array(#"{"alg":1}"#.utf8)) + ".\(object).",
             Base64URL.encode(Array(#"{"alg":"ES256","alg":"none"}"#.utf8)) + ".\(object).",
-            String(repeating: "A", count: 20_000) + ".\(object).",
+            String(repeating: "A", count: 20_000) + ".\(object)."
         ]
         for token in malformed {
             XCTAssertThrowsError(try JWT.decode(token), token) { XCTAssertTrue($0 is CryptoError) }
@@ -90,9 +91,11 @@ final class JWTTests: XCTestCase {
         let key = P256PrivateKey.generate()
         let token = try JWT.sign(header: ["kid": .string("KEYID00001")], claims: claims, algorithm: .es256(key))
         let decoded = try JWT.decode(token)
-        let result = try OpenSSLCLI.run(["dgst", "-sha256", "-verify", try dir.write("pub.pem", key.publicKey.pem),
-                                         "-signature", try dir.write("sig.der", derECDSASignature(raw: decoded.signature)),
-                                         try dir.write("input", decoded.signingInput)])
+        let result = try OpenSSLCLI.run([
+            "dgst", "-sha256", "-verify", try dir.write("pub.pem", key.publicKey.pem),
+            "-signature", try dir.write("sig.der", derECDSASignature(raw: decoded.signature)),
+            try dir.write("input", decoded.signingInput)
+        ])
         XCTAssertEqual(result.status, 0, result.output)
         XCTAssertTrue(result.output.contains("Verified OK"))
     }

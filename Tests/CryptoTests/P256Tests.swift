@@ -52,7 +52,8 @@ final class P256Tests: XCTestCase {
             for j in 0..<50 {
                 let message = Array("thread \(i) message \(j)".utf8)
                 guard let signature = try? key.signES256(message),
-                      key.publicKey.verifyES256(signature: signature, message: message) else { counter.fail(); continue }
+                    key.publicKey.verifyES256(signature: signature, message: message)
+                else { counter.fail(); continue }
             }
         }
         XCTAssertEqual(counter.failures, 0)
@@ -78,7 +79,7 @@ final class P256Tests: XCTestCase {
         let inputs = [
             "", "garbage", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
             String(key.pkcs8PEM.prefix(60)), key.publicKey.pem, Fixtures.encryptedP256,
-            String(repeating: "A", count: 70_000),
+            String(repeating: "A", count: 70_000)
         ]
         for input in inputs {
             XCTAssertThrowsError(try P256PrivateKey(pem: input)) { error in
@@ -97,7 +98,8 @@ final class P256Tests: XCTestCase {
         let spki = bytes(hex: "3059301306072a8648ce3d020106082a8648ce3d030107034200") + [0x04] + x + y
         let key = try P256PublicKey(pem: pem("PUBLIC KEY", der: spki))
         XCTAssertEqual(key.spkiDER, spki)
-        let token = "eyJhbGciOiJFUzI1NiJ9"
+        let token =
+            "eyJhbGciOiJFUzI1NiJ9"
             + ".eyJpc3MiOiJqb2UiLA0KICJleHAiOjEzMDA4MTkzODAsDQogImh0dHA6Ly9leGFtcGxlLmNvbS9pc19yb290Ijp0cnVlfQ"
             + ".DtEhU3ljbEg8L38VWAfUAqOyKAM6-Xx-F4GawxaepmXFCgfTjDxw5djxLa8ISlSApmWQxfKTUJqPP3-Kg6NU1Q"
         let decoded = try XCTUnwrap(JWT.verify(token, key: key))

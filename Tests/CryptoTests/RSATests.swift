@@ -48,9 +48,11 @@ final class RSATests: XCTestCase {
         let dir = try TempDir()
         defer { dir.cleanup() }
         let message = Array("rs256 input".utf8)
-        let result = try OpenSSLCLI.run(["dgst", "-sha256", "-verify", try dir.write("pub.pem", RSATests.key.publicKey.pem),
-                                         "-signature", try dir.write("sig", try RSATests.key.signRS256(message)),
-                                         try dir.write("msg", message)])
+        let result = try OpenSSLCLI.run([
+            "dgst", "-sha256", "-verify", try dir.write("pub.pem", RSATests.key.publicKey.pem),
+            "-signature", try dir.write("sig", try RSATests.key.signRS256(message)),
+            try dir.write("msg", message)
+        ])
         XCTAssertEqual(result.status, 0, result.output)
         XCTAssertTrue(result.output.contains("Verified OK"))
     }

@@ -80,35 +80,35 @@ func pem(_ label: String, der: [UInt8]) -> String {
 enum Fixtures {
     /// `openssl ecparam -name secp384r1 -genkey | openssl pkcs8 -topk8 -nocrypt`
     static let p384PKCS8 = """
-    -----BEGIN PRIVATE KEY-----
-    MIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDA7ViVvU+Ud4+pm4O7V
-    8gQDZI5met3d6V6S+m/+R3JbXFfeQN8uANrxmIilTTjYvXKhZANiAARIO3vI3+i8
-    xOQII+RUA4+7cqzxxa5Ys2IA2a/aDcSsLP+E7uLtgDFSSOaGoIxNdS86+gZO+rKl
-    6iY5PwjMeMcF2NvgBlYZFKBbg5AzAVX8VSXeZBVJHNmALOCP1zAh5QI=
-    -----END PRIVATE KEY-----
-    """
+        -----BEGIN PRIVATE KEY-----
+        MIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDA7ViVvU+Ud4+pm4O7V
+        8gQDZI5met3d6V6S+m/+R3JbXFfeQN8uANrxmIilTTjYvXKhZANiAARIO3vI3+i8
+        xOQII+RUA4+7cqzxxa5Ys2IA2a/aDcSsLP+E7uLtgDFSSOaGoIxNdS86+gZO+rKl
+        6iY5PwjMeMcF2NvgBlYZFKBbg5AzAVX8VSXeZBVJHNmALOCP1zAh5QI=
+        -----END PRIVATE KEY-----
+        """
     /// `openssl ecparam -name prime256v1 -genkey -noout` (SEC 1 "EC PRIVATE KEY").
     static let p256SEC1 = """
-    -----BEGIN EC PRIVATE KEY-----
-    MHcCAQEEIKIxIhxLb3tSrTfdc6sLtqtZNfZnHPaiWHZNdS8UvaT5oAoGCCqGSM49
-    AwEHoUQDQgAEJoDi5xwITVW59/+ehCgETbJoXemis7iGPA8KTMRiufy8/sC9PP2V
-    3EIazLKmQTh6w9QEeeDGv3omwkPWVdip8Q==
-    -----END EC PRIVATE KEY-----
-    """
+        -----BEGIN EC PRIVATE KEY-----
+        MHcCAQEEIKIxIhxLb3tSrTfdc6sLtqtZNfZnHPaiWHZNdS8UvaT5oAoGCCqGSM49
+        AwEHoUQDQgAEJoDi5xwITVW59/+ehCgETbJoXemis7iGPA8KTMRiufy8/sC9PP2V
+        3EIazLKmQTh6w9QEeeDGv3omwkPWVdip8Q==
+        -----END EC PRIVATE KEY-----
+        """
     /// `openssl genpkey -algorithm ed25519`
     static let ed25519 = """
-    -----BEGIN PRIVATE KEY-----
-    MC4CAQAwBQYDK2VwBCIEIEoU3i8qKdmjjdu6pxlJB6CPO3/hkxU09zQ2Ntz0G/A2
-    -----END PRIVATE KEY-----
-    """
+        -----BEGIN PRIVATE KEY-----
+        MC4CAQAwBQYDK2VwBCIEIEoU3i8qKdmjjdu6pxlJB6CPO3/hkxU09zQ2Ntz0G/A2
+        -----END PRIVATE KEY-----
+        """
     /// P-256 key encrypted with password "secret" (must be refused, never prompt).
     static let encryptedP256 = """
-    -----BEGIN ENCRYPTED PRIVATE KEY-----
-    MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAhtuZtgUIZn9QICCAAw
-    DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEEPE/CBRj0AvCws6xB9Q3JzYEgZCQ
-    K4jmDgd9aj26exJtq4ZLE1fiEgfFsNNyqDHgkQtiUk/64Xbf7pTn/fkQM4aBiHmZ
-    iyLJvO9RauOPzl7FmKBNJWom6zHRH2QjB91Tqrki99RHSZI1slZrtUxdcBFJJgcO
-    L+HVpujQYxP96F2f0C2npbvQITADyk7C/BO1xeLIAeMBI2dZmiW7/xWocTPrrEE=
-    -----END ENCRYPTED PRIVATE KEY-----
-    """
+        -----BEGIN ENCRYPTED PRIVATE KEY-----
+        MIHsMFcGCSqGSIb3DQEFDTBKMCkGCSqGSIb3DQEFDDAcBAhtuZtgUIZn9QICCAAw
+        DAYIKoZIhvcNAgkFADAdBglghkgBZQMEASoEEPE/CBRj0AvCws6xB9Q3JzYEgZCQ
+        K4jmDgd9aj26exJtq4ZLE1fiEgfFsNNyqDHgkQtiUk/64Xbf7pTn/fkQM4aBiHmZ
+        iyLJvO9RauOPzl7FmKBNJWom6zHRH2QjB91Tqrki99RHSZI1slZrtUxdcBFJJgcO
+        L+HVpujQYxP96F2f0C2npbvQITADyk7C/BO1xeLIAeMBI2dZmiW7/xWocTPrrEE=
+        -----END ENCRYPTED PRIVATE KEY-----
+        """
 }

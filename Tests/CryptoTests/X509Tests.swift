@@ -54,7 +54,8 @@ final class X509Tests: XCTestCase {
         XCTAssertThrowsError(try X509.issueServerCertificate(ca: mismatched, hosts: ["localhost"]))
         let leaf = try X509.issueServerCertificate(ca: ca, hosts: ["localhost"])
         XCTAssertThrowsError(try X509.issueServerCertificate(ca: leaf, hosts: ["localhost"]), "a leaf is not a CA")
-        XCTAssertThrowsError(try X509.issueServerCertificate(ca: .init(certificatePEM: "junk", privateKeyPEM: ca.privateKeyPEM), hosts: ["localhost"]))
+        XCTAssertThrowsError(
+            try X509.issueServerCertificate(ca: .init(certificatePEM: "junk", privateKeyPEM: ca.privateKeyPEM), hosts: ["localhost"]))
         XCTAssertThrowsError(try X509.makeCertificateAuthority(commonName: ""))
         XCTAssertThrowsError(try X509.makeCertificateAuthority(commonName: String(repeating: "x", count: 65)))
         XCTAssertThrowsError(try X509.makeCertificateAuthority(commonName: "CA", validDays: 0))

@@ -19,15 +19,20 @@ final class APNsChannelClientTests: XCTestCase {
     let app = "com.example.app"
 
     func create(_ policy: APNsMessageStoragePolicy = .noMessageStored, app: String = "com.example.app") throws -> APNsChannelCreated {
-        try client.createChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: policy,
-                                 timeoutSeconds: 10).get()
+        try client.createChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: policy,
+            timeoutSeconds: 10
+        ).get()
     }
 
-    func broadcast(_ channelId: String, expiration: Int64 = 0, priority: Int = 10, body: [UInt8]? = nil,
-                   event: PushEvent = .update) -> OutgoingBroadcast {
+    func broadcast(
+        _ channelId: String, expiration: Int64 = 0, priority: Int = 10, body: [UInt8]? = nil,
+        event: PushEvent = .update
+    ) -> OutgoingBroadcast {
         let payload = body ?? APNsPayload(event: event, timestamp: h.clock.now(), contentState: ["score": "2-1"]).bytes()
-        return OutgoingBroadcast(tenantId: ProviderHarness.tenant, channelOperationId: "cop_test", environment: "sandbox", appId: app,
-                                 channelId: channelId, body: payload, priority: priority, expiration: expiration)
+        return OutgoingBroadcast(
+            tenantId: ProviderHarness.tenant, channelOperationId: "cop_test", environment: "sandbox", appId: app,
+            channelId: channelId, body: payload, priority: priority, expiration: expiration)
     }
 
     func refusal<T>(_ r: Result<T, APNsChannelError>) -> APNsProviderRefusal? {
@@ -37,34 +42,50 @@ final class APNsChannelClientTests: XCTestCase {
 
     func testCreateReadListDelete() throws {
         let requestId = APNsChannelClient.newRequestId()
-        let none = try client.createChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,
-                                            timeoutSeconds: 10, requestId: requestId).get()
+        let none = try client.createChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,
+            timeoutSeconds: 10, requestId: requestId
+        ).get()
         XCTAssertEqual(none.apnsRequestId, requestId, "APNs echoes apns-request-id")
         XCTAssertNotNil(Data(base64Encoded: none.channelId), "channel ids are base64")
         let stored = try create(.mostRecentMessageStored)
         XCTAssertEqual(Set(h.sandbox.channels(bundleId: app).map(\.id)), [none.channelId, stored.channelId])
 
-        let info = try client.readChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: stored.channelId,
-                                          timeoutSeconds: 10).get()
+        let info = try client.readChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: stored.channelId,
+            timeoutSeconds: 10
+        ).get()
         XCTAssertEqual(info.storagePolicy, .mostRecentMessageStored)
         XCTAssertEqual(info.pushType, "LiveActivity")
-        XCTAssertEqual(try client.readChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId,
-                                              timeoutSeconds: 10).get().storagePolicy, .noMessageStored)
+        XCTAssertEqual(
+            try client.readChannel(
+                tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId,
+                timeoutSeconds: 10
+            ).get().storagePolicy, .noMessageStored)
 
         let list = try client.listChannels(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", timeoutSeconds: 10).get()
         XCTAssertEqual(list.channelIds, [none.channelId, stored.channelId])
-        XCTAssertEqual(try client.listChannels(tenantId: ProviderHarness.tenant, appId: "com.example.b", environment: "sandbox",
-                                               timeoutSeconds: 10).get().channelIds, [], "channels belong to one bundle id")
+        XCTAssertEqual(
+            try client.listChannels(
+                tenantId: ProviderHarness.tenant, appId: "com.example.b", environment: "sandbox",
+                timeoutSeconds: 10
+            ).get().channelIds, [], "channels belong to one bundle id")
 
-        XCTAssertEqual(try client.deleteChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId,
-                                                timeoutSeconds: 10).get().channelId, none.channelId)
-        XCTAssertEqual(try client.listChannels(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", timeoutSeconds: 10).get().channelIds,
-                       [stored.channelId])
+        XCTAssertEqual(
+            try client.deleteChannel(
+                tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId,
+                timeoutSeconds: 10
+            ).get().channelId, none.channelId)
+        XCTAssertEqual(
+            try client.listChannels(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", timeoutSeconds: 10).get().channelIds,
+            [stored.channelId])
         // Deleted: reading, deleting again and broadcasting answer ChannelNotRegistered.
-        let reread = client.readChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId, timeoutSeconds: 10)
+        let reread = client.readChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId, timeoutSeconds: 10)
         XCTAssertEqual(refusal(reread)?.status, 400)
         XCTAssertEqual(refusal(reread)?.reason, "ChannelNotRegistered")
-        let again = client.deleteChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId, timeoutSeconds: 10)
+        let again = client.deleteChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", channelId: none.channelId, timeoutSeconds: 10)
         XCTAssertEqual(refusal(again)?.reason, "ChannelNotRegistered")
         XCTAssertEqual(again.failureValue?.providerStatus, 400)
         XCTAssertEqual(again.failureValue?.providerReason, "ChannelNotRegistered")
@@ -97,13 +118,16 @@ final class APNsChannelClientTests: XCTestCase {
         XCTAssertEqual(d.jwtKeyId, h.sandbox.keyId)
         // Priority 1 is a broadcast priority; a stored channel takes a real expiration.
         let stored = try create(.mostRecentMessageStored)
-        let expiration = OutgoingBroadcast.expirationHeader(storagePolicy: .mostRecentMessageStored, expiresAt: nil, now: h.clock.now(),
-                                                            defaultSeconds: 3600)
+        let expiration = OutgoingBroadcast.expirationHeader(
+            storagePolicy: .mostRecentMessageStored, expiresAt: nil, now: h.clock.now(),
+            defaultSeconds: 3600)
         XCTAssertEqual(expiration, Int64(h.clock.now().timeIntervalSince1970.rounded(.down)) + 3600)
         XCTAssertEqual(client.sendBroadcast(broadcast(stored.channelId, expiration: expiration, priority: 1)).status, 200)
         XCTAssertEqual(client.sendBroadcast(broadcast(stored.channelId, expiration: expiration, event: .end)).status, 200)
-        XCTAssertEqual(OutgoingBroadcast.expirationHeader(storagePolicy: .noMessageStored, expiresAt: h.clock.now().addingTimeInterval(60),
-                                                          now: h.clock.now(), defaultSeconds: 3600), 0)
+        XCTAssertEqual(
+            OutgoingBroadcast.expirationHeader(
+                storagePolicy: .noMessageStored, expiresAt: h.clock.now().addingTimeInterval(60),
+                now: h.clock.now(), defaultSeconds: 3600), 0)
         XCTAssertEqual(h.sandbox.broadcasts().count, 3)
         XCTAssertEqual(h.sandbox.stats.broadcastRequests, 3)
         let counter = h.metrics.counter("liverelay_provider_responses_total", help: "", labels: ["provider", "status", "reason"])
@@ -127,9 +151,15 @@ final class APNsChannelClientTests: XCTestCase {
         let over = client.sendBroadcast(broadcast(none.channelId, body: paddedBody(4097)))
         XCTAssertEqual(over.result, .outcome(.failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: "PayloadTooLarge")))
         // A broadcast cannot start activities.
-        XCTAssertEqual(client.sendBroadcast(broadcast(none.channelId, body: APNsPayload(
-            event: .start, timestamp: h.clock.now(), contentState: [:], alert: PushAlert(title: "t", body: "b"),
-            start: .init(attributesType: "A", targetId: "tgt_x", templateVersion: "tv_x")).bytes())).reason, "BadPayload")
+        XCTAssertEqual(
+            client.sendBroadcast(
+                broadcast(
+                    none.channelId,
+                    body: APNsPayload(
+                        event: .start, timestamp: h.clock.now(), contentState: [:], alert: PushAlert(title: "t", body: "b"),
+                        start: .init(attributesType: "A", targetId: "tgt_x", templateVersion: "tv_x")
+                    ).bytes())
+            ).reason, "BadPayload")
         // Channel ids: malformed → BadChannelId (channel invalid), unknown → ChannelNotRegistered.
         let bad = client.sendBroadcast(broadcast("not base64!"))
         XCTAssertEqual(bad.result, .outcome(.tokenDead(providerStatus: 400, providerReason: "BadChannelId")))
@@ -140,10 +170,14 @@ final class APNsChannelClientTests: XCTestCase {
             (SandboxFault(provider: "broadcast", status: 429, reason: "TooManyRequests", retryAfter: 7), .outcome(.retry(after: 7))),
             (SandboxFault(provider: "broadcast", status: 500, reason: "InternalServerError"), .outcome(.retry(after: nil))),
             (SandboxFault(provider: "broadcast", status: 503, reason: "ServiceUnavailable"), .outcome(.retry(after: nil))),
-            (SandboxFault(provider: "broadcast", status: 403, reason: "InvalidProviderToken"),
-             .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken"))),
-            (SandboxFault(provider: "broadcast", status: 400, reason: "FeatureNotEnabled"),
-             .outcome(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "FeatureNotEnabled"))),
+            (
+                SandboxFault(provider: "broadcast", status: 403, reason: "InvalidProviderToken"),
+                .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken"))
+            ),
+            (
+                SandboxFault(provider: "broadcast", status: 400, reason: "FeatureNotEnabled"),
+                .outcome(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "FeatureNotEnabled"))
+            )
         ]
         for (fault, expected) in cases {
             var f = fault
@@ -156,8 +190,9 @@ final class APNsChannelClientTests: XCTestCase {
         }
         // No credential for the bundle id: nothing is sent.
         let before = h.sandbox.stats.broadcastRequests
-        let other = OutgoingBroadcast(tenantId: ProviderHarness.tenant, channelOperationId: "cop_x", environment: "sandbox", appId: "com.other.app",
-                                      channelId: none.channelId, body: paddedBody(100), priority: 10, expiration: 0)
+        let other = OutgoingBroadcast(
+            tenantId: ProviderHarness.tenant, channelOperationId: "cop_x", environment: "sandbox", appId: "com.other.app",
+            channelId: none.channelId, body: paddedBody(100), priority: 10, expiration: 0)
         if case .noCredentials = client.sendBroadcast(other).result {} else { XCTFail("no credential lists com.other.app") }
         XCTAssertEqual(h.sandbox.stats.broadcastRequests, before)
     }
@@ -166,44 +201,66 @@ final class APNsChannelClientTests: XCTestCase {
         // More than the channel limit is refused by APNs: the sandbox counts channels per bundle id.
         for _ in 0..<(Sandbox.maxChannelsPerBundle - 1) { h.sandbox.createChannel(bundleId: "com.example.c") }
         XCTAssertNoThrow(try create(app: "com.example.c"), "the 10,000th channel is created")
-        let limit = client.createChannel(tenantId: ProviderHarness.tenant, appId: "com.example.c", environment: "sandbox",
-                                         storagePolicy: .noMessageStored, timeoutSeconds: 10)
+        let limit = client.createChannel(
+            tenantId: ProviderHarness.tenant, appId: "com.example.c", environment: "sandbox",
+            storagePolicy: .noMessageStored, timeoutSeconds: 10)
         XCTAssertEqual(refusal(limit)?.status, 400)
         XCTAssertEqual(refusal(limit)?.reason, "CannotCreateChannelConfig")
         // A key not registered for the bundle id.
         let narrow = P256PrivateKey.generate()
         h.sandbox.registerAPNsKey(teamId: "TEAMNARROW", keyId: "KEYNARROW1", publicKey: narrow.publicKey, topics: ["com.example.app"])
-        h.source.set("ten_narrow", TenantProviderCredentials(apns: ["sandbox": APNsCredential(
-            teamId: "TEAMNARROW", keyId: "KEYNARROW1", topics: ["com.example.app", "com.example.b"], environment: "sandbox", privateKey: narrow)]))
-        let feature = client.createChannel(tenantId: "ten_narrow", appId: "com.example.b", environment: "sandbox", storagePolicy: .noMessageStored,
-                                           timeoutSeconds: 10)
+        h.source.set(
+            "ten_narrow",
+            TenantProviderCredentials(apns: [
+                "sandbox": APNsCredential(
+                    teamId: "TEAMNARROW", keyId: "KEYNARROW1", topics: ["com.example.app", "com.example.b"], environment: "sandbox",
+                    privateKey: narrow)
+            ]))
+        let feature = client.createChannel(
+            tenantId: "ten_narrow", appId: "com.example.b", environment: "sandbox", storagePolicy: .noMessageStored,
+            timeoutSeconds: 10)
         XCTAssertEqual(refusal(feature)?.reason, "FeatureNotEnabled")
-        XCTAssertNoThrow(try client.createChannel(tenantId: "ten_narrow", appId: "com.example.app", environment: "sandbox",
-                                                  storagePolicy: .noMessageStored, timeoutSeconds: 10).get())
+        XCTAssertNoThrow(
+            try client.createChannel(
+                tenantId: "ten_narrow", appId: "com.example.app", environment: "sandbox",
+                storagePolicy: .noMessageStored, timeoutSeconds: 10
+            ).get())
         // An unknown key → 403 InvalidProviderToken, reported as a credential failure.
         let unknown = P256PrivateKey.generate()
-        h.source.set("ten_unknown", TenantProviderCredentials(apns: ["production": APNsCredential(
-            teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)]))
-        let denied = client.createChannel(tenantId: "ten_unknown", appId: app, environment: "production", storagePolicy: .noMessageStored,
-                                          timeoutSeconds: 10)
+        h.source.set(
+            "ten_unknown",
+            TenantProviderCredentials(apns: [
+                "production": APNsCredential(
+                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
+            ]))
+        let denied = client.createChannel(
+            tenantId: "ten_unknown", appId: app, environment: "production", storagePolicy: .noMessageStored,
+            timeoutSeconds: 10)
         XCTAssertEqual(refusal(denied)?.status, 403)
         XCTAssertEqual(refusal(denied)?.reason, "InvalidProviderToken")
         XCTAssertEqual(h.source.reports.last?.failureReason, "403 InvalidProviderToken")
         // No credential at all.
-        if case .failure(.noCredentials) = client.createChannel(tenantId: "ten_nobody", appId: app, environment: "sandbox",
-                                                               storagePolicy: .noMessageStored, timeoutSeconds: 10) {} else { XCTFail("no credential") }
+        if case .failure(.noCredentials) = client.createChannel(
+            tenantId: "ten_nobody", appId: app, environment: "sandbox",
+            storagePolicy: .noMessageStored, timeoutSeconds: 10)
+        {
+        } else {
+            XCTFail("no credential")
+        }
         // The API's adapter keeps "no credential" apart from "no answer" (400 vs 502 at the API).
         XCTAssertEqual(APNsChannelProvider.management(.noCredentials("none")), .noCredentials(message: "none"))
         XCTAssertEqual(APNsChannelProvider.management(.notProcessed("refused")), .unavailable(message: "refused"))
         // 5xx is retryable; a delayed answer past the timeout is possibly processed.
         h.sandbox.addFault(SandboxFault(provider: "channels", status: 503, reason: "ServiceUnavailable", times: 1))
-        let unavailable = client.createChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,
-                                               timeoutSeconds: 10)
+        let unavailable = client.createChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,
+            timeoutSeconds: 10)
         XCTAssertEqual(refusal(unavailable)?.status, 503)
         XCTAssertEqual(unavailable.failureValue?.isRetryable, true)
         h.sandbox.addFault(SandboxFault(provider: "channels", times: 1, delaySeconds: 2))
-        let slow = client.createChannel(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,
-                                        timeoutSeconds: 0.2)
+        let slow = client.createChannel(
+            tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", storagePolicy: .noMessageStored,
+            timeoutSeconds: 0.2)
         if case .failure(.possiblyProcessed) = slow {} else { XCTFail("a timed-out create is possibly processed: \(slow)") }
     }
 
@@ -222,13 +279,15 @@ final class APNsChannelClientTests: XCTestCase {
         XCTAssertEqual(h.sandbox.broadcasts(channelId: ch.channelId).count, 3)
         // Expired twice: the second answer is final, no loop.
         h.sandbox.addFault(SandboxFault(provider: "broadcast", token: ch.channelId, status: 403, reason: "ExpiredProviderToken", times: 2))
-        XCTAssertEqual(client.sendBroadcast(broadcast(ch.channelId)).result,
-                       .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "ExpiredProviderToken")))
+        XCTAssertEqual(
+            client.sendBroadcast(broadcast(ch.channelId)).result,
+            .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "ExpiredProviderToken")))
         XCTAssertEqual(h.sandbox.broadcasts(channelId: ch.channelId).count, 5)
         // The JWT ages out on the shared clock like any other: refreshed after 20 minutes.
         h.clock.advance(21 * 60)
-        XCTAssertEqual(try client.listChannels(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", timeoutSeconds: 10).get().channelIds,
-                       [ch.channelId])
+        XCTAssertEqual(
+            try client.listChannels(tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", timeoutSeconds: 10).get().channelIds,
+            [ch.channelId])
         XCTAssertEqual(h.sender.apnsTokens.mintedCount, 4)
     }
 
@@ -250,7 +309,8 @@ final class APNsChannelClientTests: XCTestCase {
     /// An update body of exactly `bytes` bytes.
     func paddedBody(_ bytes: Int) -> [UInt8] {
         let base = APNsPayload(event: .update, timestamp: h.clock.now(), contentState: ["p": ""]).bytes().count
-        return APNsPayload(event: .update, timestamp: h.clock.now(), contentState: ["p": .string(String(repeating: "x", count: bytes - base))]).bytes()
+        return APNsPayload(event: .update, timestamp: h.clock.now(), contentState: ["p": .string(String(repeating: "x", count: bytes - base))])
+            .bytes()
     }
 }
 

@@ -26,8 +26,9 @@ final class APNsSenderTests: XCTestCase {
         XCTAssertEqual(d.headers["apns-expiration"], String(Int64(push.expiration.timeIntervalSince1970)))
         XCTAssertEqual(d.jwtKeyId, h.sandbox.keyId)
         XCTAssertEqual(d.payload["aps"]?["event"]?.stringValue, "update")
-        XCTAssertEqual(h.metrics.counter("liverelay_provider_responses_total", help: "", labels: ["provider", "status", "reason"])
-                        .value(["apns", "200", ""]), 1)
+        XCTAssertEqual(
+            h.metrics.counter("liverelay_provider_responses_total", help: "", labels: ["provider", "status", "reason"])
+                .value(["apns", "200", ""]), 1)
         XCTAssertEqual(h.source.reports.last?.failureReason, nil)
         XCTAssertEqual(h.source.reports.last?.fingerprint, h.sandbox.apnsKey.publicKey.fingerprint)
         XCTAssertFalse(h.logText.contains(push.deviceToken), "device tokens are never logged")
@@ -39,14 +40,22 @@ final class APNsSenderTests: XCTestCase {
             (SandboxFault(status: 410, reason: "Unregistered"), .outcome(.tokenDead(providerStatus: 410, providerReason: "Unregistered"))),
             (SandboxFault(status: 410, reason: "ExpiredToken"), .outcome(.tokenDead(providerStatus: 410, providerReason: "ExpiredToken"))),
             (SandboxFault(status: 400, reason: "BadDeviceToken"), .outcome(.tokenDead(providerStatus: 400, providerReason: "BadDeviceToken"))),
-            (SandboxFault(status: 400, reason: "BadTopic"), .outcome(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "BadTopic"))),
-            (SandboxFault(status: 403, reason: "InvalidProviderToken"),
-             .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken"))),
-            (SandboxFault(status: 413, reason: "PayloadTooLarge"), .outcome(.failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: "PayloadTooLarge"))),
+            (
+                SandboxFault(status: 400, reason: "BadTopic"),
+                .outcome(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "BadTopic"))
+            ),
+            (
+                SandboxFault(status: 403, reason: "InvalidProviderToken"),
+                .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken"))
+            ),
+            (
+                SandboxFault(status: 413, reason: "PayloadTooLarge"),
+                .outcome(.failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: "PayloadTooLarge"))
+            ),
             (SandboxFault(status: 429, reason: "TooManyRequests"), .outcome(.retry(after: nil))),
             (SandboxFault(status: 429, reason: "TooManyRequests", retryAfter: 3), .outcome(.retry(after: 3))),
             (SandboxFault(status: 500, reason: "InternalServerError"), .outcome(.retry(after: nil))),
-            (SandboxFault(status: 503, reason: "ServiceUnavailable"), .outcome(.retry(after: nil))),
+            (SandboxFault(status: 503, reason: "ServiceUnavailable"), .outcome(.retry(after: nil)))
         ]
         for (fault, expected) in cases {
             let push = h.iosPush()
@@ -60,13 +69,19 @@ final class APNsSenderTests: XCTestCase {
         let dead = h.iosPush()
         h.sandbox.markDead(dead.deviceToken)
         XCTAssertEqual(h.sender.send(dead), .outcome(.tokenDead(providerStatus: 410, providerReason: "Unregistered")))
-        let big = h.iosPush(body: APNsPayload(event: .update, timestamp: Date(), contentState: ["s": .string(String(repeating: "x", count: 5000))]).bytes())
+        let big = h.iosPush(
+            body: APNsPayload(event: .update, timestamp: Date(), contentState: ["s": .string(String(repeating: "x", count: 5000))]).bytes())
         XCTAssertEqual(h.sender.send(big), .outcome(.failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: "PayloadTooLarge")))
         let unknown = P256PrivateKey.generate()
-        h.source.set("ten_other", TenantProviderCredentials(apns: ["production": APNsCredential(
-            teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)]))
-        XCTAssertEqual(h.sender.send(h.iosPush(tenant: "ten_other")),
-                       .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken")))
+        h.source.set(
+            "ten_other",
+            TenantProviderCredentials(apns: [
+                "production": APNsCredential(
+                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
+            ]))
+        XCTAssertEqual(
+            h.sender.send(h.iosPush(tenant: "ten_other")),
+            .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken")))
         let failure = try XCTUnwrap(h.source.reports.last)
         XCTAssertEqual(failure.tenantId, "ten_other")
         XCTAssertEqual(failure.fingerprint, unknown.publicKey.fingerprint)
@@ -80,7 +95,9 @@ final class APNsSenderTests: XCTestCase {
         if case .noCredentials = h.sender.send(h.iosPush(tenant: "ten_nobody")) {} else { XCTFail("unknown tenant") }
         if case .noCredentials(let why) = h.sender.send(h.iosPush(appId: "com.other.app")) {
             XCTAssertTrue(why.contains("com.other.app"), why)
-        } else { XCTFail("unlisted topic") }
+        } else {
+            XCTFail("unlisted topic")
+        }
         // A production installation uses the sandbox-environment key when it is the only one listing the topic.
         if case .outcome(.accepted) = h.sender.send(h.iosPush(environment: "production")) {} else { XCTFail("environment fallback") }
         XCTAssertEqual(h.sandbox.stats.apnsRequests, 1)
@@ -144,8 +161,9 @@ final class APNsSenderTests: XCTestCase {
     func testExpiredProviderTokenAgainAfterRefreshFailsWithoutLooping() {
         h.sandboxOffset.withLock { $0 = 61 * 60 }
         let push = h.iosPush()
-        XCTAssertEqual(h.sender.send(push),
-                       .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "ExpiredProviderToken")))
+        XCTAssertEqual(
+            h.sender.send(push),
+            .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "ExpiredProviderToken")))
         XCTAssertEqual(h.sandbox.deliveries(token: push.deviceToken).map(\.status), [403, 403])
         XCTAssertEqual(h.sender.apnsTokens.mintedCount, 2)
         XCTAssertEqual(h.source.reports.last?.failureReason, "403 ExpiredProviderToken")
@@ -175,8 +193,11 @@ final class APNsSenderTests: XCTestCase {
         XCTAssertFalse(pending.isEmpty, "streams above last_stream_id are not processed")
         // "above GOAWAY last_stream_id", or, for a thread that only submitted after the GOAWAY
         // arrived (a loaded machine), "not usable"/"before the request was sent": all not processed.
-        XCTAssertTrue(reasons.allSatisfy { $0.contains("GOAWAY") || $0.contains("not usable") || $0.contains("before the request was sent")
-                                           || $0.contains("never written") }, "\(reasons)")
+        XCTAssertTrue(
+            reasons.allSatisfy {
+                $0.contains("GOAWAY") || $0.contains("not usable") || $0.contains("before the request was sent")
+                    || $0.contains("never written")
+            }, "\(reasons)")
         for p in pending { XCTAssertEqual(one.sandbox.deliveries(token: p.deviceToken).count, 0, "notProcessed means the sandbox never saw it") }
         one.sandbox.clearFaults()
         for p in pending { assertAccepted(one.sender.send(p)) }

@@ -43,14 +43,16 @@ final class DispatchBenchTests: XCTestCase {
     func loadQueue(_ h: DispatchHarness, tenant t: String, installation inst: String, prefix: String, count: Int, queued: Int? = nil) throws {
         try h.db.tenant(t) { c in
             let day = QuotaStore.day(Date())
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
                                      push_token, token_status, op_seq)
                 SELECT $1, 'tgt_' || $4 || lpad(g::text, 8, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2,
                        jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), lpad(to_hex(g), 64, '0'), 'registered', 1
                   FROM generate_series(1, $3) g
                 """, [t, inst, count, prefix])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
                 SELECT $1, 'op_' || $4 || lpad(g::text, 8, '0'), 'tgt_' || $4 || lpad(g::text, 8, '0'), 1, 'update', 'queued', 2, true,
                        jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), 10, true, $3::date
@@ -62,12 +64,15 @@ final class DispatchBenchTests: XCTestCase {
 
     /// Starts a dispatcher on `sender`, waits until `count` results of tenant `t` are committed.
     /// Returns (seconds until the last result was committed, streams in flight high-water mark).
-    func drain(_ h: DispatchHarness, sender: SinkSender, tenant t: String, count: Int, batch: Int, threads: Int, worker: String,
-               lags: Shared<[Double]>?) throws -> (seconds: Double, streams: Int, dispatcher: Dispatcher) {
+    func drain(
+        _ h: DispatchHarness, sender: SinkSender, tenant t: String, count: Int, batch: Int, threads: Int, worker: String,
+        lags: Shared<[Double]>?
+    ) throws -> (seconds: Double, streams: Int, dispatcher: Dispatcher) {
         var observer: (@Sendable (Double) -> Void)?
         if let lags { observer = { v in lags.m.withLock { $0.append(v) } } }
-        let config = DispatcherConfiguration(workerId: worker, senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
-                                             leaseSeconds: 60, pollSeconds: 1, lagObserver: observer)
+        let config = DispatcherConfiguration(
+            workerId: worker, senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
+            leaseSeconds: 60, pollSeconds: 1, lagObserver: observer)
         let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: sender, configuration: config, metrics: h.metrics, log: h.logger)
         h.dispatchers.append(d)
         let started = Date()
@@ -97,17 +102,23 @@ final class DispatchBenchTests: XCTestCase {
         let caFile = NSTemporaryDirectory() + "dispatch-bench-ca-\(getpid()).pem"
         try ca.certificatePEM.write(toFile: caFile, atomically: true, encoding: .utf8)
         let received = Atomic<Int>(0)
-        let sink = HTTP2Server(configuration: HTTP2ServerConfiguration(certificatePEM: serverId.certificatePEM, privateKeyPEM: serverId.privateKeyPEM,
-                                                                       maxConcurrentStreams: 1000)) { req in
+        let sink = HTTP2Server(
+            configuration: HTTP2ServerConfiguration(
+                certificatePEM: serverId.certificatePEM, privateKeyPEM: serverId.privateKeyPEM,
+                maxConcurrentStreams: 1000)
+        ) { req in
             received.wrappingAdd(1, ordering: .relaxed)
             return HTTP2Response(status: 200, headers: [("apns-id", req.header("apns-id") ?? "")])
         }
         try sink.start()
         defer { sink.stop() }
         func makeSender() -> SinkSender {
-            SinkSender(pool: HTTP2ConnectionPool(configuration: HTTP2ClientConfiguration(baseURL: URL(string: "https://127.0.0.1:\(sink.port)")!,
-                                                                                         extraCAFile: caFile, requestTimeoutSeconds: 60),
-                                                 maxConnections: connections))
+            SinkSender(
+                pool: HTTP2ConnectionPool(
+                    configuration: HTTP2ClientConfiguration(
+                        baseURL: URL(string: "https://127.0.0.1:\(sink.port)")!,
+                        extraCAFile: caFile, requestTimeoutSeconds: 60),
+                    maxConnections: connections))
         }
 
         let t = try h.tenant(quota: 100_000_000)
@@ -120,8 +131,9 @@ final class DispatchBenchTests: XCTestCase {
         let lags = Shared<[Double]>([])
         let sender = makeSender()
         defer { sender.pool.close() }
-        let (drainSeconds, streamsMax, d) = try drain(h, sender: sender, tenant: t, count: count, batch: batch, threads: threads,
-                                                      worker: "bench", lags: lags)
+        let (drainSeconds, streamsMax, d) = try drain(
+            h, sender: sender, tenant: t, count: count, batch: batch, threads: threads,
+            worker: "bench", lags: lags)
         XCTAssertEqual(received.load(ordering: .relaxed), count, "each update reached the sink exactly once")
         let pushesPerSecond = Double(count) / drainSeconds
         let backlogLags = lags.m.withLock { $0 }.sorted()
@@ -144,8 +156,9 @@ final class DispatchBenchTests: XCTestCase {
             let th = Thread {
                 var i = w
                 while i < liveCount {
-                    do { try h.update(t, target: liveTargets[(i / writers) % 50 + w * 50], state: ["eta": .int(Int64(i))]) }
-                    catch { errors.wrappingAdd(1, ordering: .relaxed) }
+                    do { try h.update(t, target: liveTargets[(i / writers) % 50 + w * 50], state: ["eta": .int(Int64(i))]) } catch {
+                        errors.wrappingAdd(1, ordering: .relaxed)
+                    }
                     i += writers
                     let wait = liveStart.addingTimeInterval(Double(i) / liveRate).timeIntervalSinceNow
                     if wait > 0 { Thread.sleep(forTimeInterval: wait) }
@@ -161,7 +174,8 @@ final class DispatchBenchTests: XCTestCase {
         }
         let liveLags = lags.m.withLock { $0 }.sorted()
         let afterLive = d.stats
-        let liveStats = "live: claims=\(afterLive.claims - beforeLive.claims) (named \(afterLive.namedClaims - beforeLive.namedClaims), "
+        let liveStats =
+            "live: claims=\(afterLive.claims - beforeLive.claims) (named \(afterLive.namedClaims - beforeLive.namedClaims), "
             + "\(afterLive.namedClaimed - beforeLive.namedClaimed) ops) claimed=\(afterLive.claimed - beforeLive.claimed) "
             + "applies=\(afterLive.applies - beforeLive.applies)"
         d.stop()
@@ -176,10 +190,12 @@ final class DispatchBenchTests: XCTestCase {
         if FileManager.default.isExecutableFile(atPath: "/usr/bin/h2load") {
             let p = Process()
             p.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
-            p.arguments = ["-n", String(count), "-c", String(poolConnections), "-m", String(perConnection), "-t", "1", "-d", bodyFile,
-                           "-H", "apns-topic: com.example.app.push-type.liveactivity", "-H", "apns-push-type: liveactivity",
-                           "-H", "apns-priority: 10", "-H", "content-type: application/json",
-                           "https://127.0.0.1:\(sink.port)/3/device/\(String(repeating: "ab", count: 32))"]
+            p.arguments = [
+                "-n", String(count), "-c", String(poolConnections), "-m", String(perConnection), "-t", "1", "-d", bodyFile,
+                "-H", "apns-topic: com.example.app.push-type.liveactivity", "-H", "apns-push-type: liveactivity",
+                "-H", "apns-priority: 10", "-H", "content-type: application/json",
+                "https://127.0.0.1:\(sink.port)/3/device/\(String(repeating: "ab", count: 32))"
+            ]
             let out = Pipe()
             p.standardOutput = out; p.standardError = out
             try p.run()
@@ -200,8 +216,9 @@ final class DispatchBenchTests: XCTestCase {
         try loadQueue(h, tenant: t2, installation: inst2, prefix: "slow", count: delayedCount)
         let slowSender = makeSender()
         defer { slowSender.pool.close() }
-        let (slowSeconds, slowStreams, d2) = try drain(h, sender: slowSender, tenant: t2, count: delayedCount, batch: batch, threads: threads,
-                                                       worker: "bench-slow", lags: nil)
+        let (slowSeconds, slowStreams, d2) = try drain(
+            h, sender: slowSender, tenant: t2, count: delayedCount, batch: batch, threads: threads,
+            worker: "bench-slow", lags: nil)
         let slowStats = statsLine(d2)
         d2.stop()
         sink.setFaults(HTTP2ServerFaults())
@@ -227,7 +244,9 @@ final class DispatchBenchTests: XCTestCase {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
             try loadQueue(h, tenant: ts, installation: insts, prefix: "small", count: 1000)
             claimSmall = claimP50(60)
-            _ = try h.db.tenant(ts) { c in try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts]) }
+            _ = try h.db.tenant(ts) { c in
+                try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts])
+            }
             let tl = try h.tenant(quota: 100_000_000), il = try h.installation(tl)
             let t0 = Date()
             try loadQueue(h, tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
@@ -252,13 +271,17 @@ final class DispatchBenchTests: XCTestCase {
                 }
             }
             _ = try? h.db.system { c -> Int in
-                try keep(c.query("EXPLAIN (ANALYZE, BUFFERS) " + DispatchStore.fairClaimSQL,
-                                 ["profile", 512, 512, "0", 30.0, Timestamp.epochSeconds(Date())]), "claim 512")
-                try keep(c.query("""
-                    EXPLAIN (ANALYZE, BUFFERS) UPDATE operations o SET status = 'accepted', accepted_at = now(), lease_owner = NULL,
-                           lease_expires_at = NULL, updated_at = now()
-                     WHERE o.tenant_id = $1 AND o.status = 'sending' AND o.lease_owner = 'profile'
-                    """, [tp]), "apply 512 accepted")
+                try keep(
+                    c.query(
+                        "EXPLAIN (ANALYZE, BUFFERS) " + DispatchStore.fairClaimSQL,
+                        ["profile", 512, 512, "0", 30.0, Timestamp.epochSeconds(Date())]), "claim 512")
+                try keep(
+                    c.query(
+                        """
+                        EXPLAIN (ANALYZE, BUFFERS) UPDATE operations o SET status = 'accepted', accepted_at = now(), lease_owner = NULL,
+                               lease_expires_at = NULL, updated_at = now()
+                         WHERE o.tenant_id = $1 AND o.status = 'sending' AND o.lease_owner = 'profile'
+                        """, [tp]), "apply 512 accepted")
                 throw Rollback()
             }
         }
@@ -284,8 +307,9 @@ final class DispatchBenchTests: XCTestCase {
             claim_ratio_large_to_small=\(claimSmall > 0 ? String(format: "%.2f", claimLarge / claimSmall) : "n/a")
             """
         print(report)
-        try? report.write(toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "dispatch-bench.txt"),
-                          atomically: true, encoding: .utf8)
+        try? report.write(
+            toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "dispatch-bench.txt"),
+            atomically: true, encoding: .utf8)
     }
 }
 
@@ -302,7 +326,9 @@ final class SinkSender: PushSender, @unchecked Sendable {  // Atomic and Shared 
     func send(_ push: OutgoingPush) -> PushResult {
         let done = DispatchSemaphore(value: 0)
         let box = Shared<PushResult?>(nil)
-        submit(push, written: nil) { r in box.m.withLock { $0 = r }; done.signal() }
+        submit(push, written: nil) { r in
+            box.m.withLock { $0 = r }; done.signal()
+        }
         done.wait()
         return box.m.withLock { $0! }
     }

@@ -23,25 +23,29 @@ final class DispatchFairnessTests: XCTestCase {
     func loadBacklog(_ a: String, installation inst: String) throws -> String {
         try h.db.tenant(a) { c in
             let day = QuotaStore.day(Date())
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
                                      push_token, token_status, op_seq)
                 SELECT $1, 'tgt_a' || lpad(g::text, 6, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2, '{"eta": 1}'::jsonb,
                        lpad(to_hex(g), 64, '0'), 'registered', 100
                   FROM generate_series(1, 1000) g
                 """, [a, inst])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
                 SELECT $1, 'op_a' || lpad(g::text, 7, '0'), 'tgt_a' || lpad(((g - 1) / 100 + 1)::text, 6, '0'), (g - 1) % 100 + 1,
                        'update', 'queued', 2, true, '{"eta": 1}'::jsonb, 10, true, $2::date
                   FROM generate_series(1, 100000) g
                 """, [a, day])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
                                      push_token, token_status, op_seq)
                 VALUES ($1, 'tgt_a_ending', $2, 'local', 'delivery', 'tv_test', 'ending', 1, '{"eta": 1}'::jsonb, NULL, 'pending', 600)
                 """, [a, inst])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, priority, consumes_quota,
                                         next_attempt_at)
                 SELECT $1, 'op_e' || lpad(g::text, 4, '0'), 'tgt_a_ending', g, 'end', 'queued', 1, false, 10, false,
@@ -78,8 +82,9 @@ final class DispatchFairnessTests: XCTestCase {
         // The ending target's head was parked once; its other 599 ends were never touched.
         let parked = try h.row("SELECT count(*) AS n FROM operations WHERE target_id = $1 AND pending_reason = 'token_pending'", [ending]).int("n")
         XCTAssertEqual(parked, 1)
-        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM dispatch_heads WHERE target_id = $1", [ending]).int("n"), 0,
-                       "a parked head leaves the claim queue")
+        XCTAssertEqual(
+            try h.row("SELECT count(*) AS n FROM dispatch_heads WHERE target_id = $1", [ending]).int("n"), 0,
+            "a parked head leaves the claim queue")
         XCTAssertEqual(try h.row("SELECT count(*) AS n FROM operations WHERE status = 'sending'").int("n"), 23)
     }
 
@@ -151,7 +156,8 @@ final class DispatchFairnessTests: XCTestCase {
         XCTAssertEqual(try h.operation(t, second).status, .superseded)
         XCTAssertEqual(try h.operation(t, second).supersededBy, third, "superseded_by names the newer end")
         XCTAssertEqual(try h.operation(t, third).status, .queued)
-        XCTAssertEqual(try h.row("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [tgt]).string("operation_id"), third,
-                       "the newest end is the head of the queue")
+        XCTAssertEqual(
+            try h.row("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [tgt]).string("operation_id"), third,
+            "the newest end is the head of the queue")
     }
 }

@@ -47,15 +47,17 @@ final class DispatchHarness: @unchecked Sendable {
 
     /// Fast settings for tests: short poll, lease and backoff.
     static func testConfiguration(worker: String, threads: Int = 4, lease: Double = 30) -> DispatcherConfiguration {
-        DispatcherConfiguration(workerId: worker, senderThreads: threads, claimBatchSize: 16, applyBatchSize: 16, leaseSeconds: lease,
-                                pollSeconds: 0.2, maintenanceSeconds: 0.2, lifetimeSweepSeconds: 0.5, defaultExpirationSeconds: 3600,
-                                retryPolicy: RetryPolicy(base: 0.1, factor: 2, cap: 0.4), random: { 0.5 }, tenantGaugeSeconds: 0.2)
+        DispatcherConfiguration(
+            workerId: worker, senderThreads: threads, claimBatchSize: 16, applyBatchSize: 16, leaseSeconds: lease,
+            pollSeconds: 0.2, maintenanceSeconds: 0.2, lifetimeSweepSeconds: 0.5, defaultExpirationSeconds: 3600,
+            retryPolicy: RetryPolicy(base: 0.1, factor: 2, cap: 0.4), random: { 0.5 }, tenantGaugeSeconds: 0.2)
     }
 
     @discardableResult
     func dispatcher(_ sender: any PushSender, worker: String = "worker-a", threads: Int = 4, lease: Double = 30, start: Bool = true) -> Dispatcher {
-        let d = Dispatcher(db: db, conninfo: conninfo, sender: sender,
-                           configuration: Self.testConfiguration(worker: worker, threads: threads, lease: lease), metrics: metrics, log: logger)
+        let d = Dispatcher(
+            db: db, conninfo: conninfo, sender: sender,
+            configuration: Self.testConfiguration(worker: worker, threads: threads, lease: lease), metrics: metrics, log: logger)
         dispatchers.append(d)
         if start { d.start() }
         return d
@@ -75,10 +77,12 @@ final class DispatchHarness: @unchecked Sendable {
     func installation(_ tenant: String, platform: String = "ios", fcmToken: String? = nil) throws -> String {
         let id = Identifier.make(.installation)
         _ = try db.tenant(tenant) { c in
-            _ = try InstallationStore.insert(c, tenantId: tenant, id: id, publishableKeyId: "pk_test", appId: "com.example.app",
-                                             platform: platform, environment: "sandbox", installId: UUID().uuidString, fcmToken: fcmToken)
+            _ = try InstallationStore.insert(
+                c, tenantId: tenant, id: id, publishableKeyId: "pk_test", appId: "com.example.app",
+                platform: platform, environment: "sandbox", installId: UUID().uuidString, fcmToken: fcmToken)
             try c.execute("INSERT INTO bindings (tenant_id, installation_id, id) VALUES ($1, $2, 'bnd_widget')", [tenant, id])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO template_versions (tenant_id, installation_id, binding_id, id, activity_type, attributes_type, renderer_digest,
                                                bundle_bytes, bundle_modules, bundle_files)
                 VALUES ($1, $2, 'bnd_widget', 'tv_test', 'delivery', 'DeliveryAttributes', 'sha256:00', 10, 1, 1)
@@ -90,7 +94,8 @@ final class DispatchHarness: @unchecked Sendable {
     func startTarget(_ tenant: String, installation: String, token: String?) throws -> String {
         let id = Identifier.make(.startTarget)
         _ = try db.tenant(tenant) { c in
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO start_targets (tenant_id, id, installation_id, binding_id, activity_type, current_template_version, push_to_start_token, status)
                 VALUES ($1, $2, $3, 'bnd_widget', 'delivery', 'tv_test', $4, 'ready')
                 """, [tenant, id, installation, token])
@@ -105,34 +110,45 @@ final class DispatchHarness: @unchecked Sendable {
     }
 
     /// A running activity (as after a local start + token registration), revision 1.
-    func target(_ tenant: String, installation: String, token: String?, platform: String = "ios",
-                state: JSONValue = ["eta": 10]) throws -> String {
+    func target(
+        _ tenant: String, installation: String, token: String?, platform: String = "ios",
+        state: JSONValue = ["eta": 10]
+    ) throws -> String {
         let id = Identifier.make(.target)
         try db.tenant(tenant) { c in
-            _ = try TargetStore.insert(c, tenantId: tenant, TargetStore.New(
-                id: id, installationId: installation, startTargetId: nil, createdByKeyId: nil, origin: "local", activityType: "delivery",
-                templateVersion: "tv_test", businessKey: nil, businessGeneration: nil, status: platform == "android" ? .ready : .reserved,
-                state: state, staleAt: nil, relevanceScore: nil, tokenStatus: platform == "android" ? "registered" : "pending"))
+            _ = try TargetStore.insert(
+                c, tenantId: tenant,
+                TargetStore.New(
+                    id: id, installationId: installation, startTargetId: nil, createdByKeyId: nil, origin: "local", activityType: "delivery",
+                    templateVersion: "tv_test", businessKey: nil, businessGeneration: nil, status: platform == "android" ? .ready : .reserved,
+                    state: state, staleAt: nil, relevanceScore: nil, tokenStatus: platform == "android" ? "registered" : "pending"))
             if let token { _ = try TargetStore.setPushToken(c, tenantId: tenant, id: id, token: token) }
         }
         return id
     }
 
     /// A remote start as `LifecycleHandlers.start` commits it. Returns (target, operation).
-    func remoteStart(_ tenant: String, startTarget: String, platform: String = "ios", state: JSONValue = ["eta": 1],
-                     alert: PushAlert = PushAlert(title: "Order", body: "On its way"), expiresAt: Date? = nil) throws -> (String, String) {
+    func remoteStart(
+        _ tenant: String, startTarget: String, platform: String = "ios", state: JSONValue = ["eta": 1],
+        alert: PushAlert = PushAlert(title: "Order", body: "On its way"), expiresAt: Date? = nil
+    ) throws -> (String, String) {
         let targetId = Identifier.make(.target), opId = Identifier.make(.operation)
         try db.tenant(tenant) { c in
             guard let st = try TargetStore.startTargetForStart(c, tenantId: tenant, id: startTarget) else { throw FixtureFailure("no start target") }
             let day = try reserveQuota(c, tenant)
-            _ = try TargetStore.insert(c, tenantId: tenant, TargetStore.New(
-                id: targetId, installationId: st.installationId, startTargetId: startTarget, createdByKeyId: nil, origin: "remote",
-                activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: "delivery:42", businessGeneration: "1",
-                status: .starting, state: state, staleAt: nil, relevanceScore: nil, tokenStatus: platform == "android" ? "registered" : "pending"))
+            _ = try TargetStore.insert(
+                c, tenantId: tenant,
+                TargetStore.New(
+                    id: targetId, installationId: st.installationId, startTargetId: startTarget, createdByKeyId: nil, origin: "remote",
+                    activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: "delivery:42", businessGeneration: "1",
+                    status: .starting, state: state, staleAt: nil, relevanceScore: nil, tokenStatus: platform == "android" ? "registered" : "pending")
+            )
             let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: targetId)
-            _ = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-                id: opId, targetId: targetId, seq: seq, kind: .start, revision: 1, state: state, alert: alert,
-                options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
+            _ = try OperationStore.insert(
+                c, tenantId: tenant,
+                OperationStore.New(
+                    id: opId, targetId: targetId, seq: seq, kind: .start, revision: 1, state: state, alert: alert,
+                    options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
         }
         targetOfOperation.m.withLock { $0[opId] = targetId }
         return (targetId, opId)
@@ -146,14 +162,20 @@ final class DispatchHarness: @unchecked Sendable {
             let t = try TargetStore.get(c, tenantId: tenant, id: target, forUpdate: true)!
             let day = try reserveQuota(c, tenant)
             let queued = try OperationStore.queued(c, tenantId: tenant, targetId: target)
-            let victims = WriteRules.superseded(by: .update, hasState: true, queued: queued.map {
-                QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert) })
-            try TargetStore.applyState(c, tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
-                                       staleAt: nil, relevanceScore: nil, status: nil)
+            let victims = WriteRules.superseded(
+                by: .update, hasState: true,
+                queued: queued.map {
+                    QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert)
+                })
+            try TargetStore.applyState(
+                c, tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
+                staleAt: nil, relevanceScore: nil, status: nil)
             let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: target)
-            _ = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-                id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
-                options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
+            _ = try OperationStore.insert(
+                c, tenantId: tenant,
+                OperationStore.New(
+                    id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
+                    options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
             try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
         }
         targetOfOperation.m.withLock { $0[opId] = target }
@@ -171,17 +193,23 @@ final class DispatchHarness: @unchecked Sendable {
             if let state {
                 day = try reserveQuota(c, tenant)
                 revision += 1
-                try TargetStore.applyState(c, tenantId: tenant, id: target, revision: revision, state: state, sourceVersion: nil,
-                                           staleAt: nil, relevanceScore: nil, status: nil)
+                try TargetStore.applyState(
+                    c, tenantId: tenant, id: target, revision: revision, state: state, sourceVersion: nil,
+                    staleAt: nil, relevanceScore: nil, status: nil)
             }
             let queued = try OperationStore.queued(c, tenantId: tenant, targetId: target)
-            let victims = WriteRules.superseded(by: .end, hasState: state != nil, queued: queued.map {
-                QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert) })
+            let victims = WriteRules.superseded(
+                by: .end, hasState: state != nil,
+                queued: queued.map {
+                    QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert)
+                })
             let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: target)
-            _ = try OperationStore.insert(c, tenantId: tenant, OperationStore.New(
-                id: opId, targetId: target, seq: seq, kind: .end, revision: revision, state: state, alert: nil,
-                options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: nil), dismissAt: dismissAt,
-                consumesQuota: state != nil, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
+            _ = try OperationStore.insert(
+                c, tenantId: tenant,
+                OperationStore.New(
+                    id: opId, targetId: target, seq: seq, kind: .end, revision: revision, state: state, alert: nil,
+                    options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: nil), dismissAt: dismissAt,
+                    consumesQuota: state != nil, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
             try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
             try TargetStore.setStatus(c, tenantId: tenant, id: target, status: .ending)
         }
@@ -209,8 +237,10 @@ final class DispatchHarness: @unchecked Sendable {
 
     /// Waits until the operation reaches `status` (fails the test after `seconds`).
     @discardableResult
-    func waitFor(_ tenant: String, _ op: String, _ status: OperationStatus, within seconds: Double = 10,
-                 file: StaticString = #filePath, line: UInt = #line) throws -> OperationRecord {
+    func waitFor(
+        _ tenant: String, _ op: String, _ status: OperationStatus, within seconds: Double = 10,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> OperationRecord {
         let deadline = Date().addingTimeInterval(seconds)
         var last: OperationRecord?
         while Date() < deadline {
@@ -262,7 +292,9 @@ final class FakeSender: PushSender, @unchecked Sendable {  // state under `lock`
     var calls: [Call] { lock.lock(); defer { lock.unlock() }; return log }
     var maxInFlightPerTarget: Int { lock.lock(); defer { lock.unlock() }; return maxInFlightPerTargetSeen }
     func calls(for op: String) -> [Call] { calls.filter { $0.push.operationId == op } }
-    func isHolding(_ op: String) -> Bool { lock.lock(); defer { lock.unlock() }; return log.contains { $0.push.operationId == op } && held.contains(op) }
+    func isHolding(_ op: String) -> Bool {
+        lock.lock(); defer { lock.unlock() }; return log.contains { $0.push.operationId == op } && held.contains(op)
+    }
 
     func send(_ push: OutgoingPush) -> PushResult {
         let target = targetOf(push.operationId)

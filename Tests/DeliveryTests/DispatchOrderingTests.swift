@@ -131,9 +131,10 @@ final class DispatchOrderingTests: XCTestCase {
         XCTAssertEqual(fake.calls(for: stateOp).first?.timestamp, stamp, "the resend keeps the timestamp of the lost attempt")
         // The dead worker wakes up late: its result is fenced off.
         let late = try h.db.system { c in
-            try DispatchStore.apply(c, claimed.first { $0.id == stateOp }!,
-                                    DispatchDecision(operation: .failed(.init(code: "X", message: "late")), quota: .release),
-                                    guard: .lease(owner: "dead-worker", attempts: 1), apnsId: nil, usedToken: "lb")
+            try DispatchStore.apply(
+                c, claimed.first { $0.id == stateOp }!,
+                DispatchDecision(operation: .failed(.init(code: "X", message: "late")), quota: .release),
+                guard: .lease(owner: "dead-worker", attempts: 1), apnsId: nil, usedToken: "lb")
         }
         XCTAssertFalse(late)
         XCTAssertEqual(try h.operation(t, stateOp).status, .accepted)

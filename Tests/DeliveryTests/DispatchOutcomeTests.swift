@@ -263,8 +263,9 @@ final class DispatchOutcomeTests: XCTestCase {
         let pendingTgt = try h.target(t, installation: inst, token: nil)
         let parked = try h.update(t, target: pendingTgt, state: ["v": 1], expiresAt: Date().addingTimeInterval(60))
         _ = try h.db.system { c in
-            try c.execute("UPDATE operations SET expires_at = now() - interval '1 second' WHERE tenant_id = $1 AND id = ANY($2::text[])",
-                          [t, PostgresTextArray([op, parked])])
+            try c.execute(
+                "UPDATE operations SET expires_at = now() - interval '1 second' WHERE tenant_id = $1 AND id = ANY($2::text[])",
+                [t, PostgresTextArray([op, parked])])
         }
         // A retried operation whose backoff would pass expires_at is expired instead.
         let other = try h.target(t, installation: inst, token: "e2")

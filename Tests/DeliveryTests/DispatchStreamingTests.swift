@@ -57,8 +57,9 @@ final class DispatchStreamingTests: XCTestCase {
         var config = DispatchHarness.testConfiguration(worker: "w-inproc")
         config.pollSeconds = 3600  // no poll fallback within this test
         // A dispatcher whose LISTEN connection points nowhere: only the in-process hook can wake it.
-        let d = Dispatcher(db: h.db, conninfo: "host=/nonexistent dbname=none connect_timeout=1", sender: h.fakeSender(),
-                           configuration: config, metrics: h.metrics, log: h.logger)
+        let d = Dispatcher(
+            db: h.db, conninfo: "host=/nonexistent dbname=none connect_timeout=1", sender: h.fakeSender(),
+            configuration: config, metrics: h.metrics, log: h.logger)
         h.dispatchers.append(d)
         d.start()
         // The start-up claim has run and found nothing; the claim loop now waits for a wake-up.

@@ -17,8 +17,11 @@ final class FCMSenderTests: XCTestCase {
         let pushes = (0..<100).map { _ in h.androidPush() }
         let results = concurrently(100, threads: 8) { [h] i in h!.sender.send(pushes[i]) }
         for (i, r) in results.enumerated() {
-            if case .outcome(.accepted(let name)) = r { XCTAssertTrue(name?.hasPrefix("projects/\(h.sandbox.projectId)/messages/") == true) }
-            else { XCTFail("push \(i): \(r)") }
+            if case .outcome(.accepted(let name)) = r {
+                XCTAssertTrue(name?.hasPrefix("projects/\(h.sandbox.projectId)/messages/") == true)
+            } else {
+                XCTFail("push \(i): \(r)")
+            }
         }
         XCTAssertEqual(h.sandbox.stats.tokenRequests, 1)
         XCTAssertEqual(h.sender.fcmTokens.tokenRequestCount, 1)
@@ -53,7 +56,8 @@ final class FCMSenderTests: XCTestCase {
     func test401AgainAfterRefreshFailsWithoutLooping() {
         let push = h.androidPush()
         h.sandbox.addFault(SandboxFault(provider: "fcm", token: push.deviceToken, status: 401))
-        XCTAssertEqual(h.sender.send(push), .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 401, providerReason: "UNAUTHENTICATED")))
+        XCTAssertEqual(
+            h.sender.send(push), .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 401, providerReason: "UNAUTHENTICATED")))
         XCTAssertEqual(h.sandbox.deliveries(token: push.deviceToken).map(\.status), [401, 401])
         XCTAssertEqual(h.sandbox.stats.tokenRequests, 2, "one initial token, one refresh")
         XCTAssertEqual(h.source.reports.last?.failureReason, "401 UNAUTHENTICATED")
@@ -68,11 +72,16 @@ final class FCMSenderTests: XCTestCase {
     func testErrorMatrix() {
         let cases: [(SandboxFault, PushResult)] = [
             (SandboxFault(status: 404, reason: "UNREGISTERED"), .outcome(.tokenDead(providerStatus: 404, providerReason: "UNREGISTERED"))),
-            (SandboxFault(status: 400, reason: "INVALID_ARGUMENT"), .outcome(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "INVALID_ARGUMENT"))),
-            (SandboxFault(status: 403, reason: "SENDER_ID_MISMATCH"),
-             .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "SENDER_ID_MISMATCH"))),
+            (
+                SandboxFault(status: 400, reason: "INVALID_ARGUMENT"),
+                .outcome(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "INVALID_ARGUMENT"))
+            ),
+            (
+                SandboxFault(status: 403, reason: "SENDER_ID_MISMATCH"),
+                .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "SENDER_ID_MISMATCH"))
+            ),
             (SandboxFault(status: 500, reason: "INTERNAL"), .outcome(.retry(after: nil))),
-            (SandboxFault(status: 503, reason: "UNAVAILABLE", retryAfter: 10), .outcome(.retry(after: 10))),
+            (SandboxFault(status: 503, reason: "UNAVAILABLE", retryAfter: 10), .outcome(.retry(after: 10)))
         ]
         for (fault, expected) in cases {
             let push = h.androidPush()
@@ -90,11 +99,15 @@ final class FCMSenderTests: XCTestCase {
     }
 
     func testRejectedServiceAccountFailsBeforeAnyMessageIsSent() {
-        h.source.set("ten_rogue", TenantProviderCredentials(fcm: FCMCredential(
-            projectId: h.sandbox.projectId, clientEmail: h.sandbox.clientEmail, privateKeyId: "k1", tokenURI: h.sandbox.tokenURI,
-            privateKey: RSAPrivateKey.generate())))
-        XCTAssertEqual(h.sender.send(h.androidPush(tenant: "ten_rogue")),
-                       .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 400, providerReason: "oauth: invalid_grant")))
+        h.source.set(
+            "ten_rogue",
+            TenantProviderCredentials(
+                fcm: FCMCredential(
+                    projectId: h.sandbox.projectId, clientEmail: h.sandbox.clientEmail, privateKeyId: "k1", tokenURI: h.sandbox.tokenURI,
+                    privateKey: RSAPrivateKey.generate())))
+        XCTAssertEqual(
+            h.sender.send(h.androidPush(tenant: "ten_rogue")),
+            .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 400, providerReason: "oauth: invalid_grant")))
         XCTAssertEqual(h.sandbox.stats.fcmRequests, 0)
         // The token endpoint overloaded: retry later; the message was not sent.
         h.sandbox.addFault(SandboxFault(provider: "oauth", status: 503, retryAfter: 2, times: 1))

@@ -20,9 +20,12 @@ final class FCMTokenHardeningTests: XCTestCase {
 
     func testAFailingTokenEndpointIsAskedOnceForManyConcurrentSendsThenAgainAfterTheFailureCache() {
         // A service account the sandbox ("Google") does not know: every token request is refused.
-        h.source.set("ten_rogue", TenantProviderCredentials(fcm: FCMCredential(
-            projectId: h.sandbox.projectId, clientEmail: "rogue@demo-project.iam.gserviceaccount.com", privateKeyId: "k1",
-            tokenURI: h.sandbox.tokenURI, privateKey: RSAPrivateKey.generate())))
+        h.source.set(
+            "ten_rogue",
+            TenantProviderCredentials(
+                fcm: FCMCredential(
+                    projectId: h.sandbox.projectId, clientEmail: "rogue@demo-project.iam.gserviceaccount.com", privateKeyId: "k1",
+                    tokenURI: h.sandbox.tokenURI, privateKey: RSAPrivateKey.generate())))
         let expected = PushResult.outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 400, providerReason: "oauth: invalid_grant"))
         let results = concurrently(32, threads: 16) { [h] _ in h!.sender.send(h!.androidPush(tenant: "ten_rogue")) }
         for r in results { XCTAssertEqual(r, expected) }
@@ -40,9 +43,12 @@ final class FCMTokenHardeningTests: XCTestCase {
     func testAStoredTokenURIOffTheAllowedOriginsIsNeverContacted() throws {
         let trap = try TCPTrap()
         defer { trap.close() }
-        h.source.set("ten_ssrf", TenantProviderCredentials(fcm: FCMCredential(
-            projectId: h.sandbox.projectId, clientEmail: h.sandbox.clientEmail, privateKeyId: "k1",
-            tokenURI: "https://127.0.0.1:\(trap.port)/token", privateKey: h.sandbox.serviceAccountKey)))
+        h.source.set(
+            "ten_ssrf",
+            TenantProviderCredentials(
+                fcm: FCMCredential(
+                    projectId: h.sandbox.projectId, clientEmail: h.sandbox.clientEmail, privateKeyId: "k1",
+                    tokenURI: "https://127.0.0.1:\(trap.port)/token", privateKey: h.sandbox.serviceAccountKey)))
         let r = h.sender.send(h.androidPush(tenant: "ten_ssrf"))
         XCTAssertEqual(r, .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 0, providerReason: "oauth: token_uri not allowed")))
         XCTAssertEqual(trap.acceptedConnections(), 0, "no connection to the tenant-chosen address")

@@ -39,23 +39,28 @@ final class ProviderCredentialSourceTests: XCTestCase {
         try db.tenant("ten_db") { c in
             _ = try ProviderCredentialStore.upsertAPNs(
                 c, tenantId: "ten_db", environment: "sandbox", teamId: h.sandbox.teamId, keyId: h.sandbox.keyId, topics: ["com.example.app"],
-                privateKeySealed: try ProviderCredentialStore.sealPrivateKey(h.sandbox.apnsKey.pkcs8PEM, kek: kek, tenantId: "ten_db",
-                                                                             provider: "apns", environment: "sandbox"),
+                privateKeySealed: try ProviderCredentialStore.sealPrivateKey(
+                    h.sandbox.apnsKey.pkcs8PEM, kek: kek, tenantId: "ten_db",
+                    provider: "apns", environment: "sandbox"),
                 fingerprint: apnsFP, actorId: "mk_test")
             _ = try ProviderCredentialStore.upsertFCM(
                 c, tenantId: "ten_db", projectId: h.sandbox.projectId, clientEmail: h.sandbox.clientEmail, privateKeyId: h.sandbox.privateKeyId,
                 tokenURI: h.sandbox.tokenURI,
-                privateKeySealed: try ProviderCredentialStore.sealPrivateKey(h.sandbox.serviceAccountKey.pkcs8PEM, kek: kek, tenantId: "ten_db",
-                                                                             provider: "fcm", environment: nil),
+                privateKeySealed: try ProviderCredentialStore.sealPrivateKey(
+                    h.sandbox.serviceAccountKey.pkcs8PEM, kek: kek, tenantId: "ten_db",
+                    provider: "fcm", environment: nil),
                 fingerprint: fcmFP, actorId: "mk_test")
         }
         // The stored box is not the key.
-        let stored = try db.tenant("ten_db") { c in try c.query("SELECT private_key_sealed FROM apns_credentials WHERE tenant_id = 'ten_db'")[0].bytes("private_key_sealed") }
+        let stored = try db.tenant("ten_db") { c in
+            try c.query("SELECT private_key_sealed FROM apns_credentials WHERE tenant_id = 'ten_db'")[0].bytes("private_key_sealed")
+        }
         XCTAssertNil(String(decoding: stored, as: UTF8.self).range(of: "PRIVATE KEY"))
 
         let source = DatabaseProviderCredentialSource(db: db, kek: kek, log: Logger(minimum: .error), now: { h.clock.now() })
-        let sender = ProviderSender(source: source, endpoints: h.endpoints, metrics: MetricsRegistry(), log: Logger(minimum: .error),
-                                    now: { h.clock.now() })
+        let sender = ProviderSender(
+            source: source, endpoints: h.endpoints, metrics: MetricsRegistry(), log: Logger(minimum: .error),
+            now: { h.clock.now() })
         defer { sender.close() }
         assertAccepted(sender.send(h.iosPush(tenant: "ten_db")))
         assertAccepted(sender.send(h.androidPush(tenant: "ten_db")))
@@ -70,8 +75,10 @@ final class ProviderCredentialSourceTests: XCTestCase {
         // A credential failure is recorded with its reason; an old key's report changes nothing.
         h.sandbox.addFault(SandboxFault(provider: "apns", status: 403, reason: "InvalidProviderToken", times: 1))
         _ = sender.send(h.iosPush(tenant: "ten_db"))
-        source.report(ProviderCredentialHealthReport(provider: "fcm", tenantId: "ten_db", environment: nil, fingerprint: "sha256:old",
-                                                     at: h.clock.now(), failureReason: "401 x"))
+        source.report(
+            ProviderCredentialHealthReport(
+                provider: "fcm", tenantId: "ten_db", environment: nil, fingerprint: "sha256:old",
+                at: h.clock.now(), failureReason: "401 x"))
         source.flush()
         let (apns2, fcm2) = try db.tenant("ten_db") { c in
             (try ProviderCredentialStore.apnsCredentials(c, tenantId: "ten_db")[0], try ProviderCredentialStore.fcmCredential(c, tenantId: "ten_db")!)
@@ -86,10 +93,14 @@ final class ProviderCredentialSourceTests: XCTestCase {
         if case .noCredentials = sender.send(h.androidPush(tenant: "ten_db")) {} else { XCTFail("cache outlived its TTL") }
 
         // Another KEK cannot open the boxes: no credentials, nothing sent.
-        let wrong = DatabaseProviderCredentialSource(db: db, kek: try AESGCM(key: SecureRandom.bytes(32)), log: Logger(minimum: .error, sink: { _ in }))
+        let wrong = DatabaseProviderCredentialSource(
+            db: db, kek: try AESGCM(key: SecureRandom.bytes(32)), log: Logger(minimum: .error, sink: { _ in }))
         let other = ProviderSender(source: wrong, endpoints: h.endpoints, metrics: MetricsRegistry(), log: Logger(minimum: .error))
         defer { other.close() }
-        if case .noCredentials(let why) = other.send(h.iosPush(tenant: "ten_db")) { XCTAssertTrue(why.contains("LIVERELAY_KEK"), why) }
-        else { XCTFail("wrong KEK") }
+        if case .noCredentials(let why) = other.send(h.iosPush(tenant: "ten_db")) {
+            XCTAssertTrue(why.contains("LIVERELAY_KEK"), why)
+        } else {
+            XCTFail("wrong KEK")
+        }
     }
 }

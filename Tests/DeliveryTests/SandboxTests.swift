@@ -40,24 +40,33 @@ final class ProviderHarness: @unchecked Sendable {
     init(tokenUpdatesPer20Minutes: Int = 4, maxConnections: Int = 4, requestTimeout: Double = 5) throws {
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("lr-sandbox-\(UUID().uuidString)")
         let clock = self.clock, offset = self.sandboxOffset
-        sandbox = try Sandbox(configuration: SandboxConfiguration(
-            port: 0, controlPort: 0, directory: directory, providerTokenUpdatesPer20Minutes: tokenUpdatesPer20Minutes,
-            now: { clock.now().addingTimeInterval(offset.withLock { $0 }) }))
+        sandbox = try Sandbox(
+            configuration: SandboxConfiguration(
+                port: 0, controlPort: 0, directory: directory, providerTokenUpdatesPer20Minutes: tokenUpdatesPer20Minutes,
+                now: { clock.now().addingTimeInterval(offset.withLock { $0 }) }))
         try sandbox.start()
         let base = URL(string: sandbox.baseURL)!
-        var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
-                                          connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
+        var endpoints = ProviderEndpoints(
+            apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+            connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout, maxConnectionsPerPool: maxConnections)
         endpoints.setChannelURLs(base)
         self.endpoints = endpoints
-        source.set(Self.tenant, TenantProviderCredentials(
-            apns: ["sandbox": APNsCredential(teamId: sandbox.teamId, keyId: sandbox.keyId, topics: Self.topics, environment: "sandbox",
-                                             privateKey: sandbox.apnsKey)],
-            fcm: FCMCredential(projectId: sandbox.projectId, clientEmail: sandbox.clientEmail, privateKeyId: sandbox.privateKeyId,
-                               tokenURI: sandbox.tokenURI, privateKey: sandbox.serviceAccountKey)))
+        source.set(
+            Self.tenant,
+            TenantProviderCredentials(
+                apns: [
+                    "sandbox": APNsCredential(
+                        teamId: sandbox.teamId, keyId: sandbox.keyId, topics: Self.topics, environment: "sandbox",
+                        privateKey: sandbox.apnsKey)
+                ],
+                fcm: FCMCredential(
+                    projectId: sandbox.projectId, clientEmail: sandbox.clientEmail, privateKeyId: sandbox.privateKeyId,
+                    tokenURI: sandbox.tokenURI, privateKey: sandbox.serviceAccountKey)))
         let captured = logs
-        sender = ProviderSender(source: source, endpoints: endpoints, metrics: metrics,
-                                log: Logger(minimum: .debug, sink: { line in captured.withLock { $0.append(line) } }),
-                                now: { clock.now() })
+        sender = ProviderSender(
+            source: source, endpoints: endpoints, metrics: metrics,
+            log: Logger(minimum: .debug, sink: { line in captured.withLock { $0.append(line) } }),
+            now: { clock.now() })
     }
 
     func tearDown() {
@@ -70,20 +79,29 @@ final class ProviderHarness: @unchecked Sendable {
         Digest.sha256Hex(Array(seed.utf8)) + Digest.sha256Hex(Array((seed + "x").utf8))
     }
 
-    func iosPush(token: String = ProviderHarness.hexToken(), appId: String = "com.example.app", environment: String = "sandbox",
-                 tenant: String = ProviderHarness.tenant, body: [UInt8]? = nil, event: PushEvent = .update) -> OutgoingPush {
-        let payload = body ?? APNsPayload(event: event, timestamp: clock.now(), contentState: ["progress": .double(0.5), "status": "en route"]).bytes()
-        return OutgoingPush(tenantId: tenant, operationId: "op_\(UUID().uuidString.prefix(8))", platform: "ios", environment: environment,
-                            appId: appId, deviceToken: token, apnsBody: payload, fcmBody: nil, priority: 10,
-                            expiration: clock.now().addingTimeInterval(3600), apnsId: UUID().uuidString.lowercased())
+    func iosPush(
+        token: String = ProviderHarness.hexToken(), appId: String = "com.example.app", environment: String = "sandbox",
+        tenant: String = ProviderHarness.tenant, body: [UInt8]? = nil, event: PushEvent = .update
+    ) -> OutgoingPush {
+        let payload =
+            body ?? APNsPayload(event: event, timestamp: clock.now(), contentState: ["progress": .double(0.5), "status": "en route"]).bytes()
+        return OutgoingPush(
+            tenantId: tenant, operationId: "op_\(UUID().uuidString.prefix(8))", platform: "ios", environment: environment,
+            appId: appId, deviceToken: token, apnsBody: payload, fcmBody: nil, priority: 10,
+            expiration: clock.now().addingTimeInterval(3600), apnsId: UUID().uuidString.lowercased())
     }
 
     func androidPush(token: String = "fcm-" + UUID().uuidString, body: [UInt8]? = nil, tenant: String = ProviderHarness.tenant) -> OutgoingPush {
-        let payload = body ?? FCMMessage(token: token, targetId: "tgt_x", event: .update, revision: 2, timestamp: clock.now(),
-                                         state: ["progress": .double(0.5)], templateVersion: "tv_x", ttlSeconds: 3600).bytes()
-        return OutgoingPush(tenantId: tenant, operationId: "op_\(UUID().uuidString.prefix(8))", platform: "android", environment: "production",
-                            appId: "com.example.app", deviceToken: token, apnsBody: nil, fcmBody: payload, priority: 10,
-                            expiration: clock.now().addingTimeInterval(3600), apnsId: UUID().uuidString.lowercased())
+        let payload =
+            body
+            ?? FCMMessage(
+                token: token, targetId: "tgt_x", event: .update, revision: 2, timestamp: clock.now(),
+                state: ["progress": .double(0.5)], templateVersion: "tv_x", ttlSeconds: 3600
+            ).bytes()
+        return OutgoingPush(
+            tenantId: tenant, operationId: "op_\(UUID().uuidString.prefix(8))", platform: "android", environment: "production",
+            appId: "com.example.app", deviceToken: token, apnsBody: nil, fcmBody: payload, priority: 10,
+            expiration: clock.now().addingTimeInterval(3600), apnsId: UUID().uuidString.lowercased())
     }
 
     var logText: String { logs.withLock { $0.joined(separator: "\n") } }
@@ -135,26 +153,32 @@ final class SandboxTests: XCTestCase {
 
     /// Raw HTTP/2 requests the way a sloppy client would make them: each documented check answers.
     func testChecksRequestsTheWayAppleDocuments() throws {
-        let conn = try HTTP2Connection(configuration: HTTP2ClientConfiguration(
-            baseURL: URL(string: h.sandbox.baseURL)!, extraCAFile: h.sandbox.files["ca.pem"], connectTimeoutSeconds: 5, requestTimeoutSeconds: 5))
+        let conn = try HTTP2Connection(
+            configuration: HTTP2ClientConfiguration(
+                baseURL: URL(string: h.sandbox.baseURL)!, extraCAFile: h.sandbox.files["ca.pem"], connectTimeoutSeconds: 5, requestTimeoutSeconds: 5))
         defer { conn.close() }
         let iat = Int64(h.clock.now().timeIntervalSince1970)
-        let jwt = try JWT.sign(header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat)],
-                               algorithm: .es256(h.sandbox.apnsKey))
+        let jwt = try JWT.sign(
+            header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat)],
+            algorithm: .es256(h.sandbox.apnsKey))
         let good = APNsPayload(event: .update, timestamp: h.clock.now(), contentState: ["a": 1]).bytes()
         func send(_ headers: [(String, String)], body: [UInt8] = good, token: String = ProviderHarness.hexToken()) throws -> (Int, String?) {
             let r = try conn.send(HTTP2Request(method: "POST", path: "/3/device/\(token)", headers: headers, body: body))
             return (r.status, ProviderOutcome.apnsReason(r.body))
         }
-        let base: [(String, String)] = [("authorization", "bearer \(jwt)"), ("apns-topic", "com.example.app.push-type.liveactivity"),
-                                        ("apns-push-type", "liveactivity"), ("apns-priority", "10")]
+        let base: [(String, String)] = [
+            ("authorization", "bearer \(jwt)"), ("apns-topic", "com.example.app.push-type.liveactivity"),
+            ("apns-push-type", "liveactivity"), ("apns-priority", "10")
+        ]
         XCTAssertEqual(try send(base).0, 200)
         XCTAssertEqual(try send(Array(base.dropFirst())).1, "MissingProviderToken")
-        let otherKey = try JWT.sign(header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat)],
-                                    algorithm: .es256(P256PrivateKey.generate()))
+        let otherKey = try JWT.sign(
+            header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat)],
+            algorithm: .es256(P256PrivateKey.generate()))
         XCTAssertEqual(try send([("authorization", "bearer \(otherKey)")] + base.dropFirst()).1, "InvalidProviderToken")
-        let old = try JWT.sign(header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat - 3601)],
-                               algorithm: .es256(h.sandbox.apnsKey))
+        let old = try JWT.sign(
+            header: ["kid": .string(h.sandbox.keyId)], claims: ["iss": .string(h.sandbox.teamId), "iat": .int(iat - 3601)],
+            algorithm: .es256(h.sandbox.apnsKey))
         XCTAssertEqual(try send([("authorization", "bearer \(old)")] + base.dropFirst()).1, "ExpiredProviderToken")
         XCTAssertEqual(try send([base[0], ("apns-topic", "com.example.app"), base[2], base[3]]).1, "TopicDisallowed")
         XCTAssertEqual(try send([base[0], base[1], ("apns-push-type", "alert"), base[3]]).1, "InvalidPushType")
@@ -169,16 +193,22 @@ final class SandboxTests: XCTestCase {
         // Apple's strict rule (1 new token per 20 min) catches a client minting per request.
         let strict = try ProviderHarness(tokenUpdatesPer20Minutes: 1)
         defer { strict.tearDown() }
-        let c2 = try HTTP2Connection(configuration: HTTP2ClientConfiguration(
-            baseURL: URL(string: strict.sandbox.baseURL)!, extraCAFile: strict.sandbox.files["ca.pem"], connectTimeoutSeconds: 5))
+        let c2 = try HTTP2Connection(
+            configuration: HTTP2ClientConfiguration(
+                baseURL: URL(string: strict.sandbox.baseURL)!, extraCAFile: strict.sandbox.files["ca.pem"], connectTimeoutSeconds: 5))
         defer { c2.close() }
         var statuses: [Int] = []
         for k in 0..<2 {
-            let t = try JWT.sign(header: ["kid": .string(strict.sandbox.keyId)],
-                                 claims: ["iss": .string(strict.sandbox.teamId), "iat": .int(iat + Int64(k) * 60)],
-                                 algorithm: .es256(strict.sandbox.apnsKey))
-            statuses.append(try c2.send(HTTP2Request(method: "POST", path: "/3/device/\(ProviderHarness.hexToken())",
-                                                     headers: [("authorization", "bearer \(t)")] + base.dropFirst(), body: good)).status)
+            let t = try JWT.sign(
+                header: ["kid": .string(strict.sandbox.keyId)],
+                claims: ["iss": .string(strict.sandbox.teamId), "iat": .int(iat + Int64(k) * 60)],
+                algorithm: .es256(strict.sandbox.apnsKey))
+            statuses.append(
+                try c2.send(
+                    HTTP2Request(
+                        method: "POST", path: "/3/device/\(ProviderHarness.hexToken())",
+                        headers: [("authorization", "bearer \(t)")] + base.dropFirst(), body: good)
+                ).status)
         }
         XCTAssertEqual(statuses, [200, 429])
         XCTAssertEqual(strict.sandbox.stats.tooManyProviderTokenUpdates, 1)
@@ -187,8 +217,14 @@ final class SandboxTests: XCTestCase {
     func testControlEndpointListsDeliveriesAndSetsFaults() throws {
         let token = ProviderHarness.hexToken()
         func call(_ method: String, _ path: String, _ body: JSONValue? = nil) throws -> (Int, JSONValue) { h.control(method, path, body) }
-        XCTAssertEqual(try call("POST", "/sandbox/faults", ["token": .string(token), "status": 429, "reason": "TooManyRequests",
-                                                            "retry_after": 7, "times": 1]).0, 201)
+        XCTAssertEqual(
+            try call(
+                "POST", "/sandbox/faults",
+                [
+                    "token": .string(token), "status": 429, "reason": "TooManyRequests",
+                    "retry_after": 7, "times": 1
+                ]
+            ).0, 201)
         XCTAssertEqual(h.sender.send(h.iosPush(token: token)), .outcome(.retry(after: 7)))
         if case .outcome(.accepted(let id)) = h.sender.send(h.iosPush(token: token)) { XCTAssertNotNil(id) } else { XCTFail("not accepted") }
         let (status, list) = try call("GET", "/sandbox/deliveries?token=\(token)")
@@ -208,4 +244,3 @@ final class SandboxTests: XCTestCase {
         XCTAssertEqual(try call("POST", "/sandbox/faults", ["status": "x"]).0, 400)
     }
 }
-

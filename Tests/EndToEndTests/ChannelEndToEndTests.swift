@@ -23,9 +23,11 @@ final class ChannelEndToEndTests: XCTestCase {
         let tenant = try h.tenantWithSandboxCredentials(appId: Self.appId)
         let template = try EndToEndHarness.demoTemplate()
         // Three phones prepare the demo template.
-        let phones = [try h.device(.ios, appId: Self.appId, publishable: tenant.publishable, osVersion: "18.2", name: "ios18"),
-                      try h.device(.ios, appId: Self.appId, publishable: tenant.publishable, osVersion: "17.5", name: "ios17"),
-                      try h.device(.android, appId: Self.appId, publishable: tenant.publishable, name: "android")]
+        let phones = [
+            try h.device(.ios, appId: Self.appId, publishable: tenant.publishable, osVersion: "18.2", name: "ios18"),
+            try h.device(.ios, appId: Self.appId, publishable: tenant.publishable, osVersion: "17.5", name: "ios17"),
+            try h.device(.android, appId: Self.appId, publishable: tenant.publishable, name: "android")
+        ]
         var starts: [(st: String, tv: String)] = []
         for p in phones {
             let prepared = try p.prepare(template: template)
@@ -34,29 +36,38 @@ final class ChannelEndToEndTests: XCTestCase {
         }
 
         // 1. The channel (master key): LiveRelay makes the APNs channel first.
-        let created = h.call("POST", "/v1/remote-updates/channels", [
-            "app_id": .string(Self.appId), "environment": "sandbox", "activity_type": "delivery", "attributes_type": "DeliveryAttributes",
-            "schema": template["schema"] ?? .null, "label": "match 42", "idempotency_key": "channel-match-42"], as: tenant.master)
+        let created = h.call(
+            "POST", "/v1/remote-updates/channels",
+            [
+                "app_id": .string(Self.appId), "environment": "sandbox", "activity_type": "delivery", "attributes_type": "DeliveryAttributes",
+                "schema": template["schema"] ?? .null, "label": "match 42", "idempotency_key": "channel-match-42"
+            ], as: tenant.master)
         XCTAssertEqual(created.status, 201, "\(created)")
         let ch = try XCTUnwrap(created["id"]?.stringValue)
         let apnsChannel = try XCTUnwrap(created["apns_channel_id"]?.stringValue)
         XCTAssertEqual(h.sandbox.channels(bundleId: Self.appId).map(\.id), [apnsChannel], "the sandbox holds the APNs channel")
 
         // 2. A sender key naming the start targets and the channel.
-        let key = h.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": .array((starts.map(\.st) + [ch]).map(JSONValue.string)), "created_from": .array(starts.map { .string($0.st) }),
-            "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
-            "idempotency_key": "channel-sender"], as: tenant.master)
+        let key = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": .array((starts.map(\.st) + [ch]).map(JSONValue.string)), "created_from": .array(starts.map { .string($0.st) }),
+                "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
+                "idempotency_key": "channel-sender"
+            ], as: tenant.master)
         XCTAssertEqual(key.status, 201, "\(key)")
         let sender = try XCTUnwrap(key["credential"]?.stringValue)
 
         // 3. Each phone's activity joins the channel with its start.
         var targets: [String] = []
         for (i, s) in starts.enumerated() {
-            let r = h.call("POST", "/v1/remote-updates/live-activities/start", [
-                "start_target_id": .string(s.st), "template_version": .string(s.tv), "state": ["message": "Warm-up"],
-                "alert": ["title": "Match 42", "body": "Kick-off soon"], "channel_id": .string(ch),
-                "idempotency_key": .string("match-42-start-\(i)")], as: sender)
+            let r = h.call(
+                "POST", "/v1/remote-updates/live-activities/start",
+                [
+                    "start_target_id": .string(s.st), "template_version": .string(s.tv), "state": ["message": "Warm-up"],
+                    "alert": ["title": "Match 42", "body": "Kick-off soon"], "channel_id": .string(ch),
+                    "idempotency_key": .string("match-42-start-\(i)")
+                ], as: sender)
             XCTAssertEqual(r.status, 202, "\(r)")
             XCTAssertEqual(r["target"]?["delivery"]?.stringValue, i == 0 ? "broadcast" : "fanout", "\(r)")
             targets.append(try XCTUnwrap(r["target"]?["id"]?.stringValue))
@@ -71,8 +82,10 @@ final class ChannelEndToEndTests: XCTestCase {
         // 4. Channel updates: one broadcast per write, fan-out to the other two.
         var revision: Int64 = 0
         for (i, message) in ["Kick-off", "Goal! 1-0", "Half-time 1-0"].enumerated() {
-            var body: [String: JSONValue] = ["state": ["message": .string(message)], "expected_revision": .int(revision),
-                                             "idempotency_key": .string("match-42-update-\(i)")]
+            var body: [String: JSONValue] = [
+                "state": ["message": .string(message)], "expected_revision": .int(revision),
+                "idempotency_key": .string("match-42-update-\(i)")
+            ]
             if i == 1 { body["alert"] = ["title": "Goal", "body": "1-0"] }
             let r = h.call("POST", "/v1/remote-updates/channels/\(ch)/update", .object(body), as: sender)
             XCTAssertEqual(r.status, 202, "\(r)")
@@ -94,13 +107,19 @@ final class ChannelEndToEndTests: XCTestCase {
         XCTAssertEqual(snap["state"], ["message": "Half-time 1-0"])
         XCTAssertEqual(snap["revision"]?.intValue, 3)
         // Members are driven by their channel only.
-        let direct = h.call("POST", "/v1/remote-updates/live-activities/update", [
-            "target_id": .string(targets[1]), "state": ["message": "x"], "expected_revision": 4, "idempotency_key": "direct"], as: sender)
+        let direct = h.call(
+            "POST", "/v1/remote-updates/live-activities/update",
+            [
+                "target_id": .string(targets[1]), "state": ["message": "x"], "expected_revision": 4, "idempotency_key": "direct"
+            ], as: sender)
         XCTAssertEqual(direct.errorCode, "TARGET_ON_CHANNEL", "\(direct)")
 
         // 5. The end ends every member, then the APNs channel is deleted.
-        let end = h.call("POST", "/v1/remote-updates/channels/\(ch)/end", [
-            "state": ["message": "Full time 2-1"], "expected_revision": .int(revision), "idempotency_key": "match-42-end"], as: sender)
+        let end = h.call(
+            "POST", "/v1/remote-updates/channels/\(ch)/end",
+            [
+                "state": ["message": "Full time 2-1"], "expected_revision": .int(revision), "idempotency_key": "match-42-end"
+            ], as: sender)
         XCTAssertEqual(end.status, 202, "\(end)")
         eventually("the channel is ended", within: 30) {
             h.call("GET", "/v1/remote-updates/channels/\(ch)", as: sender)["status"]?.stringValue == "ended"
@@ -109,7 +128,12 @@ final class ChannelEndToEndTests: XCTestCase {
             targets.allSatisfy { h.call("GET", "/v1/remote-updates/live-activities/targets/\($0)", as: sender)["status"]?.stringValue == "ended" }
         }
         XCTAssertTrue(h.sandbox.channels(bundleId: Self.appId).isEmpty, "the APNs channel is deleted")
-        XCTAssertEqual(h.call("POST", "/v1/remote-updates/channels/\(ch)/update", [
-            "state": ["message": "late"], "expected_revision": 4, "idempotency_key": "late"], as: sender).errorCode, "CHANNEL_ENDED")
+        XCTAssertEqual(
+            h.call(
+                "POST", "/v1/remote-updates/channels/\(ch)/update",
+                [
+                    "state": ["message": "late"], "expected_revision": 4, "idempotency_key": "late"
+                ], as: sender
+            ).errorCode, "CHANNEL_ENDED")
     }
 }

@@ -7,17 +7,22 @@ import Metrics
 /// Starts the dispatcher for the harness the way `serve` does (production settings; woken by
 /// NOTIFY after each commit), with the harness's provider sender.
 enum EndToEndDispatch {
-    static func start(db: Database, conninfo: String, sender: ProviderSender, metrics: MetricsRegistry, log: Logger,
-                      clock: @escaping @Sendable () -> Date = Date.init) -> (() -> Void)? {
+    static func start(
+        db: Database, conninfo: String, sender: ProviderSender, metrics: MetricsRegistry, log: Logger,
+        clock: @escaping @Sendable () -> Date = Date.init
+    ) -> (() -> Void)? {
         var configuration = DispatcherConfiguration(workerId: "e2e-\(UUID().uuidString.prefix(8))", senderThreads: 4)
         configuration.clock = clock
         let d = Dispatcher(db: db, conninfo: conninfo, sender: sender, configuration: configuration, metrics: metrics, log: log)
         d.start()
         let provider = APNsChannelProvider(client: sender.channels)
-        let channels = ChannelWorker(db: db, conninfo: conninfo, sender: provider, manager: provider,
-                                     configuration: ChannelWorkerConfiguration(workerId: "e2e-channels-\(UUID().uuidString.prefix(8))"),
-                                     metrics: metrics, log: log)
+        let channels = ChannelWorker(
+            db: db, conninfo: conninfo, sender: provider, manager: provider,
+            configuration: ChannelWorkerConfiguration(workerId: "e2e-channels-\(UUID().uuidString.prefix(8))"),
+            metrics: metrics, log: log)
         channels.start()
-        return { channels.stop(timeoutSeconds: 10); d.stop(timeoutSeconds: 10) }
+        return {
+            channels.stop(timeoutSeconds: 10); d.stop(timeoutSeconds: 10)
+        }
     }
 }

@@ -63,17 +63,21 @@ final class EndToEndHarness: @unchecked Sendable {
         // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file);
         // built before the API, whose channel routes create APNs channels through it.
         let base = URL(string: sandbox.baseURL)!
-        var endpoints = ProviderEndpoints(apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
-                                          connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
+        var endpoints = ProviderEndpoints(
+            apnsProductionURL: base, apnsSandboxURL: base, fcmURL: base, extraCAFile: sandbox.files["ca.pem"],
+            connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
         endpoints.setChannelURLs(base)
         (sender, credentials) = ProviderSender.make(db: db, kek: kek, endpoints: endpoints, metrics: metrics, log: log)
         let (db, metrics, kek, sandboxURL, channels) = (db, metrics, kek, sandbox.baseURL, APNsChannelProvider(client: sender.channels))
-        api = try APIStack(db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
-                           metrics: metrics, serverLog: { _ in }) { auth, events in
-            APIContext(db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
-                       webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
-                       now: clock, fcmURL: sandboxURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
-                       channels: channels)
+        api = try APIStack(
+            db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
+            metrics: metrics, serverLog: { _ in }
+        ) { auth, events in
+            APIContext(
+                db: db, auth: auth, kek: kek, log: log, metrics: metrics, migrator: migrator, events: events,
+                webhookAllowPrivate: true,  // webhook receivers of the tests listen on 127.0.0.1
+                now: clock, fcmURL: sandboxURL,  // as `serve` with the sandbox's env: its token_uri is on this origin
+                channels: channels)
         }
         stopDispatcher = EndToEndDispatch.start(db: db, conninfo: database.conninfo, sender: sender, metrics: metrics, log: log, clock: clock)
     }
@@ -131,14 +135,18 @@ final class EndToEndHarness: @unchecked Sendable {
         let t = call("POST", "/v1/operator/tenants", ["name": "Acme Deliveries", "daily_push_quota": 1000], as: op)
         XCTAssertEqual(t.status, 201, "\(t)")
         guard let id = t["tenant"]?["id"]?.stringValue, let master = t["master_key"]?["credential"]?.stringValue,
-              let pub = t["publishable_key"]?["credential"]?.stringValue else { throw FixtureFailure("tenant creation failed: \(t)") }
+            let pub = t["publishable_key"]?["credential"]?.stringValue
+        else { throw FixtureFailure("tenant creation failed: \(t)") }
         // What the README has the user paste: the files the sandbox wrote.
         let apns = try JSONValue.parse(try String(contentsOf: sandboxDir.appendingPathComponent("apns.json"), encoding: .utf8))
         let p8 = try String(contentsOf: sandboxDir.appendingPathComponent("apns-key.p8"), encoding: .utf8)
         let sa = try JSONValue.parse(try String(contentsOf: sandboxDir.appendingPathComponent("fcm-service-account.json"), encoding: .utf8))
-        let a = call("PUT", "/v1/provider-credentials/apns", [
-            "team_id": apns["team_id"] ?? .null, "key_id": apns["key_id"] ?? .null, "private_key": .string(p8),
-            "topics": [.string(appId)], "environment": "sandbox"], as: master)
+        let a = call(
+            "PUT", "/v1/provider-credentials/apns",
+            [
+                "team_id": apns["team_id"] ?? .null, "key_id": apns["key_id"] ?? .null, "private_key": .string(p8),
+                "topics": [.string(appId)], "environment": "sandbox"
+            ], as: master)
         XCTAssertEqual(a.status, 201, "\(a)")
         XCTAssertEqual(a["fingerprint"]?.stringValue, sandbox.apnsKey.publicKey.fingerprint)
         let f = call("PUT", "/v1/provider-credentials/fcm", ["service_account": sa], as: master)
@@ -147,12 +155,15 @@ final class EndToEndHarness: @unchecked Sendable {
     }
 
     /// A simulated device (state file in the work directory), registered with `publishable`.
-    func device(_ platform: DevicePlatform, appId: String, publishable: String, osVersion: String? = nil, name: String? = nil) throws -> DeviceSimulatorRunner {
+    func device(
+        _ platform: DevicePlatform, appId: String, publishable: String, osVersion: String? = nil, name: String? = nil
+    ) throws -> DeviceSimulatorRunner {
         var state = DeviceSimulatorState(platform: platform, appId: appId, apiURL: baseURL, sandboxURL: sandbox.controlURL)
         state.osVersion = osVersion
         let lines = deviceOutput
-        let d = DeviceSimulatorRunner(state: state, stateFile: workDir.appendingPathComponent("device-\(name ?? platform.rawValue).json"),
-                                      output: { line in lines.append(line) })
+        let d = DeviceSimulatorRunner(
+            state: state, stateFile: workDir.appendingPathComponent("device-\(name ?? platform.rawValue).json"),
+            output: { line in lines.append(line) })
         devices.append(d)
         try d.register(publishableKey: publishable)
         return d

@@ -31,9 +31,13 @@ final class FanoutBenchTests: XCTestCase {
         let tenant = t.id
         _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 100000000 WHERE tenant_id = $1", [tenant]) }
         func channel(_ label: String) throws -> (id: String, apns: String) {
-            let r = h.call("POST", "/v1/remote-updates/channels", ["app_id": .string(appId), "environment": "sandbox", "activity_type": "delivery",
-                                                                  "attributes_type": "DeliveryAttributes", "label": .string(label),
-                                                                  "idempotency_key": .string(label)], as: t.master)
+            let r = h.call(
+                "POST", "/v1/remote-updates/channels",
+                [
+                    "app_id": .string(appId), "environment": "sandbox", "activity_type": "delivery",
+                    "attributes_type": "DeliveryAttributes", "label": .string(label),
+                    "idempotency_key": .string(label)
+                ], as: t.master)
             guard r.status == 201, let id = r["id"]?.stringValue, let apns = r["apns_channel_id"]?.stringValue else {
                 throw FixtureFailure("channel creation failed: \(r)")
             }
@@ -44,13 +48,17 @@ final class FanoutBenchTests: XCTestCase {
         let seedStart = Date()
         try h.db.tenant(tenant) { c in
             let pk = try c.query("SELECT id FROM publishable_keys WHERE tenant_id = $1 LIMIT 1", [tenant])[0].string("id")
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id)
                 VALUES ($1, 'ins_bench17', $2, $3, 'ios', 'sandbox', 'bench17'), ($1, 'ins_bench18', $2, $3, 'ios', 'sandbox', 'bench18')
                 """, [tenant, pk, appId])
-            for (ch, prefix, n, inst, delivery) in [(small.id, "s", 10, "ins_bench17", "fanout"), (large.id, "f", fanout, "ins_bench17", "fanout"),
-                                                    (large.id, "b", broadcast, "ins_bench18", "broadcast")] {
-                try c.execute("""
+            for (ch, prefix, n, inst, delivery) in [
+                (small.id, "s", 10, "ins_bench17", "fanout"), (large.id, "f", fanout, "ins_bench17", "fanout"),
+                (large.id, "b", broadcast, "ins_bench18", "broadcast")
+            ] {
+                try c.execute(
+                    """
                     INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, status, revision, state, push_token, token_status,
                                          channel_id, delivery)
                     SELECT $1, 'tgt_' || $2 || lpad(g::text, 9, '0'), $3, 'remote', 'delivery', 'ready', 1, '{"message": "seed"}',
@@ -61,9 +69,13 @@ final class FanoutBenchTests: XCTestCase {
             }
         }
         print("bench: seeded \(fanout) fan-out + \(broadcast) broadcast members in \(String(format: "%.1f", Date().timeIntervalSince(seedStart))) s")
-        let key = h.call("POST", "/v1/remote-updates/sender-keys", ["targets": [.string(small.id), .string(large.id)], "created_from": [],
-                                                                   "permissions": ["activities:update", "activities:end", "activities:read-state"],
-                                                                   "idempotency_key": "bench-key"], as: t.master)
+        let key = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(small.id), .string(large.id)], "created_from": [],
+                "permissions": ["activities:update", "activities:end", "activities:read-state"],
+                "idempotency_key": "bench-key"
+            ], as: t.master)
         let sender = try XCTUnwrap(key["credential"]?.stringValue)
         let got = h.call("GET", "/v1/remote-updates/channels/\(large.id)", as: sender)
         XCTAssertEqual(got["members"]?["fanout"]?.intValue, Int64(fanout))
@@ -74,9 +86,13 @@ final class FanoutBenchTests: XCTestCase {
         for i in 0..<writes {
             for (name, ch) in [("small", small.id), ("large", large.id)] {
                 let began = Date()
-                let r = h.call("POST", "/v1/remote-updates/channels/\(ch)/update", ["state": ["message": .string("w\(i)")],
-                                                                                   "expected_revision": .int(rev[name]!),
-                                                                                   "idempotency_key": .string("\(name)-\(i)")], as: sender)
+                let r = h.call(
+                    "POST", "/v1/remote-updates/channels/\(ch)/update",
+                    [
+                        "state": ["message": .string("w\(i)")],
+                        "expected_revision": .int(rev[name]!),
+                        "idempotency_key": .string("\(name)-\(i)")
+                    ], as: sender)
                 lat[name]!.append(Date().timeIntervalSince(began))
                 XCTAssertEqual(r.status, 202, "\(r)")
                 rev[name]! += 1
@@ -85,16 +101,18 @@ final class FanoutBenchTests: XCTestCase {
         let s50 = pct(lat["small"]!, 0.5), s99 = pct(lat["small"]!, 0.99), l50 = pct(lat["large"]!, 0.5), l99 = pct(lat["large"]!, 0.99)
         var out = [
             String(format: "write_202_ms_p50_members_10=%.2f", s50 * 1000), String(format: "write_202_ms_p99_members_10=%.2f", s99 * 1000),
-            String(format: "write_202_ms_p50_members_%d=%.2f", fanout, l50 * 1000), String(format: "write_202_ms_p99_members_%d=%.2f", fanout, l99 * 1000),
-            String(format: "write_202_ratio_p50=%.2f", s50 > 0 ? l50 / s50 : 0), String(format: "write_202_ratio_p99=%.2f", s99 > 0 ? l99 / s99 : 0),
+            String(format: "write_202_ms_p50_members_%d=%.2f", fanout, l50 * 1000),
+            String(format: "write_202_ms_p99_members_%d=%.2f", fanout, l99 * 1000),
+            String(format: "write_202_ratio_p50=%.2f", s50 > 0 ? l50 / s50 : 0), String(format: "write_202_ratio_p99=%.2f", s99 > 0 ? l99 / s99 : 0)
         ]
-        out.forEach { print($0) }
+        for line in out { print(line) }
         var lines = out
 
         // 2. Let everything drain, then one measured write.
         func idle() throws -> Bool {
             try h.db.system { c in
-                try c.query("""
+                try c.query(
+                    """
                     SELECT (SELECT count(*) FROM operations WHERE status IN ('queued', 'sending')) +
                            (SELECT count(*) FROM channel_operations WHERE fanout_state = 'pending' OR broadcast_status IN ('queued', 'sending')) AS n
                     """)[0].int("n") == 0
@@ -103,14 +121,19 @@ final class FanoutBenchTests: XCTestCase {
         let drainStart = Date()
         while try !idle() && Date().timeIntervalSince(drainStart) < 600 { Thread.sleep(forTimeInterval: 0.5) }
         let broadcastsBefore = h.sandbox.broadcasts(channelId: large.apns).count
-        let r = h.call("POST", "/v1/remote-updates/channels/\(large.id)/update", ["state": ["message": "measured"], "expected_revision": .int(rev["large"]!),
-                                                                                 "idempotency_key": "measured"], as: sender)
+        let r = h.call(
+            "POST", "/v1/remote-updates/channels/\(large.id)/update",
+            [
+                "state": ["message": "measured"], "expected_revision": .int(rev["large"]!),
+                "idempotency_key": "measured"
+            ], as: sender)
         XCTAssertEqual(r.status, 202, "\(r)")
         let cop = try XCTUnwrap(r["channel_operation"]?["id"]?.stringValue)
         let started = Date()
         while try !idle() && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.2) }
         let row = try h.db.system { c in
-            try c.query("""
+            try c.query(
+                """
                 SELECT count(*) AS n, EXTRACT(EPOCH FROM max(o.sent_at) - min(k.created_at))::float8 AS to_last,
                        EXTRACT(EPOCH FROM max(o.sent_at) - min(o.sent_at))::float8 AS spread,
                        count(*) FILTER (WHERE o.status = 'accepted') AS accepted
@@ -124,12 +147,13 @@ final class FanoutBenchTests: XCTestCase {
             String(format: "fanout_commit_to_last_request_seconds=%.2f", toLast),
             String(format: "fanout_pushes_per_second=%.0f", spread > 0 ? Double(n) / spread : 0),
             "broadcast_requests_per_write=\(h.sandbox.broadcasts(channelId: large.apns).count - broadcastsBefore)",
-            String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart)),
+            String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart))
         ]
-        out.forEach { print($0) }
+        for line in out { print(line) }
         lines += out
         let report = ([String](lat.keys.sorted().map { "bench: \($0) writes=\(lat[$0]!.count)" }) + lines).joined(separator: "\n") + "\n"
-        try? report.write(toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "fanout-bench.txt"),
-                          atomically: true, encoding: .utf8)
+        try? report.write(
+            toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "fanout-bench.txt"),
+            atomically: true, encoding: .utf8)
     }
 }

@@ -56,9 +56,12 @@ final class OpsEndToEndTests: XCTestCase {
         // A PUT is a change too.
         seen = h.credentials.invalidationCount
         let p8 = try String(contentsOf: h.sandboxDir.appendingPathComponent("apns-key.p8"), encoding: .utf8)
-        let put = h.call("PUT", "/v1/provider-credentials/apns", [
-            "team_id": .string(h.sandbox.teamId), "key_id": .string(h.sandbox.keyId), "private_key": .string(p8),
-            "topics": ["com.example.delivery"], "environment": "production"], as: t.master)
+        let put = h.call(
+            "PUT", "/v1/provider-credentials/apns",
+            [
+                "team_id": .string(h.sandbox.teamId), "key_id": .string(h.sandbox.keyId), "private_key": .string(p8),
+                "topics": ["com.example.delivery"], "environment": "production"
+            ], as: t.master)
         XCTAssertEqual(put.status, 201, "\(put)")
         XCTAssertTrue(h.credentials.waitForInvalidation(after: seen, timeoutSeconds: 10))
         XCTAssertNotNil(try h.credentials.credentials(tenantId: t.id).apns["production"])
@@ -90,8 +93,9 @@ final class OpsEndToEndTests: XCTestCase {
         old.cursors = [token: 99]
         old.sandboxRunId = "an-earlier-run"
         let lines = LineCapture()
-        let restarted = DeviceSimulatorRunner(state: old, stateFile: h.workDir.appendingPathComponent("restarted.json"),
-                                              output: { lines.append($0) })
+        let restarted = DeviceSimulatorRunner(
+            state: old, stateFile: h.workDir.appendingPathComponent("restarted.json"),
+            output: { lines.append($0) })
         try restarted.pollOnce()
         XCTAssertEqual(restarted.state.sandboxRunId, h.sandbox.runId)
         XCTAssertEqual(restarted.state.cursors, [:], "cursors of the earlier run are dropped")
@@ -109,8 +113,9 @@ final class OpsEndToEndTests: XCTestCase {
 
     /// `liverelay args…` in the harness's work directory with only `PATH` set.
     func liverelay(_ args: [String]) throws -> ChildProcessResult {
-        try ChildProcess.run(try SimulateDeviceCLITests.executable(), args,
-                             environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"], directory: h.workDir)
+        try ChildProcess.run(
+            try SimulateDeviceCLITests.executable(), args,
+            environment: ["PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"], directory: h.workDir)
     }
 
     func testEverySimulateDeviceTaskFollowsOneNameRuleAndTheTourReRuns() throws {
@@ -125,8 +130,11 @@ final class OpsEndToEndTests: XCTestCase {
             let ios = try liverelay(["simulate-device", "register", "--platform", "ios", "--app-id", "com.example.delivery"] + common)
             XCTAssertEqual(ios.status, 0, ios.err)
             XCTAssertTrue(ios.out.contains(".liverelay/device-default.json"), ios.out)
-            let pixel = try liverelay(["simulate-device", "register", "--name", "pixel", "--platform", "android",
-                                       "--app-id", "com.example.delivery"] + common)
+            let pixel = try liverelay(
+                [
+                    "simulate-device", "register", "--name", "pixel", "--platform", "android",
+                    "--app-id", "com.example.delivery"
+                ] + common)
             XCTAssertEqual(pixel.status, 0, pixel.err)
             // Two devices exist; without --name every task still means the default one.
             let prepared = try liverelay(["simulate-device", "prepare", "--template", template])
@@ -146,8 +154,10 @@ final class OpsEndToEndTests: XCTestCase {
 
     func testThePhonesOutputReachesAFileLineByLineWhileItRuns() throws {
         let t = try h.tenantWithSandboxCredentials(appId: "com.example.delivery")
-        let reg = try liverelay(["simulate-device", "register", "--platform", "ios", "--app-id", "com.example.delivery",
-                                 "--publishable-key", t.publishable, "--url", h.baseURL, "--sandbox-url", h.sandbox.controlURL])
+        let reg = try liverelay([
+            "simulate-device", "register", "--platform", "ios", "--app-id", "com.example.delivery",
+            "--publishable-key", t.publishable, "--url", h.baseURL, "--sandbox-url", h.sandbox.controlURL
+        ])
         XCTAssertEqual(reg.status, 0, reg.err)
         let file = h.workDir.appendingPathComponent("phone.log")
         _ = FileManager.default.createFile(atPath: file.path, contents: nil)

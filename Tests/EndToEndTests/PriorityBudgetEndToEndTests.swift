@@ -48,28 +48,36 @@ final class PriorityBudgetEndToEndTests: XCTestCase {
 
     /// A sender key covering `targets` (start target and/or target ids).
     func sender(_ s: Setup, targets: [String], createdFrom: [String] = []) throws -> String {
-        let key = h.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": .array(targets.map(JSONValue.string)), "created_from": .array(createdFrom.map(JSONValue.string)),
-            "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
-            "idempotency_key": .string(UUID().uuidString)], as: s.tenant.master)
+        let key = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": .array(targets.map(JSONValue.string)), "created_from": .array(createdFrom.map(JSONValue.string)),
+                "permissions": ["activities:start", "activities:read-state", "activities:update", "activities:end"],
+                "idempotency_key": .string(UUID().uuidString)
+            ], as: s.tenant.master)
         guard let c = key["credential"]?.stringValue else { throw FixtureFailure("sender key: \(key)") }
         return c
     }
 
     /// A locally started target with its update token registered (ready, no push sent).
     func localTarget(_ s: Setup) throws -> String {
-        let t = try s.device.localStart(activityType: "delivery", businessKey: "order:\(UUID().uuidString.prefix(8))",
-                                        businessGeneration: "1", state: ["message": "Preparing"])
+        let t = try s.device.localStart(
+            activityType: "delivery", businessKey: "order:\(UUID().uuidString.prefix(8))",
+            businessGeneration: "1", state: ["message": "Preparing"])
         guard let id = t["id"]?.stringValue else { throw FixtureFailure("local start: \(t)") }
         return id
     }
 
     /// An update waited for until it left `queued/sending`; returns the operation object.
     @discardableResult
-    func update(_ key: String, _ target: String, revision: Int64, _ message: String, alert: Bool = false, priority: Int? = nil,
-                file: StaticString = #filePath, line: UInt = #line) -> JSONValue {
-        var body: [String: JSONValue] = ["target_id": .string(target), "state": ["message": .string(message)],
-                                         "expected_revision": .int(revision), "idempotency_key": .string(UUID().uuidString)]
+    func update(
+        _ key: String, _ target: String, revision: Int64, _ message: String, alert: Bool = false, priority: Int? = nil,
+        file: StaticString = #filePath, line: UInt = #line
+    ) -> JSONValue {
+        var body: [String: JSONValue] = [
+            "target_id": .string(target), "state": ["message": .string(message)],
+            "expected_revision": .int(revision), "idempotency_key": .string(UUID().uuidString)
+        ]
         if alert { body["alert"] = ["title": "News", "body": .string(message)] }
         if let priority { body["priority"] = .int(Int64(priority)) }
         let r = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", .object(body), as: key)
@@ -100,9 +108,12 @@ final class PriorityBudgetEndToEndTests: XCTestCase {
         let st = try XCTUnwrap(s.device.state.templates.first?.startTargetId), tv = try XCTUnwrap(s.device.state.templates.first?.templateVersion)
         let key = try sender(s, targets: [st], createdFrom: [st])
         s.device.startBackground(interval: 0.05)
-        let started = h.call("POST", "/v1/remote-updates/live-activities/start?wait_ms=10000", [
-            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-            "alert": ["title": "Order", "body": "Preparing"], "idempotency_key": "start"], as: key)
+        let started = h.call(
+            "POST", "/v1/remote-updates/live-activities/start?wait_ms=10000",
+            [
+                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+                "alert": ["title": "Order", "body": "Preparing"], "idempotency_key": "start"
+            ], as: key)
         XCTAssertEqual(started["operation"]?["status"]?.stringValue, "accepted", "\(started)")
         XCTAssertEqual(started["operation"]?["priority"], 10)
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
@@ -157,8 +168,11 @@ final class PriorityBudgetEndToEndTests: XCTestCase {
         // Budget 0 now: an end (with a final state) is never downgraded, and counts.
         XCTAssertEqual(h.call("PATCH", "/v1/operator/tenants/\(s.tenant.id)", ["priority10_hourly_budget": 0], as: s.op).status, 200)
         XCTAssertEqual(target(key, tgt)["priority10_budget"], 0, "the target shows the budget that applies now")
-        let end = h.call("POST", "/v1/remote-updates/live-activities/end?wait_ms=10000", [
-            "target_id": .string(tgt), "state": ["message": "Delivered"], "expected_revision": 8, "idempotency_key": "end"], as: key)
+        let end = h.call(
+            "POST", "/v1/remote-updates/live-activities/end?wait_ms=10000",
+            [
+                "target_id": .string(tgt), "state": ["message": "Delivered"], "expected_revision": 8, "idempotency_key": "end"
+            ], as: key)
         XCTAssertEqual(end["operation"]?["status"]?.stringValue, "accepted", "\(end)")
         XCTAssertEqual(end["operation"]?["priority"], 10); XCTAssertEqual(end["operation"]?["priority_downgraded"], false)
         XCTAssertEqual(lastAPNsPriority(token: token), "10")
@@ -210,8 +224,9 @@ final class PriorityBudgetEndToEndTests: XCTestCase {
         XCTAssertEqual(t["priority10_sent_last_hour"], .null)
         XCTAssertEqual(t["priority10_budget"], .null)
         XCTAssertEqual(downgrades, 0)
-        XCTAssertEqual(try h.db.system { c in
-            try c.query("SELECT cardinality(priority10_sends) AS n FROM targets WHERE id = $1", [tgt])[0].int("n")
-        }, 0, "nothing counted")
+        XCTAssertEqual(
+            try h.db.system { c in
+                try c.query("SELECT cardinality(priority10_sends) AS n FROM targets WHERE id = $1", [tgt])[0].int("n")
+            }, 0, "nothing counted")
     }
 }

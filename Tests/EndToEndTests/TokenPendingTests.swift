@@ -19,15 +19,21 @@ final class TokenPendingTests: XCTestCase {
         let device = try h.device(.ios, appId: TourTests.appId, publishable: tenant.publishable)
         let prepared = try device.prepare(template: try EndToEndHarness.demoTemplate())
         let st = try XCTUnwrap(prepared["start_target_id"]?.stringValue), tv = try XCTUnwrap(prepared["template_version"]?.stringValue)
-        let key = h.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions, "idempotency_key": "k"],
-                         as: tenant.master)
+        let key = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions, "idempotency_key": "k"
+            ],
+            as: tenant.master)
         let sender = try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
 
         // The device is not reading pushes yet: the start is delivered, the update token is not registered.
-        let started = h.call("POST", "/v1/remote-updates/live-activities/start?wait_ms=10000", [
-            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-            "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "s"], as: sender)
+        let started = h.call(
+            "POST", "/v1/remote-updates/live-activities/start?wait_ms=10000",
+            [
+                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "s"
+            ], as: sender)
         XCTAssertEqual(started.status, 202, "\(started)")
         XCTAssertEqual(started["operation"]?["status"]?.stringValue, "accepted", "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
@@ -40,13 +46,19 @@ final class TokenPendingTests: XCTestCase {
         XCTAssertEqual(pending.json["error"]?["details"]?["status"]?.stringValue, "token_pending")
 
         // Two state-only updates while waiting: the first is superseded by the second.
-        let u1 = h.call("POST", "/v1/remote-updates/live-activities/update", [
-            "target_id": .string(tgt), "state": ["message": "Packed"], "expected_revision": 1, "idempotency_key": "u1"], as: sender)
+        let u1 = h.call(
+            "POST", "/v1/remote-updates/live-activities/update",
+            [
+                "target_id": .string(tgt), "state": ["message": "Packed"], "expected_revision": 1, "idempotency_key": "u1"
+            ], as: sender)
         XCTAssertEqual(u1.status, 202, "\(u1)")
         XCTAssertEqual(u1["operation"]?["status"]?.stringValue, "queued", "no token yet: \(u1)")
-        let u2 = h.call("POST", "/v1/remote-updates/live-activities/update", [
-            "target_id": .string(tgt), "state": ["message": "Updated from server"], "expected_revision": 2, "idempotency_key": "u2"],
-                        as: sender)
+        let u2 = h.call(
+            "POST", "/v1/remote-updates/live-activities/update",
+            [
+                "target_id": .string(tgt), "state": ["message": "Updated from server"], "expected_revision": 2, "idempotency_key": "u2"
+            ],
+            as: sender)
         XCTAssertEqual(u2.status, 202, "\(u2)")
         let op1 = try XCTUnwrap(u1["operation"]?["id"]?.stringValue), op2 = try XCTUnwrap(u2["operation"]?["id"]?.stringValue)
         let first = h.call("GET", "/v1/remote-updates/operations/\(op1)", as: sender)
@@ -64,8 +76,9 @@ final class TokenPendingTests: XCTestCase {
         }
         let tokens = Set([device.state.activity(tgt)?.updateToken ?? ""])
         let updates = h.sandbox.deliveries(provider: "apns").filter { tokens.contains($0.token) }
-        XCTAssertEqual(updates.map { $0.payload["aps"]?["content-state"]?["message"]?.stringValue ?? "" }, ["Updated from server"],
-                       "the superseded state was never sent")
+        XCTAssertEqual(
+            updates.map { $0.payload["aps"]?["content-state"]?["message"]?.stringValue ?? "" }, ["Updated from server"],
+            "the superseded state was never sent")
         let snap = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)/snapshot", as: sender)
         XCTAssertEqual(snap["revision"]?.intValue, 3)
         XCTAssertEqual(snap["state"], ["message": "Updated from server"])

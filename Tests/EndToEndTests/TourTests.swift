@@ -57,15 +57,20 @@ final class TourTests: XCTestCase {
         device.startBackground(interval: 0.05)
 
         // 3. A sender key for that start target with the four permissions.
-        let key = h.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": [.string(st)], "created_from": [.string(st)], "permissions": Self.permissions,
-            "idempotency_key": "tour-sender-key", "label": "tour"], as: tenant.master)
+        let key = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "created_from": [.string(st)], "permissions": Self.permissions,
+                "idempotency_key": "tour-sender-key", "label": "tour"
+            ], as: tenant.master)
         XCTAssertEqual(key.status, 201, "\(key)")
         let sender = try XCTUnwrap(key["credential"]?.stringValue)
 
         // 4. Start: alert is required; then "Preparing".
-        var start: [String: JSONValue] = ["start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-                                          "idempotency_key": "delivery:41:start:1"]
+        var start: [String: JSONValue] = [
+            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+            "idempotency_key": "delivery:41:start:1"
+        ]
         let noAlert = h.call("POST", "/v1/remote-updates/live-activities/start", .object(start), as: sender)
         XCTAssertEqual(noAlert.status, 400, "\(noAlert)")
         XCTAssertEqual(noAlert.errorCode, "INVALID_REQUEST")
@@ -106,16 +111,19 @@ final class TourTests: XCTestCase {
         XCTAssertEqual(snap["status"]?.stringValue, "ready")
 
         // 7. Update with expected_revision; wait_ms waits for the provider's answer.
-        let updateBody: JSONValue = ["target_id": .string(tgt), "state": ["message": "Updated from server"], "expected_revision": 1,
-                                     "idempotency_key": "delivery:41:update:1"]
+        let updateBody: JSONValue = [
+            "target_id": .string(tgt), "state": ["message": "Updated from server"], "expected_revision": 1,
+            "idempotency_key": "delivery:41:update:1"
+        ]
         let updated = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", updateBody, as: sender)
         XCTAssertEqual(updated.status, 202, "\(updated)")
         XCTAssertEqual(updated["operation"]?["status"]?.stringValue, "accepted", "\(updated)")
         XCTAssertEqual(updated["operation"]?["revision"]?.intValue, 2)
         XCTAssertEqual(updated["target"]?["revision"]?.intValue, 2)
         XCTAssertEqual(updated["target"]?["status"]?.stringValue, "ready")
-        XCTAssertTrue(device.waitFor(timeout: 20) { $0.activity(tgt)?.state == ["message": "Updated from server"] },
-                      "lock screen: \(device.lockScreen)")
+        XCTAssertTrue(
+            device.waitFor(timeout: 20) { $0.activity(tgt)?.state == ["message": "Updated from server"] },
+            "lock screen: \(device.lockScreen)")
         let updatedBox = device.lockScreen(tgt) ?? ""
         XCTAssertTrue(updatedBox.contains("message: Updated from server"), updatedBox)
         XCTAssertFalse(updatedBox.contains("! "), "an update without alert shows no banner: \(updatedBox)")
@@ -124,16 +132,22 @@ final class TourTests: XCTestCase {
         XCTAssertEqual(replay.status, 202, "\(replay)")
         XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
         XCTAssertEqual(replay["operation"]?["id"], updated["operation"]?["id"])
-        let stale = h.call("POST", "/v1/remote-updates/live-activities/update", [
-            "target_id": .string(tgt), "state": ["message": "stale"], "expected_revision": 1, "idempotency_key": "delivery:41:update:stale"],
-                           as: sender)
+        let stale = h.call(
+            "POST", "/v1/remote-updates/live-activities/update",
+            [
+                "target_id": .string(tgt), "state": ["message": "stale"], "expected_revision": 1, "idempotency_key": "delivery:41:update:stale"
+            ],
+            as: sender)
         XCTAssertEqual(stale.status, 409, "\(stale)")
         XCTAssertEqual(stale.errorCode, "REVISION_CONFLICT")
         XCTAssertEqual(stale.json["error"]?["details"]?["current_revision"]?.intValue, 2)
 
         // 8. End with dismiss_at now: removed from the lock screen at once.
-        let ended = h.call("POST", "/v1/remote-updates/live-activities/end?wait_ms=10000", [
-            "target_id": .string(tgt), "idempotency_key": "delivery:41:end", "dismiss_at": .string(Timestamp.format(Date()))], as: sender)
+        let ended = h.call(
+            "POST", "/v1/remote-updates/live-activities/end?wait_ms=10000",
+            [
+                "target_id": .string(tgt), "idempotency_key": "delivery:41:end", "dismiss_at": .string(Timestamp.format(Date()))
+            ], as: sender)
         XCTAssertEqual(ended.status, 202, "\(ended)")
         XCTAssertEqual(ended["operation"]?["kind"]?.stringValue, "end")
         XCTAssertEqual(ended["operation"]?["status"]?.stringValue, "accepted", "\(ended)")
@@ -149,8 +163,11 @@ final class TourTests: XCTestCase {
         let ops = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)/operations", as: sender)
         XCTAssertEqual(ops["data"]?.arrayValue?.map { $0["kind"]?.stringValue ?? "" }, ["end", "update", "start"])
         XCTAssertEqual(ops["data"]?.arrayValue?.map { $0["status"]?.stringValue ?? "" }, ["accepted", "accepted", "accepted"])
-        let again = h.call("POST", "/v1/remote-updates/live-activities/end", [
-            "target_id": .string(tgt), "idempotency_key": "delivery:41:end:again"], as: sender)
+        let again = h.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            [
+                "target_id": .string(tgt), "idempotency_key": "delivery:41:end:again"
+            ], as: sender)
         XCTAssertEqual(again.status, 200, "\(again)")
         XCTAssertEqual(again["operation"]?["status"]?.stringValue, "cancelled")
         XCTAssertEqual(again["operation"]?["pending_reason"]?.stringValue, "already_ended")
@@ -178,8 +195,9 @@ final class TourTests: XCTestCase {
         }
 
         // 9. Local start with a business key and generation, then a duplicate remote start.
-        let local = try device.localStart(activityType: "delivery", businessKey: "delivery:42", businessGeneration: "1",
-                                          state: ["message": "Preparing"])
+        let local = try device.localStart(
+            activityType: "delivery", businessKey: "delivery:42", businessGeneration: "1",
+            state: ["message": "Preparing"])
         let localId = try XCTUnwrap(local["id"]?.stringValue)
         XCTAssertEqual(local["status"]?.stringValue, "ready", "\(local)")
         XCTAssertEqual(local["revision"]?.intValue, 1)
@@ -197,16 +215,22 @@ final class TourTests: XCTestCase {
         // created_from does not cover a local start; a key naming the target does (seed: local start, remote updates).
         let denied = h.call("GET", "/v1/remote-updates/live-activities/targets/\(localId)/snapshot", as: sender)
         XCTAssertEqual(denied.status, 403, "\(denied)")
-        let localKey = h.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": [.string(localId)], "created_from": [], "permissions": ["activities:read-state", "activities:update"],
-            "idempotency_key": "tour-local-key"], as: tenant.master)
+        let localKey = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(localId)], "created_from": [], "permissions": ["activities:read-state", "activities:update"],
+                "idempotency_key": "tour-local-key"
+            ], as: tenant.master)
         XCTAssertEqual(localKey.status, 201, "\(localKey)")
         let lk = try XCTUnwrap(localKey["credential"]?.stringValue)
         let lsnap = h.call("GET", "/v1/remote-updates/live-activities/targets/\(localId)/snapshot", as: lk)
         XCTAssertEqual(lsnap["revision"]?.intValue, 1)
-        let onTheWay = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", [
-            "target_id": .string(localId), "state": ["message": "On the way"], "expected_revision": lsnap["revision"] ?? 1,
-            "idempotency_key": "delivery:42:update:1"], as: lk)
+        let onTheWay = h.call(
+            "POST", "/v1/remote-updates/live-activities/update?wait_ms=10000",
+            [
+                "target_id": .string(localId), "state": ["message": "On the way"], "expected_revision": lsnap["revision"] ?? 1,
+                "idempotency_key": "delivery:42:update:1"
+            ], as: lk)
         XCTAssertEqual(onTheWay.status, 202, "\(onTheWay)")
         XCTAssertEqual(onTheWay["operation"]?["status"]?.stringValue, "accepted", "\(onTheWay)")
         XCTAssertTrue(device.waitFor(timeout: 20) { $0.activity(localId)?.state == ["message": "On the way"] }, device.lockScreen)

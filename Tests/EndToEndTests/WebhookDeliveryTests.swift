@@ -53,8 +53,9 @@ final class WebhookDeliveryTests: XCTestCase {
         if let clock { now = { clock.now } } else { now = { Date() } }
         let jitter: @Sendable () -> Double
         if let random { jitter = { random } } else { jitter = { Double.random(in: 0..<1) } }
-        let w = WebhookWorker(db: h.db, kek: h.kek, client: try client(allowPrivate: allowPrivate), configuration: wc, metrics: h.metrics,
-                              log: Logger(minimum: .error), now: now, random: jitter)
+        let w = WebhookWorker(
+            db: h.db, kek: h.kek, client: try client(allowPrivate: allowPrivate), configuration: wc, metrics: h.metrics,
+            log: Logger(minimum: .error), now: now, random: jitter)
         w.start()
         worker = w
     }
@@ -65,8 +66,12 @@ final class WebhookDeliveryTests: XCTestCase {
     }
 
     func endpoint(_ master: String, path: String, events: JSONValue = ["*"]) throws -> (id: String, secret: String) {
-        let r = h.call("POST", "/v1/webhook-endpoints", ["url": .string(receiver.url(path)), "events": events,
-                                                         "idempotency_key": .string(UUID().uuidString)], as: master)
+        let r = h.call(
+            "POST", "/v1/webhook-endpoints",
+            [
+                "url": .string(receiver.url(path)), "events": events,
+                "idempotency_key": .string(UUID().uuidString)
+            ], as: master)
         XCTAssertEqual(r.status, 201, "\(r)")
         return (try XCTUnwrap(r["id"]?.stringValue), try XCTUnwrap(r["secret"]?.stringValue))
     }
@@ -103,8 +108,11 @@ final class WebhookDeliveryTests: XCTestCase {
         let second = try claim(limit: 8, WebhookClaimShares(perEndpoint: 4, perTenant: 4, inFlightByTenant: [a.id: 4, b.id: 1]))
         XCTAssertEqual(second.map(\.tenantId), [b.id])
         // One place left for a, and an endpoint at its own cap is skipped.
-        let third = try claim(limit: 8, WebhookClaimShares(perEndpoint: 2, perTenant: 5, inFlightByEndpoint: [aEndpoints[0]: 2],
-                                                           inFlightByTenant: [a.id: 4]))
+        let third = try claim(
+            limit: 8,
+            WebhookClaimShares(
+                perEndpoint: 2, perTenant: 5, inFlightByEndpoint: [aEndpoints[0]: 2],
+                inFlightByTenant: [a.id: 4]))
         XCTAssertEqual(third.count, 1, "\(third.map(\.endpointId))")
         XCTAssertNotEqual(third.first?.endpointId, aEndpoints[0])
     }
@@ -120,7 +128,8 @@ final class WebhookDeliveryTests: XCTestCase {
         try startWorker(concurrency: 4)
         func slowLeased() throws -> Int {
             try h.db.system { c in
-                try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE tenant_id = $1 AND lease_owner IS NOT NULL", [slow.id])[0].int("n")
+                try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE tenant_id = $1 AND lease_owner IS NOT NULL", [slow.id])[0].int(
+                    "n")
             }
         }
         eventually("the slow tenant's attempts are in flight") { ((try? slowLeased()) ?? 0) >= 2 }
@@ -182,9 +191,11 @@ final class WebhookDeliveryTests: XCTestCase {
         let ev = try record(t.id)
         eventually("the enabled endpoint receives the event") { receiver.requests().contains { $0["event_id"]?.stringValue == ev } }
         XCTAssertEqual(try attempts(failing.id), before)
-        XCTAssertEqual(try h.db.system { c in
-            try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2", [failing.id, ev])[0].int("n")
-        }, 0)
+        XCTAssertEqual(
+            try h.db.system { c in
+                try c.query("SELECT count(*)::int AS n FROM webhook_deliveries WHERE endpoint_id = $1 AND event_id = $2", [failing.id, ev])[0].int(
+                    "n")
+            }, 0)
         XCTAssertEqual(receiver.requests().filter { $0["path"]?.stringValue == "/status/500" }.count, n)
     }
 
@@ -202,9 +213,12 @@ final class WebhookDeliveryTests: XCTestCase {
         clock.advance(1)
         eventually("delivered on the retry") { receiver.requests().contains { $0["path"]?.stringValue == "/ok" } }
         eventually("recorded") {
-            (try? h.db.system { c in try c.query("SELECT status FROM webhook_deliveries WHERE endpoint_id = $1", [e.id])[0].string("status") }) == "delivered"
+            (try? h.db.system { c in try c.query("SELECT status FROM webhook_deliveries WHERE endpoint_id = $1", [e.id])[0].string("status") })
+                == "delivered"
         }
-        XCTAssertNil(try h.db.system { c in try c.query("SELECT failing_since FROM webhook_endpoints WHERE id = $1", [e.id])[0].optionalDate("failing_since") })
+        XCTAssertNil(
+            try h.db.system { c in try c.query("SELECT failing_since FROM webhook_endpoints WHERE id = $1", [e.id])[0].optionalDate("failing_since") }
+        )
     }
 
     func testRotationSignsWithBothSecretsDuringTheOverlapThenOnlyTheNew() throws {
@@ -219,13 +233,16 @@ final class WebhookDeliveryTests: XCTestCase {
             if clock.now < Date() { clock.set(Date()) }  // due from its commit on
             let id = r["id"]?.stringValue
             var got: JSONValue?
-            eventually("test event delivered") { got = receiver.requests().first { $0["event_id"]?.stringValue == id }; return got != nil }
+            eventually("test event delivered") {
+                got = receiver.requests().first { $0["event_id"]?.stringValue == id }; return got != nil
+            }
             return got ?? .null
         }
         func v1s(_ r: JSONValue) -> Int { (r["signature"]?.stringValue ?? "").components(separatedBy: "v1=").count - 1 }
         func verifies(_ r: JSONValue, _ secret: String) -> Bool {
-            WebhookSignature.verify(header: r["signature"]?.stringValue ?? "", secret: secret, body: Array((r["body"]?.stringValue ?? "").utf8),
-                                    now: clock.now)
+            WebhookSignature.verify(
+                header: r["signature"]?.stringValue ?? "", secret: secret, body: Array((r["body"]?.stringValue ?? "").utf8),
+                now: clock.now)
         }
         try receiver.setSecrets([e.secret])
         let first = try testEvent()
@@ -233,11 +250,13 @@ final class WebhookDeliveryTests: XCTestCase {
         XCTAssertEqual(first["verified"], true)
         XCTAssertTrue(verifies(first, e.secret))
 
-        let rot = h.call("POST", "/v1/webhook-endpoints/\(e.id)/rotate-secret", ["expires_in_seconds": 3600, "idempotency_key": "rot-1"], as: t.master)
+        let rot = h.call(
+            "POST", "/v1/webhook-endpoints/\(e.id)/rotate-secret", ["expires_in_seconds": 3600, "idempotency_key": "rot-1"], as: t.master)
         XCTAssertEqual(rot.status, 200, "\(rot)")
         let s2 = try XCTUnwrap(rot["secret"]?.stringValue)
         XCTAssertNotEqual(s2, e.secret)
-        let replay = h.call("POST", "/v1/webhook-endpoints/\(e.id)/rotate-secret", ["expires_in_seconds": 3600, "idempotency_key": "rot-1"], as: t.master)
+        let replay = h.call(
+            "POST", "/v1/webhook-endpoints/\(e.id)/rotate-secret", ["expires_in_seconds": 3600, "idempotency_key": "rot-1"], as: t.master)
         XCTAssertEqual(replay["secret"]?.stringValue, s2, "a replayed rotation returns the same new secret")
         let during = try testEvent()
         XCTAssertEqual(v1s(during), 2, "one v1 per active secret")
@@ -266,8 +285,12 @@ final class WebhookDeliveryTests: XCTestCase {
         // does not: the check on the connected address refuses localhost → 127.0.0.1/::1.
         try startWorker(allowPrivate: false)
         let t = try tenant()
-        let r = h.call("POST", "/v1/webhook-endpoints", ["url": .string(receiver.url("/ok", host: "localhost")), "events": ["*"],
-                                                         "idempotency_key": "ssrf"], as: t.master)
+        let r = h.call(
+            "POST", "/v1/webhook-endpoints",
+            [
+                "url": .string(receiver.url("/ok", host: "localhost")), "events": ["*"],
+                "idempotency_key": "ssrf"
+            ], as: t.master)
         let id = try XCTUnwrap(r["id"]?.stringValue)
         _ = try record(t.id)
         eventually("attempted") { ((try? attempts(id)) ?? 0) >= 1 }

@@ -36,8 +36,9 @@ final class WebhookEventTests: XCTestCase {
 
     func startWorker() throws {
         let client = try WebhookHTTPClient(configuration: WebhookHTTPConfiguration(allowPrivate: true, extraCAFile: h.sandbox.files["ca.pem"]))
-        let w = WebhookWorker(db: h.db, kek: h.kek, client: client, configuration: WebhookWorkerConfiguration(workerId: "test-webhooks"),
-                              metrics: h.metrics, log: Logger(minimum: .warning))
+        let w = WebhookWorker(
+            db: h.db, kek: h.kek, client: client, configuration: WebhookWorkerConfiguration(workerId: "test-webhooks"),
+            metrics: h.metrics, log: Logger(minimum: .warning))
         w.start()
         worker = w
     }
@@ -67,8 +68,12 @@ final class WebhookEventTests: XCTestCase {
         try startWorker()
         let tenant = try h.tenantWithSandboxCredentials(appId: Self.appId)
         _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 2 WHERE tenant_id = $1", [tenant.id]) }
-        let created = h.call("POST", "/v1/webhook-endpoints", ["url": .string(receiver.url()), "events": ["*"],
-                                                               "idempotency_key": "hook-1"], as: tenant.master)
+        let created = h.call(
+            "POST", "/v1/webhook-endpoints",
+            [
+                "url": .string(receiver.url()), "events": ["*"],
+                "idempotency_key": "hook-1"
+            ], as: tenant.master)
         XCTAssertEqual(created.status, 201, "\(created)")
         let secret = try XCTUnwrap(created["secret"]?.stringValue)
         XCTAssertTrue(secret.hasPrefix("whsec_"))
@@ -86,45 +91,66 @@ final class WebhookEventTests: XCTestCase {
         device.startBackground(interval: 0.05)
 
         // Start → accepted by APNs, then the device registers its update token → target.ready.
-        let started = h.call("POST", "/v1/remote-updates/live-activities/start", [
-            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-            "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"], as: tenant.master)
+        let started = h.call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            [
+                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"
+            ], as: tenant.master)
         // A master key cannot start (docs/credentials.md): use a sender key.
         XCTAssertEqual(started.status, 403, "\(started)")
-        let key = h.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": [.string(st)], "created_from": [.string(st)],
-            "permissions": ["activities:start", "activities:update", "activities:end", "activities:read-state"],
-            "idempotency_key": "sk-1"], as: tenant.master)
+        let key = h.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "created_from": [.string(st)],
+                "permissions": ["activities:start", "activities:update", "activities:end", "activities:read-state"],
+                "idempotency_key": "sk-1"
+            ], as: tenant.master)
         let sender = try XCTUnwrap(key["credential"]?.stringValue)
-        let start = h.call("POST", "/v1/remote-updates/live-activities/start", [
-            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-            "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"], as: sender)
+        let start = h.call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            [
+                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"
+            ], as: sender)
         XCTAssertEqual(start.status, 202, "\(start)")
         let tgt = try XCTUnwrap(start["target"]?["id"]?.stringValue)
         let startOp = try XCTUnwrap(start["operation"]?["id"]?.stringValue)
         XCTAssertEqual(waitForNewTypes(tenant.master, after: &seen, count: 2), ["operation.accepted", "target.ready"])
 
         // An update takes the last unit of the day's quota (2) → operation.accepted + quota.exhausted.
-        let up = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", [
-            "target_id": .string(tgt), "state": ["message": "On the way"], "expected_revision": 1, "idempotency_key": "up-1"], as: sender)
+        let up = h.call(
+            "POST", "/v1/remote-updates/live-activities/update?wait_ms=10000",
+            [
+                "target_id": .string(tgt), "state": ["message": "On the way"], "expected_revision": 1, "idempotency_key": "up-1"
+            ], as: sender)
         XCTAssertEqual(up.status, 202, "\(up)")
         XCTAssertEqual(waitForNewTypes(tenant.master, after: &seen, count: 2), ["operation.accepted", "quota.exhausted"])
-        let refused = h.call("POST", "/v1/remote-updates/live-activities/update", [
-            "target_id": .string(tgt), "state": ["message": "x"], "expected_revision": 2, "idempotency_key": "up-2"], as: sender)
+        let refused = h.call(
+            "POST", "/v1/remote-updates/live-activities/update",
+            [
+                "target_id": .string(tgt), "state": ["message": "x"], "expected_revision": 2, "idempotency_key": "up-2"
+            ], as: sender)
         XCTAssertEqual(refused.errorCode, "QUOTA_EXCEEDED", "\(refused)")
         XCTAssertEqual(newTypes(tenant.master, after: &seen), [], "a refused write is no event (and quota.exhausted comes once a day)")
 
         // APNs refuses the next update (413) → operation.failed.
         _ = try h.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 1000 WHERE tenant_id = $1", [tenant.id]) }
         _ = try sandboxFault(["provider": "apns", "status": 413, "reason": "PayloadTooLarge", "times": 1])
-        let up3 = h.call("POST", "/v1/remote-updates/live-activities/update?wait_ms=10000", [
-            "target_id": .string(tgt), "state": ["message": "Almost there"], "expected_revision": 2, "idempotency_key": "up-3"], as: sender)
+        let up3 = h.call(
+            "POST", "/v1/remote-updates/live-activities/update?wait_ms=10000",
+            [
+                "target_id": .string(tgt), "state": ["message": "Almost there"], "expected_revision": 2, "idempotency_key": "up-3"
+            ], as: sender)
         XCTAssertEqual(up3.status, 202, "\(up3)")
         XCTAssertEqual(waitForNewTypes(tenant.master, after: &seen, count: 1), ["operation.failed"])
 
         // A stateless end → operation.accepted + target.ended (end_reason sender).
-        let end = h.call("POST", "/v1/remote-updates/live-activities/end?wait_ms=10000", [
-            "target_id": .string(tgt), "idempotency_key": "end-1"], as: sender)
+        let end = h.call(
+            "POST", "/v1/remote-updates/live-activities/end?wait_ms=10000",
+            [
+                "target_id": .string(tgt), "idempotency_key": "end-1"
+            ], as: sender)
         XCTAssertEqual(end.status, 202, "\(end)")
         XCTAssertEqual(waitForNewTypes(tenant.master, after: &seen, count: 2), ["operation.accepted", "target.ended"])
         let all = events(tenant.master)
@@ -140,15 +166,18 @@ final class WebhookEventTests: XCTestCase {
 
         // The filters.
         let byTarget = h.call("GET", "/v1/events?target_id=\(tgt)", as: tenant.master)
-        XCTAssertEqual(Set((byTarget["data"]?.arrayValue ?? []).compactMap { $0["type"]?.stringValue }),
-                       ["operation.accepted", "operation.failed", "target.ready", "target.ended"])
+        XCTAssertEqual(
+            Set((byTarget["data"]?.arrayValue ?? []).compactMap { $0["type"]?.stringValue }),
+            ["operation.accepted", "operation.failed", "target.ready", "target.ended"])
         let byType = h.call("GET", "/v1/events?type=operation.failed", as: tenant.master)
         XCTAssertEqual(byType["data"]?.arrayValue?.count, 1)
 
         // Disconnect → installation.retired, and nothing else (the target already ended; the
         // start target retires, which is no event).
         var ins: (String, String)?
-        _ = device.waitFor(timeout: 1) { s in ins = (s.installationId ?? "", s.credential ?? ""); return true }
+        _ = device.waitFor(timeout: 1) { s in
+            ins = (s.installationId ?? "", s.credential ?? ""); return true
+        }
         device.stop()
         let (insId, insCred) = try XCTUnwrap(ins)
         let gone = h.call("POST", "/v1/installations/\(insId)/disconnect", [:], as: insCred)
@@ -182,7 +211,9 @@ final class WebhookEventTests: XCTestCase {
         req.httpBody = Data(body.serialized())
         let done = DispatchSemaphore(value: 0)
         let out = LineCapture()
-        URLSession.shared.dataTask(with: req) { d, _, _ in out.append(String(decoding: d ?? Data(), as: UTF8.self)); done.signal() }.resume()
+        URLSession.shared.dataTask(with: req) { d, _, _ in
+            out.append(String(decoding: d ?? Data(), as: UTF8.self)); done.signal()
+        }.resume()
         done.wait()
         return (try? JSONValue.parse(out.text)) ?? .null
     }

@@ -25,9 +25,11 @@ final class WebhookReceiver: @unchecked Sendable {
         recordFile = dir.appendingPathComponent("requests.jsonl")
         let portFile = dir.appendingPathComponent("port")
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", EndToEndHarness.repoRoot + "/deploy/webhooks/receiver.py", "--port", "0",
-                             "--port-file", portFile.path, "--cert", cert.path, "--key", key.path, "--secret-file", secretFile.path,
-                             "--record", recordFile.path, "--tolerance", String(tolerance)]
+        process.arguments = [
+            "python3", EndToEndHarness.repoRoot + "/deploy/webhooks/receiver.py", "--port", "0",
+            "--port-file", portFile.path, "--cert", cert.path, "--key", key.path, "--secret-file", secretFile.path,
+            "--record", recordFile.path, "--tolerance", String(tolerance)
+        ]
         process.standardOutput = FileHandle.nullDevice
         try process.run()
         let end = Date().addingTimeInterval(10)

@@ -14,9 +14,11 @@ final class ClientServerTests: XCTestCase {
         defer { connection.close() }
         XCTAssertTrue(connection.isUsable)
         let body = Array(#"{"aps":{"event":"update"}}"#.utf8)
-        let response = try connection.send(HTTP2Request(method: "POST", path: "/3/device/abc?x=1",
-                                                        headers: [("X-Id", "one"), ("apns-push-type", "liveactivity")],
-                                                        body: body))
+        let response = try connection.send(
+            HTTP2Request(
+                method: "POST", path: "/3/device/abc?x=1",
+                headers: [("X-Id", "one"), ("apns-push-type", "liveactivity")],
+                body: body))
         XCTAssertEqual(response.status, 200)
         XCTAssertEqual(response.body, body)
         XCTAssertEqual(response.header("X-Echo-Path"), "/3/device/abc?x=1")
@@ -37,8 +39,12 @@ final class ClientServerTests: XCTestCase {
         defer { connection.close() }
         XCTAssertEqual(connection.maxConcurrentStreams, 10)
         let results = concurrently(200, threads: 16) { i in
-            attempt { try connection.send(HTTP2Request(method: "POST", path: "/n/\(i)", headers: [("x-id", "\(i)")],
-                                                       body: Array("payload \(i)".utf8))) }
+            attempt {
+                try connection.send(
+                    HTTP2Request(
+                        method: "POST", path: "/n/\(i)", headers: [("x-id", "\(i)")],
+                        body: Array("payload \(i)".utf8)))
+            }
         }
         for (i, result) in results.enumerated() {
             guard case .success(let response) = result else { return XCTFail("request \(i): \(result)") }

@@ -32,8 +32,11 @@ final class FaultTests: XCTestCase {
         // Requests submitted before the GOAWAY arrived fail "above GOAWAY last_stream_id"; on a
         // loaded machine some threads only submit after it, and fail before being sent. Both are
         // "not processed"; which one each request sees depends on scheduling.
-        XCTAssertTrue(reasons.allSatisfy { $0.contains("GOAWAY") || $0.contains("not usable") || $0.contains("before the request was sent")
-                                           || $0.contains("never written") }, "\(reasons)")
+        XCTAssertTrue(
+            reasons.allSatisfy {
+                $0.contains("GOAWAY") || $0.contains("not usable") || $0.contains("before the request was sent")
+                    || $0.contains("never written")
+            }, "\(reasons)")
         // Resend what was not processed through a pool; the fault stays on, so each new
         // connection again takes 5 streams and sends GOAWAY: resend until all are delivered.
         let pool = HTTP2ConnectionPool(configuration: clientConfiguration(port: server.port), maxConnections: 2)
@@ -55,8 +58,9 @@ final class FaultTests: XCTestCase {
             }
         }
         XCTAssertEqual(pending, [])
-        XCTAssertEqual(recorder.received.sorted(), (0..<batch).map(String.init).sorted(),
-                       "every request reached the handler exactly once")
+        XCTAssertEqual(
+            recorder.received.sorted(), (0..<batch).map(String.init).sorted(),
+            "every request reached the handler exactly once")
     }
 
     func testDroppedConnectionAfterRequestIsPossiblyProcessed() throws {
@@ -66,8 +70,12 @@ final class FaultTests: XCTestCase {
         server.setFaults(HTTP2ServerFaults(dropConnectionAfterRequest: 1))
         let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
         defer { connection.close() }
-        let result = attempt { try connection.send(HTTP2Request(method: "POST", path: "/d", headers: [("x-id", "d")],
-                                                                body: Array("start".utf8))) }
+        let result = attempt {
+            try connection.send(
+                HTTP2Request(
+                    method: "POST", path: "/d", headers: [("x-id", "d")],
+                    body: Array("start".utf8)))
+        }
         guard case .failure(.possiblyProcessed) = result else { return XCTFail("\(result)") }
         XCTAssertFalse(connection.isUsable)
         let after = attempt { try connection.send(HTTP2Request(path: "/after")) }

@@ -35,8 +35,9 @@ final class SubmitTests: XCTestCase {
         defer { connection.close() }
         let o = Outcomes(expected: 40)
         for i in 0..<40 {
-            connection.submit(HTTP2Request(method: "POST", path: "/s", headers: [("x-id", "\(i)")]),
-                              onWritten: o.onWritten("\(i)"), completion: o.onComplete("\(i)"))
+            connection.submit(
+                HTTP2Request(method: "POST", path: "/s", headers: [("x-id", "\(i)")]),
+                onWritten: o.onWritten("\(i)"), completion: o.onComplete("\(i)"))
         }
         XCTAssertEqual(o.all.wait(timeout: .now() + 20), .success)
         let results = o.results.withLock { $0 }

@@ -55,26 +55,36 @@ final class Recorder: Sendable {
 
 /// A started server answering 200 with the request body echoed and `x-echo-path`, after
 /// `sleepSeconds`; stopped by the caller.
-func startServer(recorder: Recorder = Recorder(), maxConcurrentStreams: Int = 1000, sleepSeconds: Double = 0,
-                 identity: X509.Identity = TestPKI.shared.server) throws -> HTTP2Server {
-    let config = HTTP2ServerConfiguration(certificatePEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM,
-                                          maxConcurrentStreams: maxConcurrentStreams)
+func startServer(
+    recorder: Recorder = Recorder(), maxConcurrentStreams: Int = 1000, sleepSeconds: Double = 0,
+    identity: X509.Identity = TestPKI.shared.server
+) throws -> HTTP2Server {
+    let config = HTTP2ServerConfiguration(
+        certificatePEM: identity.certificatePEM, privateKeyPEM: identity.privateKeyPEM,
+        maxConcurrentStreams: maxConcurrentStreams)
     let server = HTTP2Server(configuration: config) { request in
         recorder.enter(request)
         defer { recorder.leave() }
         if sleepSeconds > 0 { Thread.sleep(forTimeInterval: sleepSeconds) }
-        return HTTP2Response(status: 200, headers: [("x-echo-path", request.path), ("x-method", request.method),
-                                                    ("x-id", request.header("x-id") ?? "")],
-                             body: request.body)
+        return HTTP2Response(
+            status: 200,
+            headers: [
+                ("x-echo-path", request.path), ("x-method", request.method),
+                ("x-id", request.header("x-id") ?? "")
+            ],
+            body: request.body)
     }
     try server.start()
     return server
 }
 
-func clientConfiguration(port: Int, host: String = "127.0.0.1", requestTimeout: Double = 10,
-                         caFile: String? = TestPKI.shared.caFile) -> HTTP2ClientConfiguration {
-    HTTP2ClientConfiguration(baseURL: URL(string: "https://\(host):\(port)")!, extraCAFile: caFile,
-                             connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout)
+func clientConfiguration(
+    port: Int, host: String = "127.0.0.1", requestTimeout: Double = 10,
+    caFile: String? = TestPKI.shared.caFile
+) -> HTTP2ClientConfiguration {
+    HTTP2ClientConfiguration(
+        baseURL: URL(string: "https://\(host):\(port)")!, extraCAFile: caFile,
+        connectTimeoutSeconds: 5, requestTimeoutSeconds: requestTimeout)
 }
 
 /// `send` as a `Result`, with the failure typed.

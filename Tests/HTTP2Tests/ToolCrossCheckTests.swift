@@ -58,8 +58,10 @@ final class ToolCrossCheckTests: XCTestCase {
         defer { server.stop() }
         let process = Process()
         process.executableURL = URL(fileURLWithPath: h2load)
-        process.arguments = ["-n", "200", "-c", "2", "-m", "10", "-d", TestPKI.tempFile("h2load-body", "x=1"),
-                             "https://127.0.0.1:\(server.port)/load"]
+        process.arguments = [
+            "-n", "200", "-c", "2", "-m", "10", "-d", TestPKI.tempFile("h2load-body", "x=1"),
+            "https://127.0.0.1:\(server.port)/load"
+        ]
         let output = Pipe()
         process.standardOutput = output
         process.standardError = output

@@ -8,10 +8,13 @@ import LiveRelayTestSupport
 /// polled by the pool thread that accepted it), found by deploy/faults/run.
 final class BlockingHandlerTests: XCTestCase {
     func testSlowHandlersDoNotStallOtherConnections() throws {
-        let s = try startServer({ r in
-            r.add("GET", "/slow") { _ in Thread.sleep(forTimeInterval: 3); return .text(200, "slow") }
-            r.add("GET", "/fast") { _ in .text(200, "fast") }
-        }, configuration: .init(port: 0, threads: 2))
+        let s = try startServer(
+            { r in
+                r.add("GET", "/slow") { _ in
+                    Thread.sleep(forTimeInterval: 3); return .text(200, "slow")
+                }
+                r.add("GET", "/fast") { _ in .text(200, "fast") }
+            }, configuration: .init(port: 0, threads: 2))
         let port = s.port
         let group = DispatchGroup()
         for _ in 0..<6 {

@@ -16,8 +16,9 @@ final class BodyTests: XCTestCase {
         XCTAssertEqual(ok.status, 200)
         XCTAssertEqual(ok.json?["bytes"], .int(65_536))
 
-        let big = try RawHTTPClient.request(port: s.port, method: "POST", path: "/echo", headers: [("X-Request-Id", "big-1")],
-                                            body: Array(repeating: 0x61, count: 65_537))
+        let big = try RawHTTPClient.request(
+            port: s.port, method: "POST", path: "/echo", headers: [("X-Request-Id", "big-1")],
+            body: Array(repeating: 0x61, count: 65_537))
         XCTAssertEqual(big.status, 413)
         XCTAssertEqual(big.header("X-Request-Id"), "big-1")
         let error = big.json?["error"]
@@ -66,8 +67,9 @@ final class BodyTests: XCTestCase {
 
     func testJSONBodyDepthLimitWithoutSockets() {
         let deep = String(repeating: "[", count: 65) + String(repeating: "]", count: 65)
-        let request = HTTPRequest(method: "post", path: "/x", headers: ["Content-Type": "application/json"], body: Array(deep.utf8),
-                                  requestId: "r1", pathParameters: [:], remoteAddress: nil)
+        let request = HTTPRequest(
+            method: "post", path: "/x", headers: ["Content-Type": "application/json"], body: Array(deep.utf8),
+            requestId: "r1", pathParameters: [:], remoteAddress: nil)
         XCTAssertEqual(request.method, "POST")
         XCTAssertEqual(request.header("CONTENT-TYPE"), "application/json")
         XCTAssertThrowsError(try request.jsonBody()) { error in
@@ -78,7 +80,8 @@ final class BodyTests: XCTestCase {
 
     func testMalformedFramingIsAnsweredByLibmicrohttpdAndLeaksNothing() throws {
         let s = try echoServer()
-        let badLength = try RawHTTPClient.exchange(port: s.port, raw: Array("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\nConnection: close\r\n\r\n".utf8))
+        let badLength = try RawHTTPClient.exchange(
+            port: s.port, raw: Array("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 12abc\r\nConnection: close\r\n\r\n".utf8))
         XCTAssertEqual(badLength.status, 400)
         let hugeHeader = "GET /echo HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40_000))\r\nConnection: close\r\n\r\n"
         XCTAssertEqual(try RawHTTPClient.exchange(port: s.port, raw: Array(hugeHeader.utf8)).status, 431)

@@ -61,15 +61,18 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testTwoThousandIdleConnectionsDoNotStopALegitimateRequest() throws {
-        let s = try startServer({ r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-                                configuration: .init(port: 0, threads: 2, maxThreads: 4))
+        let s = try startServer(
+            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
+            configuration: .init(port: 0, threads: 2, maxThreads: 4))
         var held: [Int32] = []
-        defer { held.forEach { close($0) } }
+        defer { for fd in held { close(fd) } }
         // 8 source addresses × 250 connections: under the per-address cap (256).
         for i in 0..<2_000 {
             held.append(try Self.connect(port: s.port, source: "127.0.0.\(2 + i % 8)"))
         }
-        XCTAssertTrue(waitUntil(within: 10, every: 0.01) { s.server.openConnections >= 2_000 }, "the server holds every idle connection (\(s.server.openConnections))")
+        XCTAssertTrue(
+            waitUntil(within: 10, every: 0.01) { s.server.openConnections >= 2_000 },
+            "the server holds every idle connection (\(s.server.openConnections))")
         for _ in 0..<20 {
             let r = try Self.get(port: s.port, path: "/ping")
             XCTAssertEqual(r.status, 200)
@@ -79,10 +82,11 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testPerAddressConnectionCap() throws {
-        let s = try startServer({ r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-                                configuration: .init(port: 0, threads: 2, maxConnectionsPerAddress: 4))
+        let s = try startServer(
+            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
+            configuration: .init(port: 0, threads: 2, maxConnectionsPerAddress: 4))
         var held: [Int32] = []
-        defer { held.forEach { close($0) } }
+        defer { for fd in held { close(fd) } }
         for _ in 0..<3 { held.append(try Self.connect(port: s.port, source: "127.0.0.3")) }
         XCTAssertTrue(waitUntil(within: 5, every: 0.01) { s.server.openConnections == 3 })
         // The 4th connection from that address is at the cap: still served.
@@ -99,8 +103,9 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testSlowlorisIsCutOffAtTheReadDeadline() throws {
-        let s = try startServer({ r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-                                configuration: .init(port: 0, threads: 2, connectionTimeoutSeconds: 30, requestReadTimeoutSeconds: 1))
+        let s = try startServer(
+            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
+            configuration: .init(port: 0, threads: 2, connectionTimeoutSeconds: 30, requestReadTimeoutSeconds: 1))
         let fd = try Self.connect(port: s.port)
         defer { close(fd) }
         let start = Date()
@@ -132,10 +137,11 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testFullServerAnswers503AtTheConnectionLimit() throws {
-        let s = try startServer({ r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-                                configuration: .init(port: 0, threads: 2, maxConnections: 3))
+        let s = try startServer(
+            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
+            configuration: .init(port: 0, threads: 2, maxConnections: 3))
         var held: [Int32] = []
-        defer { held.forEach { close($0) } }
+        defer { for fd in held { close(fd) } }
         for _ in 0..<2 { held.append(try Self.connect(port: s.port)) }
         XCTAssertTrue(waitUntil(within: 5, every: 0.01) { s.server.openConnections == 2 })
         XCTAssertEqual(try Self.get(port: s.port, path: "/ping").status, 200, "the 3rd connection is within the limit")
@@ -150,10 +156,13 @@ final class ConnectionLimitTests: XCTestCase {
 
     func testFullQueueAnswers503() throws {
         let release = DispatchSemaphore(value: 0)
-        let s = try startServer({ r in
-            r.add("GET", "/block") { _ in release.wait(); return .text(200, "done") }
-            r.add("GET", "/ping") { _ in .text(200, "pong") }
-        }, configuration: .init(port: 0, threads: 1, maxThreads: 1, maxQueuedRequests: 1))
+        let s = try startServer(
+            { r in
+                r.add("GET", "/block") { _ in
+                    release.wait(); return .text(200, "done")
+                }
+                r.add("GET", "/ping") { _ in .text(200, "pong") }
+            }, configuration: .init(port: 0, threads: 1, maxThreads: 1, maxQueuedRequests: 1))
         let port = s.port
         let group = DispatchGroup()
         let statuses = Mutex<[Int]>([])
@@ -177,10 +186,11 @@ final class ConnectionLimitTests: XCTestCase {
 
     func testDeferredResponseHoldsNoWorker() throws {
         let pending = Mutex<[ResponseCompletion]>([])
-        let s = try startServer({ r in
-            r.add("GET", "/wait") { _ in .deferred { c in pending.withLock { $0.append(c) } } }
-            r.add("GET", "/ping") { _ in .text(200, "pong") }
-        }, configuration: .init(port: 0, threads: 1, maxThreads: 1))
+        let s = try startServer(
+            { r in
+                r.add("GET", "/wait") { _ in .deferred { c in pending.withLock { $0.append(c) } } }
+                r.add("GET", "/ping") { _ in .text(200, "pong") }
+            }, configuration: .init(port: 0, threads: 1, maxThreads: 1))
         let port = s.port
         let group = DispatchGroup()
         let bodies = Mutex<[String]>([])

@@ -65,13 +65,14 @@ final class LifecycleTests: XCTestCase {
     }
 
     func testLocalhostAndIdleShutdown() throws {
-        let s = try startServer({ router in router.add("GET", "/h") { _ in .text(200, "ok") } },
-                                configuration: .init(host: "localhost", port: 0, threads: 2))
+        let s = try startServer(
+            { router in router.add("GET", "/h") { _ in .text(200, "ok") } },
+            configuration: .init(host: "localhost", port: 0, threads: 2))
         XCTAssertGreaterThan(s.port, 0)
         XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "GET", path: "/h").status, 200)
         XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "HEAD", path: "/h").status, 200)
         s.server.shutdown(drainTimeoutSeconds: 1)
-        s.server.shutdown()   // idempotent
+        s.server.shutdown()  // idempotent
         XCTAssertThrowsError(try RawHTTPClient.connect(port: s.port))
     }
 }
@@ -79,7 +80,9 @@ final class LifecycleTests: XCTestCase {
 final class ConcurrencyTests: XCTestCase {
     func testConcurrentClientsAllAnsweredAndCounted() throws {
         let s = try startServer { router in
-            router.add("POST", "/echo/{n}") { req in .json(200, .object(["n": .string(req.pathParameters["n"] ?? ""), "len": .int(Int64(req.body.count))])) }
+            router.add("POST", "/echo/{n}") { req in
+                .json(200, .object(["n": .string(req.pathParameters["n"] ?? ""), "len": .int(Int64(req.body.count))]))
+            }
         }
         let port = s.port
         let failures = Mutex<[String]>([])

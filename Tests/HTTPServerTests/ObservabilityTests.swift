@@ -8,7 +8,8 @@ final class ObservabilityTests: XCTestCase {
     static func assertValidExposition(_ text: String, file: StaticString = #filePath, line: UInt = #line) {
         let helpLine = /# HELP [a-zA-Z_:][a-zA-Z0-9_:]* .*/
         let typeLine = /# TYPE [a-zA-Z_:][a-zA-Z0-9_:]* (counter|gauge|histogram|summary|untyped)/
-        let sampleLine = /[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(\\[\\"n]|[^"\\\n])*"(,[a-zA-Z_][a-zA-Z0-9_]*="(\\[\\"n]|[^"\\\n])*")*\})? (NaN|[+-]Inf|-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)/
+        let sampleLine =
+            /[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="(\\[\\"n]|[^"\\\n])*"(,[a-zA-Z_][a-zA-Z0-9_]*="(\\[\\"n]|[^"\\\n])*")*\})? (NaN|[+-]Inf|-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)/
         XCTAssertTrue(text.hasSuffix("\n"), file: file, line: line)
         for l in text.split(separator: "\n", omittingEmptySubsequences: false).dropLast() {
             let ok = l.wholeMatch(of: helpLine) != nil || l.wholeMatch(of: typeLine) != nil || l.wholeMatch(of: sampleLine) != nil
@@ -21,8 +22,8 @@ final class ObservabilityTests: XCTestCase {
         let counter = registry.counter("jobs_total", help: "Jobs done.\nSecond \\ line", labels: ["kind"])
         counter.increment(["a\"b\\c\nd"])
         counter.increment(["plain"], by: 2.5)
-        counter.increment(["plain"], by: -1)          // ignored: counters never decrease
-        counter.increment(["too", "many"])            // ignored: wrong label count
+        counter.increment(["plain"], by: -1)  // ignored: counters never decrease
+        counter.increment(["too", "many"])  // ignored: wrong label count
         registry.gauge("queue_depth", help: "Queued.", labels: ["queue"]) { [(["push"], 3), (["bad", "arity"], 1)] }
         registry.gauge("up", help: "Up.") { [([], 1)] }
         let h = registry.histogram("latency_seconds", help: "Latency.", labels: ["op"], buckets: [0.1, 1, 0.5])
@@ -39,15 +40,17 @@ final class ObservabilityTests: XCTestCase {
         XCTAssertTrue(text.contains("queue_depth{queue=\"push\"} 3\n"))
         XCTAssertFalse(text.contains("arity"))
         XCTAssertTrue(text.contains("up 1\n"))
-        XCTAssertTrue(text.contains("""
-            latency_seconds_bucket{op="x",le="0.1"} 1
-            latency_seconds_bucket{op="x",le="0.5"} 1
-            latency_seconds_bucket{op="x",le="1"} 2
-            latency_seconds_bucket{op="x",le="+Inf"} 3
-            latency_seconds_sum{op="x"} 30.75
-            latency_seconds_count{op="x"} 3
+        XCTAssertTrue(
+            text.contains(
+                """
+                latency_seconds_bucket{op="x",le="0.1"} 1
+                latency_seconds_bucket{op="x",le="0.5"} 1
+                latency_seconds_bucket{op="x",le="1"} 2
+                latency_seconds_bucket{op="x",le="+Inf"} 3
+                latency_seconds_sum{op="x"} 30.75
+                latency_seconds_count{op="x"} 3
 
-            """), text)
+                """), text)
     }
 
     func testServerCountsRequestsInMetrics() throws {
@@ -82,8 +85,9 @@ final class ObservabilityTests: XCTestCase {
             router.add("POST", "/v1/things/{id}") { req in .json(201, .object(["ok": .bool(true), "n": .int(Int64(req.body.count))])) }
         }
         let body = Array("{\"secret_field\":\"BODYSECRET\"}".utf8)
-        let r = try RawHTTPClient.request(port: s.port, method: "POST", path: "/v1/things/t1?token=QUERYSECRET",
-                                          headers: [("Authorization", "Bearer lrs_abc_AUTHSECRET"), ("X-Request-Id", "log-test-1")], body: body)
+        let r = try RawHTTPClient.request(
+            port: s.port, method: "POST", path: "/v1/things/t1?token=QUERYSECRET",
+            headers: [("Authorization", "Bearer lrs_abc_AUTHSECRET"), ("X-Request-Id", "log-test-1")], body: body)
         XCTAssertEqual(r.status, 201)
         let lines = s.log.lines.filter { $0.contains("log-test-1") }
         XCTAssertEqual(lines.count, 1, "\(s.log.lines)")

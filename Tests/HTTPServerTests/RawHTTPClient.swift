@@ -7,7 +7,7 @@ import Glibc
 /// A parsed response as received on the wire.
 struct RawResponse {
     var status: Int
-    var headers: [String: String]   // lowercased names
+    var headers: [String: String]  // lowercased names
     var body: [UInt8]
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
@@ -65,8 +65,10 @@ enum RawHTTPClient {
         return try parse(received)
     }
 
-    static func request(port: Int, method: String, path: String, headers: [(String, String)] = [],
-                        body: [UInt8]? = nil) throws -> RawResponse {
+    static func request(
+        port: Int, method: String, path: String, headers: [(String, String)] = [],
+        body: [UInt8]? = nil
+    ) throws -> RawResponse {
         var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
         for (name, value) in headers { head += "\(name): \(value)\r\n" }
         if let body { head += "Content-Length: \(body.count)\r\n" }

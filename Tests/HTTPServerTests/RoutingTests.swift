@@ -8,15 +8,22 @@ final class RoutingTests: XCTestCase {
     func testRoutesWithParametersAndLiteralPrecedence() throws {
         let s = try startServer { router in
             router.add("GET", "/v1/installations/{id}/targets/{tgt}") { req in
-                .json(200, .object(["id": .string(req.pathParameters["id"] ?? ""), "tgt": .string(req.pathParameters["tgt"] ?? ""),
-                                    "route": .string(req.route ?? ""), "q": .string(req.query["a"] ?? "")]))
+                .json(
+                    200,
+                    .object([
+                        "id": .string(req.pathParameters["id"] ?? ""), "tgt": .string(req.pathParameters["tgt"] ?? ""),
+                        "route": .string(req.route ?? ""), "q": .string(req.query["a"] ?? "")
+                    ]))
             }
             router.add("GET", "/v1/installations/{id}") { _ in .text(200, "param") }
             router.add("GET", "/v1/installations/new") { _ in .text(200, "literal") }
         }
         let r = try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/ins%201/targets/tgt_9?a=x+y%21&a=second")
         XCTAssertEqual(r.status, 200)
-        XCTAssertEqual(r.json, .object(["id": .string("ins 1"), "tgt": .string("tgt_9"), "route": .string("/v1/installations/{id}/targets/{tgt}"), "q": .string("x y!")]))
+        XCTAssertEqual(
+            r.json,
+            .object(["id": .string("ins 1"), "tgt": .string("tgt_9"), "route": .string("/v1/installations/{id}/targets/{tgt}"), "q": .string("x y!")])
+        )
         XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/new").text, "literal")
         XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/ins_2").text, "param")
         XCTAssertNotNil(r.header("X-Request-Id"))
@@ -60,7 +67,8 @@ final class RoutingTests: XCTestCase {
         XCTAssertTrue(generated.wholeMatch(of: /req_[a-z2-7]{26}/) != nil, generated)
         XCTAssertEqual(insane.text, generated)
 
-        let tooLong = try RawHTTPClient.request(port: s.port, method: "GET", path: "/id", headers: [("X-Request-Id", String(repeating: "a", count: 129))])
+        let tooLong = try RawHTTPClient.request(
+            port: s.port, method: "GET", path: "/id", headers: [("X-Request-Id", String(repeating: "a", count: 129))])
         XCTAssertTrue(tooLong.header("X-Request-Id")!.hasPrefix("req_"))
         let missing = try RawHTTPClient.request(port: s.port, method: "GET", path: "/nowhere", headers: [("X-Request-Id", "trace-1")])
         XCTAssertEqual(missing.header("X-Request-Id"), "trace-1")
@@ -70,7 +78,9 @@ final class RoutingTests: XCTestCase {
         struct SecretFailure: Error { let detail = "password=hunter2 at db.internal:5432" }
         let s = try startServer { router in
             router.add("GET", "/boom") { _ in throw SecretFailure() }
-            router.add("GET", "/teapot") { _ in throw HTTPError(status: 418, code: "TEAPOT", message: "short and stout", details: ["field": .string("spout")]) }
+            router.add("GET", "/teapot") { _ in
+                throw HTTPError(status: 418, code: "TEAPOT", message: "short and stout", details: ["field": .string("spout")])
+            }
         }
         let r = try RawHTTPClient.request(port: s.port, method: "GET", path: "/boom")
         XCTAssertEqual(r.status, 500)

@@ -17,8 +17,10 @@ final class JSONValueTests: XCTestCase {
     }
 
     func testRejectsWhatRFC8259Rejects() {
-        for bad in ["[1,]", "{\"a\":1,}", "{\"a\":1,\"a\":2}", "01", "1.", ".5", "+1", "\"\\x\"", "\"a\nb\"",
-                    "[1] x", "", "{a:1}", "'a'", "\"\\ud800\"", "NaN", "tru", "[", "{\"a\"}", "1e999"] {
+        for bad in [
+            "[1,]", "{\"a\":1,}", "{\"a\":1,\"a\":2}", "01", "1.", ".5", "+1", "\"\\x\"", "\"a\nb\"",
+            "[1] x", "", "{a:1}", "'a'", "\"\\ud800\"", "NaN", "tru", "[", "{\"a\"}", "1e999"
+        ] {
             XCTAssertThrowsError(try JSONValue.parse(bad), "accepted \(bad.debugDescription)")
         }
         XCTAssertThrowsError(try JSONValue.parse([0x22, 0xFF, 0x22]), "invalid UTF-8 accepted")
@@ -55,7 +57,8 @@ final class JSONValueTests: XCTestCase {
         case 1: return .bool(r.next() % 2 == 0)
         case 2: return .int(Int64(bitPattern: r.next()) >> Int64(r.next() % 60))
         case 3: return .double(Double(Int64(bitPattern: r.next()) >> 20) / 1024.5)
-        case 4: return .string(String((0..<(r.next() % 8)).map { _ in ["a", "é", "😀", "\"", "\\", "\n", "\u{1}", "/"][Int(r.next() % 8)] as Character }))
+        case 4:
+            return .string(String((0..<(r.next() % 8)).map { _ in ["a", "é", "😀", "\"", "\\", "\n", "\u{1}", "/"][Int(r.next() % 8)] as Character }))
         case 5: return .array((0..<(r.next() % 4)).map { _ in randomValue(&r, depth: depth + 1) })
         default:
             var o: [String: JSONValue] = [:]
@@ -64,4 +67,3 @@ final class JSONValueTests: XCTestCase {
         }
     }
 }
-

@@ -27,7 +27,8 @@ final class AuthLimitsTests: TenancyTestCase {
         let pool = PostgresPool(conninfo: env.conninfo, maxConnections: 8, acquireTimeoutSeconds: 2)
         let logs = env.logs
         let log = Logger(minimum: .debug, sink: { logs.append($0) })
-        let auth = clock.map { Authenticator(db: Database(pool: pool), log: log, limits: limits, now: $0.now) }
+        let auth =
+            clock.map { Authenticator(db: Database(pool: pool), log: log, limits: limits, now: $0.now) }
             ?? Authenticator(db: Database(pool: pool), log: log, limits: limits)
         addTeardownBlock { pool.close() }
         return (auth, pool)
@@ -39,8 +40,9 @@ final class AuthLimitsTests: TenancyTestCase {
     }
 
     static func request(_ credential: String, from address: String) -> HTTPRequest {
-        HTTPRequest(method: "GET", path: "/v1/remote-updates/capabilities", headers: ["Authorization": "Bearer \(credential)"],
-                    remoteAddress: address)
+        HTTPRequest(
+            method: "GET", path: "/v1/remote-updates/capabilities", headers: ["Authorization": "Bearer \(credential)"],
+            remoteAddress: address)
     }
 
     /// The error `authenticate` throws, nil when it succeeds.
@@ -87,7 +89,8 @@ final class AuthLimitsTests: TenancyTestCase {
         XCTAssertNil(seen[200], "a forged credential authenticated")
         XCTAssertGreaterThan(seen[429] ?? 0, 0, "the forgers' address was rate limited: \(seen)")
         XCTAssertEqual(Set(seen.keys).subtracting([401, 429, 503]), [], "forgers only ever see 401, 429 or 503: \(seen)")
-        XCTAssertLessThanOrEqual(limits.argon2.totalRuns, 10 + 1, "argon2 ran only for the failures the address was allowed (plus the legitimate one)")
+        XCTAssertLessThanOrEqual(
+            limits.argon2.totalRuns, 10 + 1, "argon2 ran only for the failures the address was allowed (plus the legitimate one)")
     }
 
     func testFailedVerificationIsRememberedWithoutAnotherDatabaseRead() throws {
@@ -100,9 +103,11 @@ final class AuthLimitsTests: TenancyTestCase {
         XCTAssertEqual(auth.rememberedFailures, 1)
         pool.close()  // from here on, any database read answers 503
         clock.advance(29)
-        XCTAssertEqual(Self.outcome(auth, Self.request(bad, from: "127.0.0.1"))?.status, 401, "the remembered failure is answered without the database")
-        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "127.0.0.1"))?.status, 503,
-                       "another forged token does read the database (here: closed)")
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(bad, from: "127.0.0.1"))?.status, 401, "the remembered failure is answered without the database")
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "127.0.0.1"))?.status, 503,
+            "another forged token does read the database (here: closed)")
         clock.advance(1.5)
         XCTAssertEqual(auth.rememberedFailures, 0, "failures are forgotten after 30 s")
         XCTAssertEqual(Self.outcome(auth, Self.request(bad, from: "127.0.0.1"))?.status, 503, "an expired failure reads the database again")
@@ -116,18 +121,22 @@ final class AuthLimitsTests: TenancyTestCase {
         let (auth, _) = authenticator(AuthLimits(failuresPerAddress: 3, failureRefillSeconds: 60), clock: clock)
         XCTAssertNil(Self.outcome(auth, Self.request(t.master, from: "10.0.0.1")), "cached before the forgers start")
         for i in 1...3 {
-            XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 401, "failure \(i) of 3 is a plain 401")
+            XCTAssertEqual(
+                Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 401, "failure \(i) of 3 is a plain 401")
         }
         let limited = Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))
         XCTAssertEqual(limited?.status, 429)
         XCTAssertEqual(limited?.code, "RATE_LIMITED")
         XCTAssertEqual(limited?.headers.first { $0.0 == "Retry-After" }?.1, "60")
         XCTAssertNil(Self.outcome(auth, Self.request(t.master, from: "10.0.0.1")), "the cached credential is not limited, even from that address")
-        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.2"))?.status, 401, "another address is not limited")
-        XCTAssertEqual(Self.outcome(auth, Self.request(t.publishable, from: "10.0.0.1"))?.status, 429,
-                       "a credential not yet verified from the limited address waits too")
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.2"))?.status, 401, "another address is not limited")
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(t.publishable, from: "10.0.0.1"))?.status, 429,
+            "a credential not yet verified from the limited address waits too")
         clock.advance(60)
-        XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 401, "one failure refilled after 60 s")
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 401, "one failure refilled after 60 s")
         XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 429)
     }
 
@@ -136,7 +145,11 @@ final class AuthLimitsTests: TenancyTestCase {
         let limiter = Argon2idLimiter(maxConcurrent: 1, maxWaitSeconds: 0)
         let (auth, _) = authenticator(AuthLimits(argon2: limiter))
         let holding = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async { _ = try? limiter.run { holding.signal(); release.wait() } }
+        DispatchQueue.global().async {
+            _ = try? limiter.run {
+                holding.signal(); release.wait()
+            }
+        }
         holding.wait()
         let e = Self.outcome(auth, Self.request(t.master, from: "127.0.0.1"))
         release.signal()

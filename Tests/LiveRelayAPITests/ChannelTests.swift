@@ -54,21 +54,26 @@ struct ChannelWorld {
     }
 
     /// An installation of `platform` reporting `osVersion`, with a ready start target.
-    func member(platform: String = "ios", osVersion: String? = nil, schema: JSONValue? = nil, activityType: String = "delivery",
-                attributesType: String = "DeliveryAttributes") throws -> Member {
+    func member(
+        platform: String = "ios", osVersion: String? = nil, schema: JSONValue? = nil, activityType: String = "delivery",
+        attributesType: String = "DeliveryAttributes"
+    ) throws -> Member {
         let inst = try Fixtures.installation(env, publishable: tenant.publishable, platform: platform)
         let st = Identifier.make(.startTarget), tv = "tv_" + Identifier.makeBody()
         let t = tenant.id
         try env.db.tenant(t) { c in
-            try c.execute("UPDATE installations SET os_version = $3, fcm_token = $4 WHERE tenant_id = $1 AND id = $2",
-                          [t, inst.id, osVersion, platform == "android" ? "fcm-\(inst.id)" : nil])
+            try c.execute(
+                "UPDATE installations SET os_version = $3, fcm_token = $4 WHERE tenant_id = $1 AND id = $2",
+                [t, inst.id, osVersion, platform == "android" ? "fcm-\(inst.id)" : nil])
             try c.execute("INSERT INTO bindings (tenant_id, installation_id, id) VALUES ($1, $2, 'bnd_widget')", [t, inst.id])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO template_versions (tenant_id, installation_id, binding_id, id, activity_type, attributes_type, renderer_digest,
                                                schema, bundle_bytes, bundle_modules, bundle_files)
                 VALUES ($1, $2, 'bnd_widget', $3, $4, $5, 'sha256:00', $6::jsonb, 10, 1, 1)
                 """, [t, inst.id, tv, activityType, attributesType, schema?.jsonString])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO start_targets (tenant_id, id, installation_id, binding_id, activity_type, current_template_version, push_to_start_token, status)
                 VALUES ($1, $2, $3, 'bnd_widget', $4, $5, $6, 'ready')
                 """, [t, st, inst.id, activityType, tv, platform == "ios" ? "pts-\(inst.id)" : nil])
@@ -77,8 +82,10 @@ struct ChannelWorld {
     }
 
     func createChannel(schema: JSONValue? = nil, storagePolicy: String? = nil, key: String = UUID().uuidString) -> TestEnvironment.Reply {
-        var o: [String: JSONValue] = ["app_id": "com.example.app", "environment": "sandbox", "activity_type": "delivery",
-                                      "attributes_type": "DeliveryAttributes", "idempotency_key": .string(key)]
+        var o: [String: JSONValue] = [
+            "app_id": "com.example.app", "environment": "sandbox", "activity_type": "delivery",
+            "attributes_type": "DeliveryAttributes", "idempotency_key": .string(key)
+        ]
         if let schema { o["schema"] = schema }
         if let storagePolicy { o["storage_policy"] = .string(storagePolicy) }
         return env.call("POST", "/v1/remote-updates/channels", .object(o), as: tenant.master)
@@ -95,8 +102,10 @@ struct ChannelWorld {
     }
 
     func start(_ m: Member, channel: String?, as key: Fixtures.Key, state: JSONValue = ["eta": 1]) -> TestEnvironment.Reply {
-        var o: [String: JSONValue] = ["start_target_id": .string(m.startTargetId), "template_version": .string(m.templateVersion),
-                                      "state": state, "alert": ["title": "Go", "body": "Started"], "idempotency_key": .string(UUID().uuidString)]
+        var o: [String: JSONValue] = [
+            "start_target_id": .string(m.startTargetId), "template_version": .string(m.templateVersion),
+            "state": state, "alert": ["title": "Go", "body": "Started"], "idempotency_key": .string(UUID().uuidString)
+        ]
         if let channel { o["channel_id"] = .string(channel) }
         return env.call("POST", "/v1/remote-updates/live-activities/start", .object(o), as: key.credential)
     }
@@ -113,9 +122,10 @@ struct ChannelWorld {
 
     /// A channel worker on this database with the recording provider (driven by hand in tests).
     func worker(batchSize: Int = 500) -> ChannelWorker {
-        ChannelWorker(db: env.db, conninfo: env.conninfo, sender: fake, manager: fake,
-                      configuration: ChannelWorkerConfiguration(workerId: "test-channels", fanoutBatchSize: batchSize),
-                      metrics: MetricsRegistry(), log: Logger(minimum: .error, sink: { _ in }))
+        ChannelWorker(
+            db: env.db, conninfo: env.conninfo, sender: fake, manager: fake,
+            configuration: ChannelWorkerConfiguration(workerId: "test-channels", fanoutBatchSize: batchSize),
+            metrics: MetricsRegistry(), log: Logger(minimum: .error, sink: { _ in }))
     }
 }
 
@@ -149,13 +159,23 @@ final class ChannelTests: XCTestCase {
         let other = try w.env.tenant(name: "Other")
         XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channels/\(id)", as: other.master).status, 404)
         // Shape: unknown field and bad storage policy name their field.
-        let bad = w.env.call("POST", "/v1/remote-updates/channels", ["app_id": "a", "environment": "sandbox", "activity_type": "x",
-                                                                   "attributes_type": "y", "storage_policy": "all", "idempotency_key": "k"],
-                             as: w.tenant.master)
+        let bad = w.env.call(
+            "POST", "/v1/remote-updates/channels",
+            [
+                "app_id": "a", "environment": "sandbox", "activity_type": "x",
+                "attributes_type": "y", "storage_policy": "all", "idempotency_key": "k"
+            ],
+            as: w.tenant.master)
         XCTAssertEqual(bad.json["error"]?["details"]?["field"]?.stringValue, "storage_policy")
-        XCTAssertEqual(w.env.call("POST", "/v1/remote-updates/channels", ["schema": ["type": "object", "pattern": "x"], "app_id": "a",
-                                                                        "environment": "sandbox", "activity_type": "x", "attributes_type": "y",
-                                                                        "idempotency_key": "k2"], as: w.tenant.master).errorCode, "INVALID_STATE_SCHEMA")
+        XCTAssertEqual(
+            w.env.call(
+                "POST", "/v1/remote-updates/channels",
+                [
+                    "schema": ["type": "object", "pattern": "x"], "app_id": "a",
+                    "environment": "sandbox", "activity_type": "x", "attributes_type": "y",
+                    "idempotency_key": "k2"
+                ], as: w.tenant.master
+            ).errorCode, "INVALID_STATE_SCHEMA")
     }
 
     func testProviderRefusalStoresNothing() throws {
@@ -199,12 +219,14 @@ final class ChannelTests: XCTestCase {
         defer { w.env.tearDown() }
         let cap = ChannelRules.maxActiveChannelsPerApp
         try w.env.db.tenant(w.tenant.id) { c in
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO channels (tenant_id, id, app_id, environment, activity_type, attributes_type, apns_channel_id)
                 SELECT $1, 'ch_x' || g, 'com.example.app', 'sandbox', 'delivery', 'DeliveryAttributes', 'apns' || g FROM generate_series(1, $2) g
                 """, [w.tenant.id, cap - 1])
             // Ended channels and other environments do not count.
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO channels (tenant_id, id, app_id, environment, activity_type, attributes_type, apns_channel_id, status)
                 VALUES ($1, 'ch_ended', 'com.example.app', 'sandbox', 'delivery', 'DeliveryAttributes', 'e', 'ended'),
                        ($1, 'ch_prod', 'com.example.app', 'production', 'delivery', 'DeliveryAttributes', 'p', 'active')
@@ -236,11 +258,16 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(snap["revision"]?.intValue, 1)
         let noRead = try w.sender([ch], permissions: ["activities:update"])
         XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channels/\(ch)/snapshot", as: noRead.credential).status, 403)
-        XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channels/\(ch)/snapshot", as: w.tenant.master).status, 403,
-                       "a master key never reads business state")
+        XCTAssertEqual(
+            w.env.call("GET", "/v1/remote-updates/channels/\(ch)/snapshot", as: w.tenant.master).status, 403,
+            "a master key never reads business state")
         // A sender key naming an unknown channel is refused at creation.
-        let bad = w.env.call("POST", "/v1/remote-updates/sender-keys", ["targets": ["ch_00000000000000000000000000"], "created_from": [],
-                                                                       "permissions": ["activities:update"], "idempotency_key": "x"], as: w.tenant.master)
+        let bad = w.env.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": ["ch_00000000000000000000000000"], "created_from": [],
+                "permissions": ["activities:update"], "idempotency_key": "x"
+            ], as: w.tenant.master)
         XCTAssertEqual(bad.json["error"]?["details"]?["field"]?.stringValue, "targets.0")
         // A start into a channel needs the channel in targets too.
         let m = try w.member(osVersion: "18.0")
@@ -255,7 +282,8 @@ final class ChannelTests: XCTestCase {
         let ch = try w.channel(schema: ["type": "object", "properties": ["eta": ["type": "integer"]], "required": ["eta"]])
         let key = try w.sender([ch])
         // Shape: priority 1 is accepted only on channels; 2 is refused naming the field.
-        XCTAssertEqual(w.update(ch, ["eta": 1], revision: 0, as: key, extra: ["priority": 2]).json["error"]?["details"]?["field"]?.stringValue, "priority")
+        XCTAssertEqual(
+            w.update(ch, ["eta": 1], revision: 0, as: key, extra: ["priority": 2]).json["error"]?["details"]?["field"]?.stringValue, "priority")
         XCTAssertEqual(w.update(ch, ["eta": 1], revision: 0, as: key, extra: ["bogus": 1]).errorCode, "INVALID_REQUEST")
         let ok = w.update(ch, ["eta": 1], revision: 0, as: key, extra: ["priority": 1])
         XCTAssertEqual(ok.status, 202, String(decoding: ok.raw, as: UTF8.self))
@@ -276,8 +304,10 @@ final class ChannelTests: XCTestCase {
         let free = try w.channel()
         let fkey = try w.sender([free])
         var n = 0
-        while (try? ChannelRequests.checkPayload(channelId: free, event: .update, state: ["eta": 1, "pad": .string(String(repeating: "x", count: n + 1))],
-                                                 alert: nil, staleAt: nil, relevanceScore: nil, dismissAt: nil, now: Date())) != nil { n += 1 }
+        while (try? ChannelRequests.checkPayload(
+            channelId: free, event: .update, state: ["eta": 1, "pad": .string(String(repeating: "x", count: n + 1))],
+            alert: nil, staleAt: nil, relevanceScore: nil, dismissAt: nil, now: Date())) != nil
+        { n += 1 }
         let over = w.update(free, ["eta": 1, "pad": .string(String(repeating: "x", count: n + 1))], revision: 0, as: fkey)
         XCTAssertEqual(over.status, 413)
         XCTAssertEqual(over.json["error"]?["details"]?["limit"]?.intValue, 4096)
@@ -367,9 +397,12 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(members["data"]?.arrayValue?.count, 2)
         XCTAssertNotNil(members["next_cursor"]?.stringValue)
         // Local start reservation into the channel: broadcast, ready at once.
-        let local = w.env.call("POST", "/v1/installations/\(ios17.installationId)/targets", [
-            "activity_type": "delivery", "business_key": "order:1", "business_generation": "1", "idempotency_key": "r1",
-            "state": ["eta": 1], "channel_id": .string(ch)], as: ios17.credential)
+        let local = w.env.call(
+            "POST", "/v1/installations/\(ios17.installationId)/targets",
+            [
+                "activity_type": "delivery", "business_key": "order:1", "business_generation": "1", "idempotency_key": "r1",
+                "state": ["eta": 1], "channel_id": .string(ch)
+            ], as: ios17.credential)
         XCTAssertEqual(local.status, 201, String(decoding: local.raw, as: UTF8.self))
         XCTAssertEqual(local["delivery"]?.stringValue, "broadcast")
         XCTAssertEqual(local["status"]?.stringValue, "ready")
@@ -382,13 +415,18 @@ final class ChannelTests: XCTestCase {
         let m = try w.member(osVersion: "17.0")
         let key = try w.sender([m.startTargetId, ch])
         let tgt = try XCTUnwrap(w.start(m, channel: ch, as: key)["target"]?["id"]?.stringValue)
-        let up = w.env.call("POST", "/v1/remote-updates/live-activities/update", ["target_id": .string(tgt), "state": ["eta": 2],
-                                                                                 "expected_revision": 1, "idempotency_key": "u"],
-                            as: key.credential)
+        let up = w.env.call(
+            "POST", "/v1/remote-updates/live-activities/update",
+            [
+                "target_id": .string(tgt), "state": ["eta": 2],
+                "expected_revision": 1, "idempotency_key": "u"
+            ],
+            as: key.credential)
         XCTAssertEqual(up.errorCode, "TARGET_ON_CHANNEL")
         XCTAssertEqual(up.json["error"]?["details"]?["channel_id"]?.stringValue, ch)
-        let end = w.env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(tgt), "idempotency_key": "e"],
-                             as: w.tenant.master)
+        let end = w.env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(tgt), "idempotency_key": "e"],
+            as: w.tenant.master)
         XCTAssertEqual(end.errorCode, "TARGET_ON_CHANNEL")
         // A device's local end still ends its own target.
         let local = w.env.call("POST", "/v1/installations/\(m.installationId)/targets/\(tgt)/ended", ["idempotency_key": "le"], as: m.credential)
@@ -420,14 +458,17 @@ final class ChannelTests: XCTestCase {
         while worker.expandOnce() > 0 {}
         XCTAssertEqual(try w.count("SELECT count(*) AS n FROM channel_operations WHERE fanout_state = 'pending'"), 0)
         let fanout = try w.env.db.system { c in
-            try c.query("""
+            try c.query(
+                """
                 SELECT o.target_id, o.seq, o.status, (o.state ->> 'eta')::bigint AS eta, o.alert IS NOT NULL AS has_alert, o.channel_operation_id
                   FROM operations o JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
                  WHERE t.channel_id = $1 AND t.delivery = 'fanout' AND o.kind = 'update' ORDER BY o.target_id, o.seq
                 """, [ch])
         }
         var byTarget: [String: [(eta: Int64, alert: Bool, status: String)]] = [:]
-        for r in fanout { byTarget[try r.string("target_id"), default: []].append((try r.int64("eta"), try r.bool("has_alert"), try r.string("status"))) }
+        for r in fanout {
+            byTarget[try r.string("target_id"), default: []].append((try r.int64("eta"), try r.bool("has_alert"), try r.string("status")))
+        }
         XCTAssertEqual(byTarget.count, 4, "four fan-out members (iOS 17 ×3, Android)")
         for (t, ops) in byTarget {
             let etas = ops.map(\.eta)
@@ -479,7 +520,8 @@ final class ChannelTests: XCTestCase {
         let g = w.update(gone, ["eta": 1], revision: 0, as: key)
         XCTAssertTrue(worker.broadcastOnce())
         let gop = try XCTUnwrap(g["channel_operation"]?["id"]?.stringValue)
-        XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channel-operations/\(gop)", as: w.tenant.master)["broadcast"]?["status"]?.stringValue, "queued")
+        XCTAssertEqual(
+            w.env.call("GET", "/v1/remote-updates/channel-operations/\(gop)", as: w.tenant.master)["broadcast"]?["status"]?.stringValue, "queued")
         _ = try w.env.db.system { c in try c.execute("UPDATE channel_operations SET broadcast_next_at = now() WHERE id = $1", [gop]) }
         w.fake.broadcastAnswer.withLock { $0 = .refused(status: 400, reason: "BadChannelId", retryAfterSeconds: nil) }
         XCTAssertTrue(worker.broadcastOnce())
@@ -491,17 +533,21 @@ final class ChannelTests: XCTestCase {
         w.fake.broadcastAnswer.withLock { $0 = nil }
         // End: fan-out members get an end operation, the broadcast carries the end, then the
         // APNs channel is deleted and the channel is ended.
-        let end = w.env.call("POST", "/v1/remote-updates/channels/\(ch)/end", ["idempotency_key": "end", "state": ["eta": 0], "expected_revision": 1],
-                             as: key.credential)
+        let end = w.env.call(
+            "POST", "/v1/remote-updates/channels/\(ch)/end", ["idempotency_key": "end", "state": ["eta": 0], "expected_revision": 1],
+            as: key.credential)
         XCTAssertEqual(end.status, 202, String(decoding: end.raw, as: UTF8.self))
         while worker.expandOnce() > 0 {}
         XCTAssertEqual(w.finishOnceAfterBroadcasts(worker), 1)
         let ended = w.env.call("GET", "/v1/remote-updates/channels/\(ch)", as: w.tenant.master)
         XCTAssertEqual(ended["status"]?.stringValue, "ended")
         XCTAssertEqual(w.fake.deleted.withLock { $0 }, [ended["apns_channel_id"]!.stringValue!])
-        XCTAssertEqual(try w.count("SELECT count(*) AS n FROM operations o JOIN targets t ON t.id = o.target_id WHERE t.channel_id = $1 AND o.kind = 'end'", [ch]), 1,
-                       "the fan-out member got its end")
-        XCTAssertEqual(try w.count("SELECT count(*) AS n FROM targets WHERE channel_id = $1 AND delivery = 'broadcast' AND status = 'ended'", [ch]), 1)
+        XCTAssertEqual(
+            try w.count(
+                "SELECT count(*) AS n FROM operations o JOIN targets t ON t.id = o.target_id WHERE t.channel_id = $1 AND o.kind = 'end'", [ch]), 1,
+            "the fan-out member got its end")
+        XCTAssertEqual(
+            try w.count("SELECT count(*) AS n FROM targets WHERE channel_id = $1 AND delivery = 'broadcast' AND status = 'ended'", [ch]), 1)
         XCTAssertEqual(try w.count("SELECT count(*) AS n FROM events WHERE type = 'channel.ended' AND channel_id = $1", [ch]), 1)
     }
 }

@@ -30,8 +30,10 @@ final class ConsoleTests: XCTestCase {
     }
 
     func testEveryAssetIsServedWithItsTypeAndHeadWorks() throws {
-        let expected = ["console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8",
-                        "favicon.svg": "image/svg+xml", "index.html": "text/html; charset=utf-8"]
+        let expected = [
+            "console.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8",
+            "favicon.svg": "image/svg+xml", "index.html": "text/html; charset=utf-8"
+        ]
         XCTAssertEqual(Set(ConsoleAssets.all.keys), Set(expected.keys))
         for (name, type) in expected {
             let r = env.call("GET", "/console/\(name)")
@@ -60,8 +62,10 @@ final class ConsoleTests: XCTestCase {
     /// Status and `Location` of a GET whose redirect is not followed.
     static func withoutFollowingRedirects(_ url: String) throws -> (status: Int, location: String?) {
         final class NoRedirect: NSObject, URLSessionTaskDelegate, @unchecked Sendable {
-            func urlSession(_ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
-                            newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void) { completionHandler(nil) }
+            func urlSession(
+                _ session: URLSession, task: URLSessionTask, willPerformHTTPRedirection response: HTTPURLResponse,
+                newRequest request: URLRequest, completionHandler: @escaping (URLRequest?) -> Void
+            ) { completionHandler(nil) }
         }
         let session = URLSession(configuration: .ephemeral, delegate: NoRedirect(), delegateQueue: nil)
         defer { session.invalidateAndCancel() }
@@ -102,7 +106,9 @@ final class ConsoleTests: XCTestCase {
             XCTAssertEqual(urls, [], "\(name) refers to another origin")
             XCTAssertNil(text.range(of: "@import"), name)
         }
-        XCTAssertNil(js.range(of: #"\beval\(|new Function\(|innerHTML|setAttribute\('style'"#, options: .regularExpression), "CSP-blocked construct in console.js")
+        XCTAssertNil(
+            js.range(of: #"\beval\(|new Function\(|innerHTML|setAttribute\('style'"#, options: .regularExpression),
+            "CSP-blocked construct in console.js")
         XCTAssertNil(js.range(of: "localStorage"), "the key must never go to localStorage")
         XCTAssertNil(js.range(of: "document.cookie"), "the key must never go to a cookie")
         XCTAssertTrue(js.contains("sessionStorage"))

@@ -22,7 +22,8 @@ final class ContractRoutesTests: XCTestCase {
         var description: String { "\(method) \(path)" }
         /// `{name}` segments compared by position only.
         var normalized: String {
-            method + " " + path.split(separator: "/", omittingEmptySubsequences: false)
+            method + " "
+                + path.split(separator: "/", omittingEmptySubsequences: false)
                 .map { $0.hasPrefix("{") && $0.hasSuffix("}") ? "{}" : String($0) }.joined(separator: "/")
         }
     }
@@ -55,7 +56,7 @@ final class ContractRoutesTests: XCTestCase {
                 var key = line.trimmingCharacters(in: .whitespaces)
                 guard key.hasSuffix(":") else { continue }
                 key.removeLast()
-                if key.count >= 2, let q = key.first, (q == "'" || q == "\""), key.last == q { key = String(key.dropFirst().dropLast()) }
+                if key.count >= 2, let q = key.first, q == "'" || q == "\"", key.last == q { key = String(key.dropFirst().dropLast()) }
                 path = key.hasPrefix("/") ? key : nil
                 current = nil
             } else if line.hasPrefix("    ") && !line.hasPrefix("     "), let path {
@@ -79,8 +80,9 @@ final class ContractRoutesTests: XCTestCase {
         let pool = PostgresPool(conninfo: "postgresql:///unused?host=/nonexistent", maxConnections: 1)
         let db = Database(pool: pool)
         let log = Logger(minimum: .error, sink: { _ in })
-        let ctx = APIContext(db: db, auth: Authenticator(db: db, log: log), kek: try AESGCM(key: SecureRandom.bytes(32)), log: log,
-                             metrics: MetricsRegistry(), migrator: nil)
+        let ctx = APIContext(
+            db: db, auth: Authenticator(db: db, log: log), kek: try AESGCM(key: SecureRandom.bytes(32)), log: log,
+            metrics: MetricsRegistry(), migrator: nil)
         return APIRoutes.router(ctx, defaultExpirationSeconds: 3600).routes.map { Operation(method: $0.method, path: $0.pattern) }
     }
 
@@ -117,7 +119,8 @@ final class ContractRoutesTests: XCTestCase {
         var codes: Set<String> = []
         let files = FileManager.default.enumerator(atPath: sources)?.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") } ?? []
         let regex = try NSRegularExpression(pattern: #"code: "([A-Z_]+)""#)
-        for f in files where f.hasPrefix("LiveRelayAPI/") || f.hasPrefix("LiveRelayCore/") || f.hasPrefix("LiveRelayStore/") || f.hasPrefix("HTTPServer/") {
+        for f in files
+        where f.hasPrefix("LiveRelayAPI/") || f.hasPrefix("LiveRelayCore/") || f.hasPrefix("LiveRelayStore/") || f.hasPrefix("HTTPServer/") {
             let s = try String(contentsOfFile: sources + "/" + f, encoding: .utf8)
             for m in regex.matches(in: s, range: NSRange(s.startIndex..., in: s)) {
                 codes.insert(String(s[Range(m.range(at: 1), in: s)!]))
@@ -128,8 +131,9 @@ final class ContractRoutesTests: XCTestCase {
         // schema conformance in the contract run (deploy/contract/run), so a mention elsewhere
         // in the file is not enough.
         guard let start = text.range(of: "    ErrorEnvelope:"),
-              let open = text.range(of: "enum: [", range: start.upperBound..<text.endIndex),
-              let close = text.range(of: "]", range: open.upperBound..<text.endIndex) else {
+            let open = text.range(of: "enum: [", range: start.upperBound..<text.endIndex),
+            let close = text.range(of: "]", range: open.upperBound..<text.endIndex)
+        else {
             throw FixtureFailure("openapi.yaml has no ErrorEnvelope code enum")
         }
         let listed = Set(text[open.upperBound..<close.lowerBound].split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) })

@@ -26,9 +26,12 @@ final class DevicePrepareTests: XCTestCase {
         XCTAssertEqual(first["binding_id"], "widget")
         XCTAssertEqual(first["installation_id"]?.stringValue, inst.id)
         // The id is docs/templates.md's derivation, computed independently.
-        XCTAssertEqual(tv, TemplateVersion.derive(bindingId: "widget", activityType: "delivery", attributesType: "DeliveryAttributes",
-                                                  rendererDigest: "sha256:r1", schema: Fixtures.deliverySchema, resources: [],
-                                                  sha256: Digest.sha256))
+        XCTAssertEqual(
+            tv,
+            TemplateVersion.derive(
+                bindingId: "widget", activityType: "delivery", attributesType: "DeliveryAttributes",
+                rendererDigest: "sha256:r1", schema: Fixtures.deliverySchema, resources: [],
+                sha256: Digest.sha256))
         XCTAssertTrue(tv.hasPrefix("tv_") && tv.count == 55)
 
         // Same content again → 200, same ids, nothing new stored.
@@ -40,7 +43,9 @@ final class DevicePrepareTests: XCTestCase {
         // Key order of the schema and order of resources are irrelevant; bundle counts are not hashed.
         let r1: JSONValue = ["path": "img/a.png", "sha256": .string(String(repeating: "a", count: 64)), "bytes": 10]
         let r2: JSONValue = ["path": "img/b.png", "sha256": .string(String(repeating: "b", count: 64)), "bytes": 20]
-        let reordered = try JSONValue.parse(#"{"properties":{"stops":{"items":{"type":"integer"},"type":"array"},"eta":{"maxLength":20,"type":"string"}},"required":["eta"],"type":"object"}"#)
+        let reordered = try JSONValue.parse(
+            #"{"properties":{"stops":{"items":{"type":"integer"},"type":"array"},"eta":{"maxLength":20,"type":"string"}},"required":["eta"],"type":"object"}"#
+        )
         let withRes = Fixtures.prepareBody { $0["resources"] = [r1, r2] }
         let withResReordered = Fixtures.prepareBody(schema: reordered) { $0["resources"] = [r2, r1] }
         let a = try Fixtures.prepared(env, inst, withRes)
@@ -67,8 +72,10 @@ final class DevicePrepareTests: XCTestCase {
         XCTAssertEqual(try Fixtures.prepared(env, inst, Fixtures.prepareBody()).tv, tv)
 
         let stored = try env.db.tenant(t.id) { c in
-            try c.query("SELECT id, released_at IS NULL AS current FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 ORDER BY id",
-                        [t.id, inst.id]).map { (try $0.string("id"), try $0.bool("current")) }
+            try c.query(
+                "SELECT id, released_at IS NULL AS current FROM template_versions WHERE tenant_id = $1 AND installation_id = $2 ORDER BY id",
+                [t.id, inst.id]
+            ).map { (try $0.string("id"), try $0.bool("current")) }
         }
         XCTAssertEqual(stored.count, 4)  // tv, a.tv, tv2, pickup's
         XCTAssertEqual(Set(stored.filter(\.1).map(\.0)), [tv, try XCTUnwrap(other["template_version"]?.stringValue)])
@@ -100,8 +107,10 @@ final class DevicePrepareTests: XCTestCase {
         XCTAssertEqual(reused.errorCode, "IDEMPOTENCY_KEY_REUSED")
     }
 
-    func assertInvalid(_ r: TestEnvironment.Reply, field: String, limit: Int? = nil, actual: Int? = nil, code: String = "INVALID_REQUEST",
-                       file: StaticString = #filePath, line: UInt = #line) {
+    func assertInvalid(
+        _ r: TestEnvironment.Reply, field: String, limit: Int? = nil, actual: Int? = nil, code: String = "INVALID_REQUEST",
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         XCTAssertEqual(r.status, 400, String(decoding: r.raw, as: UTF8.self), file: file, line: line)
         XCTAssertEqual(r.errorCode, code, file: file, line: line)
         XCTAssertEqual(r.json["error"]?["details"]?["field"]?.stringValue, field, file: file, line: line)
@@ -131,9 +140,11 @@ final class DevicePrepareTests: XCTestCase {
         XCTAssertEqual(prep { $0["resources"] = .array((0..<254).map(resource)) }.status, 201)
         assertInvalid(prep { $0["resources"] = .array((0..<255).map(resource)) }, field: "resources", limit: 254, actual: 255)
         let longPath = String(repeating: "p", count: 251) + ".png"  // 255 bytes
-        XCTAssertEqual(prep { $0["resources"] = [["path": .string(longPath), "sha256": .string(String(repeating: "c", count: 64)), "bytes": 1]] }.status, 201)
-        assertInvalid(prep { $0["resources"] = [["path": .string("x" + longPath), "sha256": .string(String(repeating: "c", count: 64)), "bytes": 1]] },
-                      field: "resources.0.path", limit: 255, actual: 256)
+        XCTAssertEqual(
+            prep { $0["resources"] = [["path": .string(longPath), "sha256": .string(String(repeating: "c", count: 64)), "bytes": 1]] }.status, 201)
+        assertInvalid(
+            prep { $0["resources"] = [["path": .string("x" + longPath), "sha256": .string(String(repeating: "c", count: 64)), "bytes": 1]] },
+            field: "resources.0.path", limit: 255, actual: 256)
         assertInvalid(prep { $0["resources"] = [["path": "a.png", "sha256": "nothex", "bytes": 1]] }, field: "resources.0.sha256")
 
         // The start manifest: 8,192 bytes pass, 8,193 fail (field "schema").
@@ -152,8 +163,9 @@ final class DevicePrepareTests: XCTestCase {
         assertInvalid(prep { $0["state"] = ["eta": "12:00"] }, field: "state")
         assertInvalid(prep { $0["bundle"] = ["bytes": 1, "modules": 1, "files": 1, "extra": 1] }, field: "bundle.extra")
         assertInvalid(prep { $0["renderer_digest"] = nil }, field: "renderer_digest")
-        assertInvalid(Fixtures.prepare(env, inst, Fixtures.prepareBody(binding: String(repeating: "b", count: 256))),
-                      field: "binding_id", limit: 255, actual: 256)
+        assertInvalid(
+            Fixtures.prepare(env, inst, Fixtures.prepareBody(binding: String(repeating: "b", count: 256))),
+            field: "binding_id", limit: 255, actual: 256)
     }
 
     func testPathTraversalIsRefused() throws {
@@ -162,8 +174,10 @@ final class DevicePrepareTests: XCTestCase {
         let t = try env.tenant()
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         let good: JSONValue = ["path": "ok.png", "sha256": .string(String(repeating: "d", count: 64)), "bytes": 1]
-        for path in ["../etc/passwd", "a/../../b", "..", "/etc/passwd", "a\\b.png", "..\\x", "./a.png", "a//b.png", "a/", "", "a/./b",
-                     "a/\u{0}b", "img/..", "C:\\x"] {
+        for path in [
+            "../etc/passwd", "a/../../b", "..", "/etc/passwd", "a\\b.png", "..\\x", "./a.png", "a//b.png", "a/", "", "a/./b",
+            "a/\u{0}b", "img/..", "C:\\x"
+        ] {
             let bad: JSONValue = ["path": .string(path), "sha256": .string(String(repeating: "d", count: 64)), "bytes": 1]
             let r = Fixtures.prepare(env, inst, Fixtures.prepareBody { $0["resources"] = [good, bad] })
             XCTAssertEqual(r.status, 400, "path \(path.debugDescription)")
@@ -190,7 +204,7 @@ final class DevicePrepareTests: XCTestCase {
             (#"{"anyOf":[{"type":"string"}]}"#, "/anyOf"),
             (#"{"type":["string","null"]}"#, "/type"),
             (#"{"properties":{"a":{"default":1}}}"#, "/properties/a/default"),
-            (#"{"items":{"format":"date"}}"#, "/items/format"),
+            (#"{"items":{"format":"date"}}"#, "/items/format")
         ]
         for (schema, pointer) in cases {
             let r = Fixtures.prepare(env, inst, Fixtures.prepareBody(schema: try JSONValue.parse(schema)))
@@ -208,9 +222,12 @@ final class DevicePrepareTests: XCTestCase {
         XCTAssertEqual(missing.json["error"]?["details"]?["pointer"], "")
         let tooLong = Fixtures.prepare(env, inst, Fixtures.prepareBody { $0["sample_state"] = ["eta": .string(String(repeating: "😀", count: 21))] })
         XCTAssertEqual(tooLong.json["error"]?["details"]?["pointer"], "/eta")
-        XCTAssertEqual(Fixtures.prepare(env, inst, Fixtures.prepareBody { $0["sample_state"] = ["eta": .string(String(repeating: "😀", count: 20))] }).status, 201)
+        XCTAssertEqual(
+            Fixtures.prepare(env, inst, Fixtures.prepareBody { $0["sample_state"] = ["eta": .string(String(repeating: "😀", count: 20))] }).status, 201
+        )
         // Without a schema: any object of depth ≤ 12.
-        XCTAssertEqual(Fixtures.prepare(env, inst, Fixtures.prepareBody(binding: "free", schema: nil) { $0["sample_state"] = ["x": [1, "y"]] }).status, 201)
+        XCTAssertEqual(
+            Fixtures.prepare(env, inst, Fixtures.prepareBody(binding: "free", schema: nil) { $0["sample_state"] = ["x": [1, "y"]] }).status, 201)
         let notObject = Fixtures.prepare(env, inst, Fixtures.prepareBody(binding: "free", schema: nil) { $0["sample_state"] = [1] })
         XCTAssertEqual(notObject.json["error"]?["details"]?["field"], "sample_state")
     }
@@ -253,7 +270,8 @@ final class DevicePrepareTests: XCTestCase {
         // A new start target of an installation that already has a token is ready at once.
         XCTAssertEqual(Fixtures.prepare(env, android, Fixtures.prepareBody(activityType: "pickup"))["status"], "ready")
         // Android has no push-to-start tokens.
-        let ptt = env.call("PUT", "/v1/installations/\(android.id)/start-targets/\(ast)/push-to-start-token", ["token": "abcd"], as: android.credential)
+        let ptt = env.call(
+            "PUT", "/v1/installations/\(android.id)/start-targets/\(ast)/push-to-start-token", ["token": "abcd"], as: android.credential)
         XCTAssertEqual(ptt.status, 400)
         XCTAssertEqual(ptt.json["error"]?["details"]?["field"], "token")
         XCTAssertFalse(env.logText.contains(fcm))

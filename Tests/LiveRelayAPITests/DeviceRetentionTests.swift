@@ -18,7 +18,8 @@ final class DeviceRetentionTests: XCTestCase {
     func backdate(_ env: TestEnvironment, tenant: String, installation: String, order: [String], releasedAgo: TimeInterval) throws {
         try env.db.tenant(tenant) { c in
             for (i, tv) in order.enumerated() {
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE template_versions
                        SET created_at = now() - make_interval(mins => $4), released_at = CASE WHEN released_at IS NULL THEN NULL
                                                                                           ELSE now() - make_interval(secs => $5) END
@@ -30,7 +31,8 @@ final class DeviceRetentionTests: XCTestCase {
 
     func versionCount(_ env: TestEnvironment, _ tenant: String, _ installation: String) throws -> Int {
         try env.db.tenant(tenant) { c in
-            try c.query("SELECT count(*) AS n FROM template_versions WHERE tenant_id = $1 AND installation_id = $2", [tenant, installation])[0].int("n")
+            try c.query("SELECT count(*) AS n FROM template_versions WHERE tenant_id = $1 AND installation_id = $2", [tenant, installation])[0].int(
+                "n")
         }
     }
 
@@ -77,8 +79,9 @@ final class DeviceRetentionTests: XCTestCase {
 
         // The target ends: a week later its version is the oldest collectable.
         _ = try env.db.tenant(t.id) { c in
-            try c.execute("UPDATE targets SET status = 'ended', end_reason = 'device', ended_at = now() - interval '8 days' WHERE tenant_id = $1 AND id = $2",
-                          [t.id, tgt])
+            try c.execute(
+                "UPDATE targets SET status = 'ended', end_reason = 'device', ended_at = now() - interval '8 days' WHERE tenant_id = $1 AND id = $2",
+                [t.id, tgt])
         }
         let next = Fixtures.prepare(env, inst, Fixtures.prepareBody(digest: "sha256:r66"))
         XCTAssertEqual(next["evicted_template_versions"], .array([.string(order[0])]))
@@ -112,8 +115,9 @@ final class DeviceRetentionTests: XCTestCase {
         XCTAssertEqual(Fixtures.prepare(env, inst, Fixtures.prepareBody(digest: "sha256:empty", bundleBytes: 0)).status, 200)
         // Release the two oldest: the one-byte version evicts only the oldest.
         _ = try env.db.tenant(t.id) { c in
-            try c.execute("UPDATE targets SET status = 'ended', ended_at = now() - interval '8 days' WHERE tenant_id = $1 AND id = ANY($2::text[])",
-                          [t.id, PostgresTextArray(Array(targets.prefix(2)))])
+            try c.execute(
+                "UPDATE targets SET status = 'ended', ended_at = now() - interval '8 days' WHERE tenant_id = $1 AND id = ANY($2::text[])",
+                [t.id, PostgresTextArray(Array(targets.prefix(2)))])
         }
         let fits = Fixtures.prepare(env, inst, Fixtures.prepareBody(digest: "sha256:small", bundleBytes: 1))
         XCTAssertEqual(fits.status, 200, String(decoding: fits.raw, as: UTF8.self))
@@ -152,7 +156,8 @@ final class DeviceRetentionTests: XCTestCase {
 
         // The target ends now: its version goes 7 days later, not at 6d23h.
         _ = try env.db.tenant(t.id) { c in
-            try c.execute("UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = $2", [t.id, tgt])
+            try c.execute(
+                "UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = $2", [t.id, tgt])
         }
         XCTAssertEqual(ids(try collect(after: 6 * day + 23 * 3600)), [])
         XCTAssertEqual(ids(try collect(after: 7 * day + 60)), [v1.tv])
@@ -162,8 +167,9 @@ final class DeviceRetentionTests: XCTestCase {
         XCTAssertEqual(env.call("POST", "/v1/remote-updates/sender-keys/\(key.id)/revoke", [:], as: t.master).status, 200)
         XCTAssertEqual(ids(try collect(after: 6 * day + 23 * 3600)), [])
         let lines = LineCapture()
-        let svc = MaintenanceService(db: env.db, log: Logger(minimum: .info, sink: { lines.append($0) }), interval: 3600,
-                                     now: { Date().addingTimeInterval(7 * 86_400 + 60) })
+        let svc = MaintenanceService(
+            db: env.db, log: Logger(minimum: .info, sink: { lines.append($0) }), interval: 3600,
+            now: { Date().addingTimeInterval(7 * 86_400 + 60) })
         XCTAssertEqual(ids(svc.runOnce()), [v3.tv])
         XCTAssertTrue(lines.text.contains("gc: template version removed"))
         XCTAssertTrue(lines.text.contains(v3.tv))
@@ -176,8 +182,9 @@ final class DeviceRetentionTests: XCTestCase {
 
     func testGCLineFormat() {
         let now = Date(timeIntervalSince1970: 1_800_000_000)
-        let v = CollectedVersion(tenantId: "ten_1", installationId: "ins_1", bindingId: "widget", id: "tv_x", bytes: 12,
-                                 createdAt: now, lastReferenceEndedAt: now, collectableAt: now.addingTimeInterval(7 * 86_400))
+        let v = CollectedVersion(
+            tenantId: "ten_1", installationId: "ins_1", bindingId: "widget", id: "tv_x", bytes: 12,
+            createdAt: now, lastReferenceEndedAt: now, collectableAt: now.addingTimeInterval(7 * 86_400))
         let line = GCCommand.json(v, dryRun: true)
         XCTAssertEqual(line["action"], "would_remove")
         XCTAssertEqual(line["template_version"], "tv_x")

@@ -52,12 +52,21 @@ final class DeviceTokenTests: XCTestCase {
         XCTAssertEqual(env.call("PUT", path, [:], as: inst.credential).json["error"]?["details"]?["field"], "token")
 
         // Another installation's start target, through either path: 404; unknown: 404.
-        XCTAssertEqual(env.call("PUT", "/v1/installations/\(inst.id)/start-targets/\(otherSt)/push-to-start-token",
-                                ["token": "abcd"], as: inst.credential).status, 404)
-        XCTAssertEqual(env.call("PUT", "/v1/installations/\(other.id)/start-targets/\(otherSt)/push-to-start-token",
-                                ["token": "abcd"], as: inst.credential).status, 404)
-        XCTAssertEqual(env.call("PUT", "/v1/installations/\(inst.id)/start-targets/st_nope/push-to-start-token",
-                                ["token": "abcd"], as: inst.credential).status, 404)
+        XCTAssertEqual(
+            env.call(
+                "PUT", "/v1/installations/\(inst.id)/start-targets/\(otherSt)/push-to-start-token",
+                ["token": "abcd"], as: inst.credential
+            ).status, 404)
+        XCTAssertEqual(
+            env.call(
+                "PUT", "/v1/installations/\(other.id)/start-targets/\(otherSt)/push-to-start-token",
+                ["token": "abcd"], as: inst.credential
+            ).status, 404)
+        XCTAssertEqual(
+            env.call(
+                "PUT", "/v1/installations/\(inst.id)/start-targets/st_nope/push-to-start-token",
+                ["token": "abcd"], as: inst.credential
+            ).status, 404)
         XCTAssertEqual(try env.db.tenant(t.id) { c in try StartTargetStore.get(c, tenantId: t.id, id: otherSt)?.status }, "pending")
 
         // A disconnected installation: 410.
@@ -126,7 +135,9 @@ final class DeviceTokenTests: XCTestCase {
             return env.call("POST", path, .object(o), as: inst.credential)
         }
         func stored() throws -> JSONValue? {
-            try env.db.tenant(t.id) { c in try TemplateStore.renderReportTarget(c, tenantId: t.id, installationId: inst.id, targetId: tgt)?.lastRenderReport }
+            try env.db.tenant(t.id) { c in
+                try TemplateStore.renderReportTarget(c, tenantId: t.id, installationId: inst.id, targetId: tgt)?.lastRenderReport
+            }
         }
 
         let fresh = report(3)
@@ -162,13 +173,17 @@ final class DeviceTokenTests: XCTestCase {
         XCTAssertEqual(future.json["error"]?["details"]?["current_revision"], .int(5))
         XCTAssertEqual(report(0).json["error"]?["details"]?["field"], "revision")
         XCTAssertEqual(report(5, "").json["error"]?["details"]?["field"], "stage_code")
-        XCTAssertEqual(env.call("POST", path, ["revision": 5, "stage_code": "x"], as: inst.credential).json["error"]?["details"]?["field"], "template_version")
+        XCTAssertEqual(
+            env.call("POST", path, ["revision": 5, "stage_code": "x"], as: inst.credential).json["error"]?["details"]?["field"], "template_version")
         XCTAssertFalse(try XCTUnwrap(stored()).jsonString.contains("eta"))
 
         // Another installation: 404; a disconnected one: 410.
         XCTAssertEqual(env.call("POST", path, ["revision": 1, "template_version": .string(tv), "stage_code": "x"], as: other.credential).status, 404)
-        XCTAssertEqual(env.call("POST", "/v1/installations/\(other.id)/targets/\(tgt)/render-reports",
-                                ["revision": 1, "template_version": .string(tv), "stage_code": "x"], as: other.credential).status, 404)
+        XCTAssertEqual(
+            env.call(
+                "POST", "/v1/installations/\(other.id)/targets/\(tgt)/render-reports",
+                ["revision": 1, "template_version": .string(tv), "stage_code": "x"], as: other.credential
+            ).status, 404)
         XCTAssertEqual(env.call("POST", "/v1/installations/\(inst.id)/disconnect", [:], as: inst.credential).status, 200)
         XCTAssertEqual(report(5).status, 410)
     }

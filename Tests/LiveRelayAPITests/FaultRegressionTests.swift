@@ -17,12 +17,14 @@ final class FaultRegressionTests: XCTestCase {
     func testEndingTargetTakesItsFirstUpdateToken() throws {
         let w = try LifecycleWorld.make(env)
         let t = w.start()
-        let end = env.call("POST", "/v1/remote-updates/live-activities/end",
-                           ["target_id": .string(t), "idempotency_key": .string(UUID().uuidString)], as: w.sender.credential)
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            ["target_id": .string(t), "idempotency_key": .string(UUID().uuidString)], as: w.sender.credential)
         XCTAssertEqual(end.status, 202)
         XCTAssertEqual(end["target"]?["status"], "ending")
-        let tok = env.call("PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef01"],
-                           as: w.installationCredential)
+        let tok = env.call(
+            "PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef01"],
+            as: w.installationCredential)
         XCTAssertEqual(tok.status, 200, String(decoding: tok.raw, as: UTF8.self))
         XCTAssertEqual(tok["status"], "ending", "the token does not make an ending target ready again")
         XCTAssertEqual(tok["token_status"], "registered")
@@ -30,8 +32,9 @@ final class FaultRegressionTests: XCTestCase {
         XCTAssertEqual(stored?.status, .ending)
         // Once ended, a registration still never replaces anything.
         _ = env.call("POST", "/v1/installations/\(w.installationId)/targets/\(t)/ended", [:], as: w.installationCredential)
-        let late = env.call("PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef02"],
-                            as: w.installationCredential)
+        let late = env.call(
+            "PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef02"],
+            as: w.installationCredential)
         XCTAssertEqual(late.errorCode, "TARGET_ENDED")
     }
 }

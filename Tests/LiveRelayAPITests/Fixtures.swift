@@ -19,17 +19,20 @@ enum Fixtures {
         }
         let inst = Identifier.make(.installation), st = Identifier.make(.startTarget)
         try env.db.tenant(tenant) { c in
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO installations (tenant_id, id, publishable_key_id, app_id, platform, environment, install_id)
                 VALUES ($1, $2, $3, 'com.example.app', 'ios', 'sandbox', $4)
                 """, [tenant, inst, pub, UUID().uuidString])
             try c.execute("INSERT INTO bindings (tenant_id, installation_id, id) VALUES ($1, $2, 'bnd_widget')", [tenant, inst])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO template_versions (tenant_id, installation_id, binding_id, id, activity_type, attributes_type, renderer_digest,
                                                bundle_bytes, bundle_modules, bundle_files)
                 VALUES ($1, $2, 'bnd_widget', 'tv_test', 'delivery', 'DeliveryAttributes', 'sha256:00', 10, 1, 1)
                 """, [tenant, inst])
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO start_targets (tenant_id, id, installation_id, binding_id, activity_type, current_template_version, push_to_start_token, status)
                 VALUES ($1, $2, $3, 'bnd_widget', 'delivery', 'tv_test', 'feed', 'ready')
                 """, [tenant, st, inst])
@@ -37,11 +40,16 @@ enum Fixtures {
         return st
     }
 
-    static func senderKey(_ env: TestEnvironment, master: String, targets: [String], createdFrom: [String] = [],
-                          permissions: [String] = Permission.allCases.map(\.rawValue)) throws -> Key {
-        let r = env.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": .array(targets.map(JSONValue.string)), "created_from": .array(createdFrom.map(JSONValue.string)),
-            "permissions": .array(permissions.map(JSONValue.string)), "idempotency_key": .string(UUID().uuidString)], as: master)
+    static func senderKey(
+        _ env: TestEnvironment, master: String, targets: [String], createdFrom: [String] = [],
+        permissions: [String] = Permission.allCases.map(\.rawValue)
+    ) throws -> Key {
+        let r = env.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": .array(targets.map(JSONValue.string)), "created_from": .array(createdFrom.map(JSONValue.string)),
+                "permissions": .array(permissions.map(JSONValue.string)), "idempotency_key": .string(UUID().uuidString)
+            ], as: master)
         guard r.status == 201, let id = r["id"]?.stringValue, let cred = r["credential"]?.stringValue else {
             throw FixtureFailure("sender key creation failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
         }
@@ -56,8 +64,12 @@ enum Fixtures {
     }
 
     static func installation(_ env: TestEnvironment, publishable: String, platform: String = "ios") throws -> Installation {
-        let r = env.call("POST", "/v1/installations", ["platform": .string(platform), "app_id": "com.example.app",
-                                                       "environment": "sandbox", "install_id": .string(UUID().uuidString)], as: publishable)
+        let r = env.call(
+            "POST", "/v1/installations",
+            [
+                "platform": .string(platform), "app_id": "com.example.app",
+                "environment": "sandbox", "install_id": .string(UUID().uuidString)
+            ], as: publishable)
         guard r.status == 201, let id = r["installation_id"]?.stringValue, let cred = r["credential"]?.stringValue else {
             throw FixtureFailure("installation registration failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))")
         }
@@ -71,18 +83,22 @@ extension Fixtures {
     /// A delivery-tracking schema used by the device tests.
     static let deliverySchema: JSONValue = .object([
         "type": "object", "required": ["eta"],
-        "properties": .object(["eta": .object(["type": "string", "maxLength": 20]),
-                               "stops": .object(["type": "array", "items": .object(["type": "integer"])])]),
+        "properties": .object([
+            "eta": .object(["type": "string", "maxLength": 20]),
+            "stops": .object(["type": "array", "items": .object(["type": "integer"])])
+        ])
     ])
 
     /// A valid prepare body; `edit` changes it.
-    static func prepareBody(binding: String = "widget", activityType: String = "delivery", digest: String = "sha256:r1",
-                            schema: JSONValue? = Fixtures.deliverySchema, bundleBytes: Int = 1000,
-                            _ edit: (inout [String: JSONValue]) -> Void = { _ in }) -> JSONValue {
+    static func prepareBody(
+        binding: String = "widget", activityType: String = "delivery", digest: String = "sha256:r1",
+        schema: JSONValue? = Fixtures.deliverySchema, bundleBytes: Int = 1000,
+        _ edit: (inout [String: JSONValue]) -> Void = { _ in }
+    ) -> JSONValue {
         var o: [String: JSONValue] = [
             "binding_id": .string(binding), "activity_type": .string(activityType), "attributes_type": "DeliveryAttributes",
             "renderer_digest": .string(digest),
-            "bundle": .object(["bytes": .int(Int64(bundleBytes)), "modules": 3, "files": 4]),
+            "bundle": .object(["bytes": .int(Int64(bundleBytes)), "modules": 3, "files": 4])
         ]
         if let schema { o["schema"] = schema }
         edit(&o)
@@ -95,8 +111,10 @@ extension Fixtures {
     }
 
     /// Prepares and returns (start_target_id, template_version); fails the test on a non-2xx.
-    static func prepared(_ env: TestEnvironment, _ inst: Installation, _ body: JSONValue,
-                         file: StaticString = #filePath, line: UInt = #line) throws -> (st: String, tv: String) {
+    static func prepared(
+        _ env: TestEnvironment, _ inst: Installation, _ body: JSONValue,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> (st: String, tv: String) {
         let r = prepare(env, inst, body)
         guard r.status == 200 || r.status == 201, let st = r["start_target_id"]?.stringValue, let tv = r["template_version"]?.stringValue else {
             XCTFail("prepare failed: \(r.status) \(String(decoding: r.raw, as: UTF8.self))", file: file, line: line)
@@ -107,11 +125,14 @@ extension Fixtures {
 
     /// A live target row of `installation` using `templateVersion` (straight in the database;
     /// the lifecycle endpoints make them in production).
-    static func liveTarget(_ env: TestEnvironment, tenant: String, installation: String, templateVersion: String,
-                           startTarget: String? = nil, revision: Int64 = 1, status: String = "ready") throws -> String {
+    static func liveTarget(
+        _ env: TestEnvironment, tenant: String, installation: String, templateVersion: String,
+        startTarget: String? = nil, revision: Int64 = 1, status: String = "ready"
+    ) throws -> String {
         let id = Identifier.make(.target)
         _ = try env.db.tenant(tenant) { c in
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO targets (tenant_id, id, installation_id, start_target_id, origin, activity_type, template_version, status,
                                      revision, state)
                 VALUES ($1, $2, $3, $4, $5, 'delivery', $6, $7, $8, '{}'::jsonb)

@@ -24,8 +24,10 @@ final class HardeningAPITests: XCTestCase {
         env = try TestEnvironment.make()
         let t = try env.tenant()
         let installId = UUID().uuidString.lowercased()
-        let body: JSONValue = ["platform": "android", "app_id": "com.example.app", "environment": "sandbox",
-                               "install_id": .string(installId), "fcm_token": "fcm-victim"]
+        let body: JSONValue = [
+            "platform": "android", "app_id": "com.example.app", "environment": "sandbox",
+            "install_id": .string(installId), "fcm_token": "fcm-victim"
+        ]
         let victim = env.call("POST", "/v1/installations", body, as: t.publishable)
         XCTAssertEqual(victim.status, 201, text(victim))
         let id = try XCTUnwrap(victim["installation_id"]?.stringValue)
@@ -33,7 +35,8 @@ final class HardeningAPITests: XCTestCase {
         func row() throws -> (String?, String, Int) {
             try env.db.system { c in
                 let r = try c.query("SELECT fcm_token, environment FROM installations WHERE id = $1", [id])[0]
-                let live = try c.query("""
+                let live = try c.query(
+                    """
                     SELECT count(*) AS n FROM installation_credentials WHERE installation_id = $1 AND expires_at IS NULL
                     """, [id])[0].int("n")
                 return (try r.optionalString("fcm_token"), try r.string("environment"), live)
@@ -80,15 +83,23 @@ final class HardeningAPITests: XCTestCase {
         env = try TestEnvironment.make()
         let t = try env.tenant()
         let installId = UUID().uuidString  // Foundation prints upper case
-        let r = env.call("POST", "/v1/installations", ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
-                                                       "install_id": .string(installId)], as: t.publishable)
+        let r = env.call(
+            "POST", "/v1/installations",
+            [
+                "platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
+                "install_id": .string(installId)
+            ], as: t.publishable)
         XCTAssertEqual(r.status, 201, text(r))
         let stored = try env.db.system { c in
             try c.query("SELECT install_id FROM installations WHERE id = $1", [r["installation_id"]?.stringValue ?? ""])[0].string("install_id")
         }
         XCTAssertEqual(stored, installId.lowercased())
-        let lower = env.call("POST", "/v1/installations", ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
-                                                           "install_id": .string(installId.lowercased())], as: t.publishable)
+        let lower = env.call(
+            "POST", "/v1/installations",
+            [
+                "platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
+                "install_id": .string(installId.lowercased())
+            ], as: t.publishable)
         XCTAssertEqual(lower.errorCode, "INSTALLATION_EXISTS", "the lowercase spelling names the same installation")
     }
 
@@ -117,8 +128,10 @@ final class HardeningAPITests: XCTestCase {
         XCTAssertFalse(text(probe).contains(holder), "no target id leaks to a caller that cannot read it")
 
         // Device side: another installation probing the key learns nothing; the owning one does.
-        let reservation: JSONValue = ["activity_type": "delivery", "business_key": "delivery:42", "business_generation": "1",
-                                      "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]]
+        let reservation: JSONValue = [
+            "activity_type": "delivery", "business_key": "delivery:42", "business_generation": "1",
+            "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]
+        ]
         let stranger = try Fixtures.installation(env, publishable: w.tenant.publishable)
         let theirs = env.call("POST", "/v1/installations/\(stranger.id)/targets", reservation, as: stranger.credential)
         XCTAssertEqual(theirs.status, 409, text(theirs))
@@ -136,13 +149,20 @@ final class HardeningAPITests: XCTestCase {
         let t = try env.tenant()
         let key = RSAPrivateKey.generate()
         func put(_ uri: String) -> TestEnvironment.Reply {
-            env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": [
-                "type": "service_account", "project_id": "demo-project", "private_key_id": "0123abcd", "private_key": .string(key.pkcs8PEM),
-                "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": .string(uri)]], as: t.master)
+            env.call(
+                "PUT", "/v1/provider-credentials/fcm",
+                [
+                    "service_account": [
+                        "type": "service_account", "project_id": "demo-project", "private_key_id": "0123abcd", "private_key": .string(key.pkcs8PEM),
+                        "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": .string(uri)
+                    ]
+                ], as: t.master)
         }
-        for bad in ["https://evil.example/token", "https://oauth2.googleapis.com.evil.example/token", "https://oauth2.googleapis.com:444/token",
-                    "https://127.0.0.1:8444/token", "http://127.0.0.1:8443/token", "https://user@127.0.0.1:8443/token",
-                    "https://169.254.169.254/computeMetadata/v1/token"] {
+        for bad in [
+            "https://evil.example/token", "https://oauth2.googleapis.com.evil.example/token", "https://oauth2.googleapis.com:444/token",
+            "https://127.0.0.1:8444/token", "http://127.0.0.1:8443/token", "https://user@127.0.0.1:8443/token",
+            "https://169.254.169.254/computeMetadata/v1/token"
+        ] {
             let r = put(bad)
             XCTAssertEqual(r.status, 400, "\(bad): \(text(r))")
             XCTAssertEqual(r.errorCode, "INVALID_REQUEST")
@@ -150,10 +170,15 @@ final class HardeningAPITests: XCTestCase {
         }
         XCTAssertEqual(put("https://oauth2.googleapis.com/token").status, 201)
         XCTAssertEqual(put("https://127.0.0.1:8443/token").status, 200, "the configured FCM origin (the sandbox) is allowed")
-        let big = env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": [
-            "type": "service_account", "project_id": "demo-project", "private_key_id": "0123abcd",
-            "private_key": .string(RSAPrivateKey.generate(bits: 4104).pkcs8PEM),
-            "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"]], as: t.master)
+        let big = env.call(
+            "PUT", "/v1/provider-credentials/fcm",
+            [
+                "service_account": [
+                    "type": "service_account", "project_id": "demo-project", "private_key_id": "0123abcd",
+                    "private_key": .string(RSAPrivateKey.generate(bits: 4104).pkcs8PEM),
+                    "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"
+                ]
+            ], as: t.master)
         XCTAssertEqual(big.json["error"]?["details"]?["field"], "service_account.private_key", "RSA over 4096 bits")
     }
 
@@ -168,8 +193,12 @@ final class HardeningAPITests: XCTestCase {
         XCTAssertEqual(caps["limits"]?["retention_days"]?.intValue, 30)
 
         func register() -> TestEnvironment.Reply {
-            env.call("POST", "/v1/installations", ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
-                                                   "install_id": .string(UUID().uuidString)], as: w.tenant.publishable)
+            env.call(
+                "POST", "/v1/installations",
+                [
+                    "platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
+                    "install_id": .string(UUID().uuidString)
+                ], as: w.tenant.publishable)
         }
         let second = register()
         XCTAssertEqual(second.status, 201, text(second))
@@ -178,10 +207,12 @@ final class HardeningAPITests: XCTestCase {
         XCTAssertEqual(third.errorCode, "INSTALLATION_LIMIT")
         XCTAssertEqual(third.json["error"]?["details"]?["limit"]?.intValue, 2)
         XCTAssertEqual(third.json["error"]?["details"]?["actual"]?.intValue, 2)
-        XCTAssertEqual(try env.db.system { c in try c.query("SELECT count(*) AS n FROM installations WHERE tenant_id = $1", [w.tenant.id])[0].int("n") }, 2)
+        XCTAssertEqual(
+            try env.db.system { c in try c.query("SELECT count(*) AS n FROM installations WHERE tenant_id = $1", [w.tenant.id])[0].int("n") }, 2)
         // A retired installation no longer counts.
         let secondId = try XCTUnwrap(second["installation_id"]?.stringValue)
-        XCTAssertEqual(env.call("POST", "/v1/installations/\(secondId)/disconnect", [:], as: try XCTUnwrap(second["credential"]?.stringValue)).status, 200)
+        XCTAssertEqual(
+            env.call("POST", "/v1/installations/\(secondId)/disconnect", [:], as: try XCTUnwrap(second["credential"]?.stringValue)).status, 200)
         XCTAssertEqual(register().status, 201)
         // Another tenant has its own count.
         let other = try env.tenant(name: "Other")
@@ -193,13 +224,17 @@ final class HardeningAPITests: XCTestCase {
         XCTAssertEqual(over.status, 409, text(over))
         XCTAssertEqual(over.errorCode, "TARGET_LIMIT")
         XCTAssertEqual(over.json["error"]?["details"]?["limit"]?.intValue, 2)
-        let local = env.call("POST", "/v1/installations/\(w.installationId)/targets", [
-            "activity_type": "delivery", "business_key": "local:1", "business_generation": "1",
-            "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]], as: w.installationCredential)
+        let local = env.call(
+            "POST", "/v1/installations/\(w.installationId)/targets",
+            [
+                "activity_type": "delivery", "business_key": "local:1", "business_generation": "1",
+                "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]
+            ], as: w.installationCredential)
         XCTAssertEqual(local.errorCode, "TARGET_LIMIT", text(local))
         // An ended target frees its place.
         _ = try env.db.tenant(w.tenant.id) { c in
-            try c.execute("UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = $2", [w.tenant.id, t1])
+            try c.execute(
+                "UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = $2", [w.tenant.id, t1])
         }
         XCTAssertFalse(w.start().isEmpty)
     }
@@ -212,13 +247,15 @@ final class HardeningAPITests: XCTestCase {
         let old = w.start(), recent = w.start(), live = w.start()
         try env.db.tenant(w.tenant.id) { c in
             for (id, age) in [(old, "30 days 1 minute"), (recent, "29 days 23 hours")] {
-                try c.execute("""
+                try c.execute(
+                    """
                     UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() - $3::interval
                      WHERE tenant_id = $1 AND id = $2
                     """, [w.tenant.id, id, age])
             }
             // A write key older than the retention (plus a day), and a fresh one.
-            try c.execute("""
+            try c.execute(
+                """
                 INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, created_at, expires_at)
                 VALUES ($1, 'POST /x', 'old', 'h', 202, now() - interval '31 days 1 minute', now() + interval '9 years'),
                        ($1, 'POST /x', 'new', 'h', 202, now() - interval '30 days', now() + interval '9 years')
@@ -252,21 +289,28 @@ final class HardeningAPITests: XCTestCase {
     func testTimesOutsideNineteenSeventyToNineNineNineNineAreRefusedNamingTheField() throws {
         env = try TestEnvironment.make()
         let w = try LifecycleWorld.make(env)
-        for (field, value) in [("expires_at", "9999-12-31T23:30:00-01:00"), ("stale_at", "9999-12-31T23:59:59.999-00:01"),
-                               ("expires_at", "0000-01-01T00:00:00Z")] {
-            let r = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(extra: [field: .string(value)]),
-                             as: w.sender.credential)
+        for (field, value) in [
+            ("expires_at", "9999-12-31T23:30:00-01:00"), ("stale_at", "9999-12-31T23:59:59.999-00:01"),
+            ("expires_at", "0000-01-01T00:00:00Z")
+        ] {
+            let r = env.call(
+                "POST", "/v1/remote-updates/live-activities/start", w.startBody(extra: [field: .string(value)]),
+                as: w.sender.credential)
             XCTAssertEqual(r.status, 400, "\(field)=\(value): \(text(r))")
             XCTAssertEqual(r.json["error"]?["details"]?["field"]?.stringValue, field, value)
         }
-        let key = env.call("POST", "/v1/remote-updates/sender-keys", [
-            "targets": .array([.string(w.startTargetId)]), "permissions": ["activities:start"],
-            "expires_at": "9999-12-31T23:00:00-02:00", "idempotency_key": .string(UUID().uuidString)], as: w.tenant.master)
+        let key = env.call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": .array([.string(w.startTargetId)]), "permissions": ["activities:start"],
+                "expires_at": "9999-12-31T23:00:00-02:00", "idempotency_key": .string(UUID().uuidString)
+            ], as: w.tenant.master)
         XCTAssertEqual(key.status, 400, text(key))
         XCTAssertEqual(key.json["error"]?["details"]?["field"], "expires_at")
         // The last accepted instant.
-        let edge = env.call("POST", "/v1/remote-updates/live-activities/start",
-                            w.startBody(extra: ["expires_at": "9999-12-31T23:59:59.999Z"]), as: w.sender.credential)
+        let edge = env.call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            w.startBody(extra: ["expires_at": "9999-12-31T23:59:59.999Z"]), as: w.sender.credential)
         XCTAssertEqual(edge.status, 202, text(edge))
     }
 
@@ -298,10 +342,12 @@ final class HardeningAPITests: XCTestCase {
         let t = try env.tenant()
         XCTAssertEqual(try env.db.tenant(t.id) { c in try c.query("SHOW statement_timeout")[0].string("statement_timeout") }, "30s")
         XCTAssertEqual(try env.db.system { c in try c.query("SHOW statement_timeout")[0].string("statement_timeout") }, "30s")
-        XCTAssertThrowsError(try env.db.system { c in
-            try c.execute("SET LOCAL statement_timeout = '50ms'")
-            _ = try c.query("SELECT pg_sleep(1)::text AS slept")
-        }) { e in
+        XCTAssertThrowsError(
+            try env.db.system { c in
+                try c.execute("SET LOCAL statement_timeout = '50ms'")
+                _ = try c.query("SELECT pg_sleep(1)::text AS slept")
+            }
+        ) { e in
             XCTAssertEqual((e as? PostgresError)?.sqlState, "57014", "\(e)")
         }
     }
@@ -321,15 +367,20 @@ final class HardeningAPITests: XCTestCase {
         env = try TestEnvironment.make()
         let t = try env.tenant()
         let ok = String(repeating: "a", count: 128)
-        for (sent, kept) in [("evil\"id<script>", false), (String(repeating: "a", count: 129), false), ("a b", false),
-                             (ok, true)] {
-            let r = env.call("POST", "/v1/master-keys", ["label": "k", "idempotency_key": .string(UUID().uuidString)], as: t.master,
-                             headers: ["X-Request-Id": sent])
+        for (sent, kept) in [
+            ("evil\"id<script>", false), (String(repeating: "a", count: 129), false), ("a b", false),
+            (ok, true)
+        ] {
+            let r = env.call(
+                "POST", "/v1/master-keys", ["label": "k", "idempotency_key": .string(UUID().uuidString)], as: t.master,
+                headers: ["X-Request-Id": sent])
             XCTAssertEqual(r.status, 201, text(r))
             let echoed = try XCTUnwrap(r.headers["x-request-id"])
             XCTAssertEqual(echoed == sent, kept, sent)
             if !kept { XCTAssertTrue(echoed.hasPrefix("req_"), echoed) }
-            let ids = (env.call("GET", "/v1/audit-events?limit=200", as: t.master)["data"]?.arrayValue ?? []).compactMap { $0["request_id"]?.stringValue }
+            let ids = (env.call("GET", "/v1/audit-events?limit=200", as: t.master)["data"]?.arrayValue ?? []).compactMap {
+                $0["request_id"]?.stringValue
+            }
             XCTAssertTrue(ids.contains(echoed), sent)
             if !kept { XCTAssertFalse(ids.contains(sent), sent) }
         }
@@ -360,7 +411,8 @@ final class HardeningAPITests: XCTestCase {
         // The server drops the notifier's session (restart, idle timeout, admin).
         let admin = try PostgresConnection(env.database.adminConninfo)
         defer { admin.close() }
-        let killed = try admin.query("""
+        let killed = try admin.query(
+            """
             SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity
              WHERE datname = $1 AND pid <> pg_backend_pid() AND query LIKE 'SELECT pg_notify(%'
             """, [env.database.name])

@@ -9,8 +9,10 @@ import Postgres
 /// registration and through `PATCH /v1/installations/{id}` with the installation's credential.
 final class InstallationAttributesTests: TenancyTestCase {
     func register(_ t: TestEnvironment.Tenant, _ extra: [String: JSONValue]) -> TestEnvironment.Reply {
-        var body: [String: JSONValue] = ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
-                                         "install_id": .string(UUID().uuidString)]
+        var body: [String: JSONValue] = [
+            "platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
+            "install_id": .string(UUID().uuidString)
+        ]
         for (k, v) in extra { body[k] = v }
         return call("POST", "/v1/installations", .object(body), as: t.publishable)
     }
@@ -43,7 +45,7 @@ final class InstallationAttributesTests: TenancyTestCase {
         let bad: [(JSONValue, String)] = [
             ("18.2.1.1", "os_version"), ("10000", "os_version"), ("18.", "os_version"), ("", "os_version"),
             ("18.2a", "os_version"), ("iOS 18", "os_version"), ("99999.9999.9999", "os_version"), (.int(18), "os_version"),
-            ("yes", "frequent_updates"), (.int(1), "frequent_updates"),
+            ("yes", "frequent_updates"), (.int(1), "frequent_updates")
         ]
         for (value, field) in bad {
             let r = register(t, [field: value])
@@ -87,7 +89,7 @@ final class InstallationAttributesTests: TenancyTestCase {
         let path = "/v1/installations/\(inst.id)"
         let bad: [(String, JSONValue)] = [
             ("os_version", "1.2.3.4"), ("os_version", "12345"), ("os_version", .bool(true)), ("os_version", "18,2"),
-            ("frequent_updates", "true"), ("frequent_updates", .int(0)), ("platform", "android"),
+            ("frequent_updates", "true"), ("frequent_updates", .int(0)), ("platform", "android")
         ]
         for (field, value) in bad {
             let r = call("PATCH", path, .object([field: value]), as: inst.credential)
@@ -104,7 +106,9 @@ final class InstallationAttributesTests: TenancyTestCase {
         XCTAssertEqual(absent.status, 404)
         XCTAssertEqual(foreign.errorCode, absent.errorCode)
         XCTAssertEqual(foreign.json["error"]?["message"], absent.json["error"]?["message"])
-        let untouched = try env.db.system { c in try c.query("SELECT os_version FROM installations WHERE id = $1", [other.id])[0].optionalString("os_version") }
+        let untouched = try env.db.system { c in
+            try c.query("SELECT os_version FROM installations WHERE id = $1", [other.id])[0].optionalString("os_version")
+        }
         XCTAssertNil(untouched)
 
         // Another tenant's installation credential cannot reach it either; a master key is not a device.

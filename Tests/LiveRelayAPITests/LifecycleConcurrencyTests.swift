@@ -35,14 +35,17 @@ final class LifecycleConcurrencyTests: XCTestCase {
     func test20ConcurrentStartsOnOneBusinessGenerationMakeOneTarget() throws {
         let w = try LifecycleWorld.make(env)
         let replies = concurrently(20) { _ in
-            w.env.call("POST", "/v1/remote-updates/live-activities/start",
-                       w.startBody(extra: ["business_key": "order:7", "business_generation": "1"]), as: w.sender.credential)
+            w.env.call(
+                "POST", "/v1/remote-updates/live-activities/start",
+                w.startBody(extra: ["business_key": "order:7", "business_generation": "1"]), as: w.sender.credential)
         }
         let winners = replies.filter { $0.status == 202 }
         XCTAssertEqual(winners.count, 1)
         let holder = winners.first?["target"]?["id"]?.stringValue
-        XCTAssertTrue(replies.filter { $0.status != 202 }.allSatisfy {
-            $0.errorCode == "BUSINESS_GENERATION_CONFLICT" && $0["error"]?["details"]?["target_id"]?.stringValue == holder })
+        XCTAssertTrue(
+            replies.filter { $0.status != 202 }.allSatisfy {
+                $0.errorCode == "BUSINESS_GENERATION_CONFLICT" && $0["error"]?["details"]?["target_id"]?.stringValue == holder
+            })
         let n = try env.db.tenant(w.tenant.id) { c in
             try c.query("SELECT count(*)::int AS n FROM targets WHERE tenant_id = $1 AND business_key = 'order:7'", [w.tenant.id])[0].int("n")
         }
@@ -58,7 +61,8 @@ final class LifecycleConcurrencyTests: XCTestCase {
         XCTAssertEqual(Set(replies.compactMap { $0["operation"]?["id"]?.stringValue }).count, 1)
         XCTAssertEqual(replies.filter { $0.headers["idempotent-replayed"] == "true" }.count, 9)
         let n = try env.db.tenant(w.tenant.id) { c in
-            try c.query("SELECT count(*)::int AS n FROM operations WHERE tenant_id = $1 AND target_id = $2 AND kind = 'update'", [w.tenant.id, t])[0].int("n")
+            try c.query("SELECT count(*)::int AS n FROM operations WHERE tenant_id = $1 AND target_id = $2 AND kind = 'update'", [w.tenant.id, t])[0]
+                .int("n")
         }
         XCTAssertEqual(n, 1)
     }
@@ -86,7 +90,8 @@ final class LifecycleConcurrencyTests: XCTestCase {
         }
         XCTAssertEqual(byId[ops[4]]?.hasAlert, true)
         // An end supersedes every queued update, alerts included.
-        let end = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "end"], as: w.sender.credential)
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "end"], as: w.sender.credential)
         let endId = end["operation"]!["id"]!.stringValue!
         let after = try env.db.tenant(w.tenant.id) { c in try OperationStore.queued(c, tenantId: w.tenant.id, targetId: t) }
         XCTAssertEqual(after.map(\.kind), [.start, .end])

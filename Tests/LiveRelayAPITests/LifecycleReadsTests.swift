@@ -20,7 +20,8 @@ final class LifecycleReadsTests: XCTestCase {
         XCTAssertEqual(timeout.status, 409)
         XCTAssertEqual(timeout.errorCode, "TOKEN_PENDING")
         DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) {
-            _ = w.env.call("PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef0123"], as: w.installationCredential)
+            _ = w.env.call(
+                "PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef0123"], as: w.installationCredential)
         }
         let start = Date()
         let ready = env.call("GET", "/v1/remote-updates/live-activities/targets/\(t)?wait_until_ready_ms=10000", as: w.sender.credential)
@@ -28,7 +29,9 @@ final class LifecycleReadsTests: XCTestCase {
         XCTAssertEqual(ready["status"], "ready")
         XCTAssertEqual(ready["token_status"], "registered")
         XCTAssertLessThan(Date().timeIntervalSince(start), 5, "woken by NOTIFY, not by the timeout")
-        XCTAssertEqual(env.call("GET", "/v1/remote-updates/live-activities/targets/\(t)?wait_until_ready_ms=60001", as: w.sender.credential)["error"]?["details"]?["field"], "wait_until_ready_ms")
+        XCTAssertEqual(
+            env.call("GET", "/v1/remote-updates/live-activities/targets/\(t)?wait_until_ready_ms=60001", as: w.sender.credential)["error"]?[
+                "details"]?["field"], "wait_until_ready_ms")
     }
 
     func testSnapshotNeedsReadState() throws {
@@ -67,7 +70,8 @@ final class LifecycleReadsTests: XCTestCase {
         var seen: [String] = []
         var cursor: String?
         repeat {
-            let r = env.call("GET", "/v1/remote-updates/live-activities/targets?limit=2" + (cursor.map { "&cursor=\($0)" } ?? ""), as: w.sender.credential)
+            let r = env.call(
+                "GET", "/v1/remote-updates/live-activities/targets?limit=2" + (cursor.map { "&cursor=\($0)" } ?? ""), as: w.sender.credential)
             XCTAssertEqual(r.status, 200)
             for item in r["data"]?.arrayValue ?? [] {
                 seen.append(item["id"]!.stringValue!)
@@ -78,15 +82,19 @@ final class LifecycleReadsTests: XCTestCase {
         XCTAssertEqual(seen, ids.sorted())
         let k3 = env.call("GET", "/v1/remote-updates/live-activities/targets?business_key=k3", as: w.sender.credential)
         XCTAssertEqual(k3["data"]?.arrayValue?.count, 1)
-        XCTAssertEqual(env.call("GET", "/v1/remote-updates/live-activities/targets?status=bogus", as: w.sender.credential)["error"]?["details"]?["field"], "status")
+        XCTAssertEqual(
+            env.call("GET", "/v1/remote-updates/live-activities/targets?status=bogus", as: w.sender.credential)["error"]?["details"]?["field"],
+            "status")
         let byMaster = env.call("GET", "/v1/remote-updates/live-activities/targets?status=starting", as: w.tenant.master)
         XCTAssertEqual(byMaster["data"]?.arrayValue?.count, 5)
     }
 
     func testLocalStartReservationIsIdempotentAcrossCredentialRenewal() throws {
         let w = try LifecycleWorld.make(env)
-        let body: JSONValue = ["activity_type": "delivery", "business_key": "delivery:9", "business_generation": "1",
-                               "idempotency_key": "local-1", "state": ["eta": 20]]
+        let body: JSONValue = [
+            "activity_type": "delivery", "business_key": "delivery:9", "business_generation": "1",
+            "idempotency_key": "local-1", "state": ["eta": 20]
+        ]
         let first = env.call("POST", "/v1/installations/\(w.installationId)/targets", body, as: w.installationCredential)
         XCTAssertEqual(first.status, 201)
         XCTAssertEqual(first["status"], "reserved")
@@ -98,8 +106,9 @@ final class LifecycleReadsTests: XCTestCase {
         XCTAssertEqual(again.status, 201, "a replayed creation answers 201 again")
         XCTAssertEqual(again["id"], first["id"])
         // A remote start on the same business instance conflicts with the local one.
-        let remote = env.call("POST", "/v1/remote-updates/live-activities/start",
-                              w.startBody(extra: ["business_key": "delivery:9", "business_generation": "1"]), as: w.sender.credential)
+        let remote = env.call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            w.startBody(extra: ["business_key": "delivery:9", "business_generation": "1"]), as: w.sender.credential)
         XCTAssertEqual(remote.errorCode, "BUSINESS_GENERATION_CONFLICT")
         XCTAssertNil(remote["error"]?["details"]?["target_id"], "the sender key does not cover the local target: its id is not shown")
     }
@@ -110,7 +119,9 @@ final class LifecycleReadsTests: XCTestCase {
         let ended = env.call("POST", "/v1/installations/\(w.installationId)/targets/\(t)/ended", [:], as: w.installationCredential)
         XCTAssertEqual(ended["status"], "ended")
         XCTAssertEqual(ended["end_reason"], "device")
-        let ops = try env.db.tenant(w.tenant.id) { c in try OperationStore.listForTarget(c, tenantId: w.tenant.id, targetId: t, limit: 10, before: nil).items }
+        let ops = try env.db.tenant(w.tenant.id) { c in
+            try OperationStore.listForTarget(c, tenantId: w.tenant.id, targetId: t, limit: 10, before: nil).items
+        }
         XCTAssertEqual(ops.map(\.status), [.cancelled], "the queued start was cancelled")
         let tok = env.call("PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcd"], as: w.installationCredential)
         XCTAssertEqual(tok.errorCode, "TARGET_ENDED")
@@ -122,7 +133,9 @@ final class LifecycleReadsTests: XCTestCase {
         let target = env.call("GET", "/v1/remote-updates/live-activities/targets/\(t2)", as: w.sender.credential)
         XCTAssertEqual(target["status"], "ended")
         XCTAssertEqual(target["end_reason"], "installation_retired")
-        let ops2 = try env.db.tenant(w.tenant.id) { c in try OperationStore.listForTarget(c, tenantId: w.tenant.id, targetId: t2, limit: 10, before: nil).items }
+        let ops2 = try env.db.tenant(w.tenant.id) { c in
+            try OperationStore.listForTarget(c, tenantId: w.tenant.id, targetId: t2, limit: 10, before: nil).items
+        }
         XCTAssertEqual(ops2.map(\.status), [.cancelled], "disconnect cancels queued operations")
         XCTAssertEqual(ops2.first?.pendingReason, "installation_retired")
     }
@@ -132,8 +145,9 @@ final class LifecycleReadsTests: XCTestCase {
         let t = w.start(extra: ["business_key": "b", "business_generation": "1"])
         let f = env.call("POST", "/v1/installations/\(w.installationId)/targets/\(t)/creation-failed", [:], as: w.installationCredential)
         XCTAssertEqual(f["status"], "creation_failed")
-        let same = env.call("POST", "/v1/remote-updates/live-activities/start",
-                            w.startBody(extra: ["business_key": "b", "business_generation": "1"]), as: w.sender.credential)
+        let same = env.call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            w.startBody(extra: ["business_key": "b", "business_generation": "1"]), as: w.sender.credential)
         XCTAssertEqual(same.errorCode, "BUSINESS_GENERATION_CONFLICT")
         _ = w.start(extra: ["business_key": "b", "business_generation": "2"])
     }

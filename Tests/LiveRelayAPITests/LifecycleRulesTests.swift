@@ -36,7 +36,8 @@ final class LifecycleRulesTests: XCTestCase {
 
     func testStartTemplateVersionMustMatch() throws {
         let w = try LifecycleWorld.make(env)
-        let r = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(extra: ["template_version": "tv_other"]), as: w.sender.credential)
+        let r = env.call(
+            "POST", "/v1/remote-updates/live-activities/start", w.startBody(extra: ["template_version": "tv_other"]), as: w.sender.credential)
         XCTAssertEqual(r.errorCode, "TEMPLATE_VERSION_MISMATCH")
         XCTAssertEqual(r["error"]?["details"]?["current_template_version"]?.stringValue, w.templateVersion)
     }
@@ -54,8 +55,9 @@ final class LifecycleRulesTests: XCTestCase {
     func testBusinessGenerationConflictNamesTheHolder() throws {
         let w = try LifecycleWorld.make(env)
         let first = w.start(extra: ["business_key": "delivery:42", "business_generation": "1"])
-        let r = env.call("POST", "/v1/remote-updates/live-activities/start",
-                         w.startBody(extra: ["business_key": "delivery:42", "business_generation": "1"]), as: w.sender.credential)
+        let r = env.call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            w.startBody(extra: ["business_key": "delivery:42", "business_generation": "1"]), as: w.sender.credential)
         XCTAssertEqual(r.status, 409)
         XCTAssertEqual(r.errorCode, "BUSINESS_GENERATION_CONFLICT")
         XCTAssertEqual(r["error"]?["details"]?["target_id"]?.stringValue, first)
@@ -137,9 +139,12 @@ final class LifecycleRulesTests: XCTestCase {
         let w = try LifecycleWorld.make(env)
         let t = w.start()
         func size(_ pad: String) -> Int {
-            DeliveryPayload.apns(DeliveryPayload.Content(event: .update, targetId: t, revision: 2, templateVersion: w.templateVersion,
-                                                         state: ["p": .string(pad)], alert: nil, staleAt: nil, relevanceScore: nil, dismissAt: nil),
-                                 timestamp: Date()).bytes().count
+            DeliveryPayload.apns(
+                DeliveryPayload.Content(
+                    event: .update, targetId: t, revision: 2, templateVersion: w.templateVersion,
+                    state: ["p": .string(pad)], alert: nil, staleAt: nil, relevanceScore: nil, dismissAt: nil),
+                timestamp: Date()
+            ).bytes().count
         }
         let base = size("")
         let fits = String(repeating: "a", count: 4096 - base)
@@ -160,16 +165,17 @@ final class LifecycleRulesTests: XCTestCase {
 
     func testQuotaBoundaryAndResetsAt() throws {
         let w = try LifecycleWorld.make(env, quota: 3)
-        let t = w.start()                       // 1 reserved
-        _ = w.start()                           // 2
-        _ = w.start()                           // 3: the quota is reached
+        let t = w.start()  // 1 reserved
+        _ = w.start()  // 2
+        _ = w.start()  // 3: the quota is reached
         let r = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(), as: w.sender.credential)
         XCTAssertEqual(r.status, 429)
         XCTAssertEqual(r.errorCode, "QUOTA_EXCEEDED")
         XCTAssertEqual(r["error"]?["details"]?["resets_at"]?.stringValue, Timestamp.format(WriteRules.quotaResetsAt(Date())))
         XCTAssertEqual(w.update(t, ["eta": 1], revision: 1).errorCode, "QUOTA_EXCEEDED", "updates are state-bearing: they count")
         // A stateless end never counts.
-        let end = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "e1"], as: w.sender.credential)
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "e1"], as: w.sender.credential)
         XCTAssertEqual(end.status, 202)
         let usage = env.call("GET", "/v1/remote-updates/usage", as: w.sender.credential)
         XCTAssertEqual(usage["limit"], 3)
@@ -193,23 +199,27 @@ final class LifecycleRulesTests: XCTestCase {
         XCTAssertEqual(end["target"]?["status"], "ending")
         XCTAssertEqual(w.update(t, ["eta": 1], revision: 1).errorCode, "TARGET_ENDED")
         try env.db.tenant(w.tenant.id) { c in try TargetStore.setStatus(c, tenantId: w.tenant.id, id: t, status: .ended, endReason: "sender") }
-        let again = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "e2"], as: w.sender.credential)
+        let again = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "e2"], as: w.sender.credential)
         XCTAssertEqual(again.status, 200)
         XCTAssertEqual(again["operation"]?["status"], "cancelled")
         XCTAssertEqual(again["operation"]?["pending_reason"], "already_ended")
-        let final = env.call("POST", "/v1/remote-updates/live-activities/end",
-                             ["target_id": .string(t), "idempotency_key": "e3", "state": ["eta": 0], "expected_revision": 1], as: w.sender.credential)
+        let final = env.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            ["target_id": .string(t), "idempotency_key": "e3", "state": ["eta": 0], "expected_revision": 1], as: w.sender.credential)
         XCTAssertEqual(final.errorCode, "TARGET_ENDED")
     }
 
     func testEndWithStateNeedsExpectedRevisionAndMasterCannotSendState() throws {
         let w = try LifecycleWorld.make(env)
         let t = w.start()
-        let r = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "e", "state": ["eta": 0]],
-                         as: w.sender.credential)
+        let r = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(t), "idempotency_key": "e", "state": ["eta": 0]],
+            as: w.sender.credential)
         XCTAssertEqual(r["error"]?["details"]?["field"], "expected_revision")
-        let m = env.call("POST", "/v1/remote-updates/live-activities/end",
-                         ["target_id": .string(t), "idempotency_key": "e", "state": ["eta": 0], "expected_revision": 1], as: w.tenant.master)
+        let m = env.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            ["target_id": .string(t), "idempotency_key": "e", "state": ["eta": 0], "expected_revision": 1], as: w.tenant.master)
         XCTAssertEqual(m.status, 403)
     }
 
@@ -217,11 +227,17 @@ final class LifecycleRulesTests: XCTestCase {
         let w = try LifecycleWorld.make(env)
         let t = w.start()
         let tooLate = Timestamp.format(Date().addingTimeInterval(4 * 3600 + 60))
-        XCTAssertEqual(env.call("POST", "/v1/remote-updates/live-activities/end",
-                                ["target_id": .string(t), "idempotency_key": "e", "dismiss_at": .string(tooLate)], as: w.sender.credential)["error"]?["details"]?["field"], "dismiss_at")
+        XCTAssertEqual(
+            env.call(
+                "POST", "/v1/remote-updates/live-activities/end",
+                ["target_id": .string(t), "idempotency_key": "e", "dismiss_at": .string(tooLate)], as: w.sender.credential)["error"]?["details"]?[
+                    "field"], "dismiss_at")
         let ok = Timestamp.format(Date().addingTimeInterval(4 * 3600 - 60))
-        XCTAssertEqual(env.call("POST", "/v1/remote-updates/live-activities/end",
-                                ["target_id": .string(t), "idempotency_key": "e2", "dismiss_at": .string(ok)], as: w.sender.credential).status, 202)
+        XCTAssertEqual(
+            env.call(
+                "POST", "/v1/remote-updates/live-activities/end",
+                ["target_id": .string(t), "idempotency_key": "e2", "dismiss_at": .string(ok)], as: w.sender.credential
+            ).status, 202)
     }
 
     func testWriteReplayAndKeyReuse() throws {

@@ -67,8 +67,9 @@ final class LongPollLimitTests: XCTestCase {
         XCTAssertEqual(over.1, "RATE_LIMITED")
         XCTAssertEqual(env.call("GET", "/v1/remote-updates/live-activities/targets/\(t)", as: w.sender.credential).status, 200)
         // The token arrives: every waiting long-poll answers 200.
-        let put = env.call("PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef0123"],
-                           as: w.installationCredential)
+        let put = env.call(
+            "PUT", "/v1/installations/\(w.installationId)/targets/\(t)/push-token", ["token": "abcdef0123"],
+            as: w.installationCredential)
         XCTAssertEqual(put.status / 100, 2, "token registered: \(put.status)")
         let statuses = waiting.map { answer($0).0 }
         XCTAssertEqual(statuses, Array(repeating: 200, count: cap))

@@ -37,14 +37,16 @@ final class PriorityBudgetAPITests: TenancyTestCase {
         XCTAssertEqual(both["frequent_updates_hourly_budget"], 70)
         XCTAssertEqual(both["daily_push_quota"], 5)
         let audit = try env.db.system { c in
-            try c.query("SELECT details::text AS d FROM audit_events WHERE tenant_id = $1 AND action = 'tenant.update' ORDER BY created_at DESC LIMIT 1",
-                        [t.id])[0].string("d")
+            try c.query(
+                "SELECT details::text AS d FROM audit_events WHERE tenant_id = $1 AND action = 'tenant.update' ORDER BY created_at DESC LIMIT 1",
+                [t.id])[0].string("d")
         }
         XCTAssertTrue(audit.contains("priority10_hourly_budget"), audit)
         // The column CHECKs are the second wall.
-        XCTAssertThrowsError(try env.db.system { c in
-            try c.execute("UPDATE tenants SET priority10_hourly_budget = 1001 WHERE tenant_id = $1", [t.id])
-        })
+        XCTAssertThrowsError(
+            try env.db.system { c in
+                try c.execute("UPDATE tenants SET priority10_hourly_budget = 1001 WHERE tenant_id = $1", [t.id])
+            })
         // A master key cannot change budgets.
         XCTAssertEqual(call("PATCH", path, ["priority10_hourly_budget": 1], as: t.master).status, 403)
     }
@@ -65,9 +67,12 @@ final class PriorityBudgetAPITests: TenancyTestCase {
         let t = try tenant()
         let st = try Fixtures.startTarget(env, tenant: t.id)
         let key = try Fixtures.senderKey(env, master: t.master, targets: [st], createdFrom: [st])
-        let started = call("POST", "/v1/remote-updates/live-activities/start", [
-            "start_target_id": .string(st), "template_version": "tv_test", "state": ["eta": 1],
-            "alert": ["title": "a", "body": "b"], "idempotency_key": "s1"], as: key.credential)
+        let started = call(
+            "POST", "/v1/remote-updates/live-activities/start",
+            [
+                "start_target_id": .string(st), "template_version": "tv_test", "state": ["eta": 1],
+                "alert": ["title": "a", "body": "b"], "idempotency_key": "s1"
+            ], as: key.credential)
         guard started.status == 202 else { throw FixtureFailure("start failed: \(started.text)") }
         return (t, key, started)
     }
@@ -83,15 +88,18 @@ final class PriorityBudgetAPITests: TenancyTestCase {
         XCTAssertEqual(started["target"]?["priority10_sent_last_hour"], 0)
         XCTAssertEqual(started["target"]?["priority10_budget"], 40)
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
-        XCTAssertEqual(call("PATCH", "/v1/operator/tenants/\(t.id)", ["priority10_hourly_budget": 12, "frequent_updates_hourly_budget": 99],
-                            as: op).status, 200)
+        XCTAssertEqual(
+            call(
+                "PATCH", "/v1/operator/tenants/\(t.id)", ["priority10_hourly_budget": 12, "frequent_updates_hourly_budget": 99],
+                as: op
+            ).status, 200)
         let read = call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)", as: key.credential)
         XCTAssertEqual(read["priority10_budget"], 12)
         let listed = call("GET", "/v1/remote-updates/live-activities/targets", as: key.credential)
         XCTAssertEqual(listed["data"]?.arrayValue?.first?["priority10_budget"], 12)
         // The installation now reports frequent updates: its targets get the other budget.
         let inst = try env.db.system { c in try c.query("SELECT installation_id FROM targets WHERE id = $1", [tgt])[0].string("installation_id") }
-        try env.db.system { c in try c.execute("UPDATE installations SET frequent_updates = true WHERE id = $1", [inst]) }
+        _ = try env.db.system { c in try c.execute("UPDATE installations SET frequent_updates = true WHERE id = $1", [inst]) }
         XCTAssertEqual(call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)", as: key.credential)["priority10_budget"], 99)
         let opId = try XCTUnwrap(started["operation"]?["id"]?.stringValue)
         let read2 = call("GET", "/v1/remote-updates/operations/\(opId)", as: key.credential)
@@ -104,11 +112,13 @@ final class PriorityBudgetAPITests: TenancyTestCase {
     func testDeploymentDefaultsReachSQLThroughTheDatabaseSettings() throws {
         let (t, _, started) = try remoteStart()
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
-        let custom = Database(pool: env.db.pool, settings: PriorityBudgetSQL.settings(.init(priority10HourlyBudget: 7, frequentUpdatesHourlyBudget: 70)))
+        let custom = Database(
+            pool: env.db.pool, settings: PriorityBudgetSQL.settings(.init(priority10HourlyBudget: 7, frequentUpdatesHourlyBudget: 70)))
         func budgets(_ db: Database) throws -> (record: Int?, sql: Int?, event: Int?) {
             try db.tenant(t.id) { c in
                 let r = try TargetStore.get(c, tenantId: t.id, id: tgt)
-                let row = try c.query("""
+                let row = try c.query(
+                    """
                     SELECT lr_priority10_budget(tenant_id, installation_id) AS b, (lr_target_object(targets) ->> 'priority10_budget')::int AS e
                       FROM targets WHERE tenant_id = $1 AND id = $2
                     """, [t.id, tgt])[0]
@@ -120,10 +130,10 @@ final class PriorityBudgetAPITests: TenancyTestCase {
         let seven = try budgets(custom)
         XCTAssertEqual([seven.record, seven.sql, seven.event], [7, 7, 7])
         let inst = try env.db.system { c in try c.query("SELECT installation_id FROM targets WHERE id = $1", [tgt])[0].string("installation_id") }
-        try env.db.system { c in try c.execute("UPDATE installations SET frequent_updates = true WHERE id = $1", [inst]) }
+        _ = try env.db.system { c in try c.execute("UPDATE installations SET frequent_updates = true WHERE id = $1", [inst]) }
         let seventy = try budgets(custom)
         XCTAssertEqual([seventy.record, seventy.sql, seventy.event], [70, 70, 70])
-        try env.db.system { c in try c.execute("UPDATE tenants SET frequent_updates_hourly_budget = 3 WHERE tenant_id = $1", [t.id]) }
+        _ = try env.db.system { c in try c.execute("UPDATE tenants SET frequent_updates_hourly_budget = 3 WHERE tenant_id = $1", [t.id]) }
         let own = try budgets(custom)
         XCTAssertEqual([own.record, own.sql, own.event], [3, 3, 3], "the tenant's own value wins")
     }

@@ -10,9 +10,11 @@ final class ProviderCredentialNulTests: XCTestCase {
         let env = try TestEnvironment.make()
         defer { env.tearDown() }
         let t = try env.tenant()
-        let account: JSONValue = ["type": "service_account", "project_id": "demo-project", "private_key_id": "ab\u{0}cd",
-                                  "private_key": .string(RSAPrivateKey.generate().pkcs8PEM),
-                                  "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"]
+        let account: JSONValue = [
+            "type": "service_account", "project_id": "demo-project", "private_key_id": "ab\u{0}cd",
+            "private_key": .string(RSAPrivateKey.generate().pkcs8PEM),
+            "client_email": "push@demo-project.iam.gserviceaccount.com", "token_uri": "https://oauth2.googleapis.com/token"
+        ]
         let r = env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .string(account.jsonString)], as: t.master)
         XCTAssertEqual(r.status, 400, String(decoding: r.raw, as: UTF8.self))
         XCTAssertEqual(r["error"]?["details"]?["field"], "service_account")

@@ -12,17 +12,19 @@ final class ProviderCredentialTests: XCTestCase {
     override func tearDown() { env?.tearDown() }
 
     static let p384 = """
-    -----BEGIN PRIVATE KEY-----
-    MIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDAz3aa/xlJUNbI26ENT
-    MsQyAAQ3vxQ3bX8K/86ls1n3XuIWSsvxF0W9xWjI6p0R+xShZANiAATLiULSw+T7
-    zxyqKEIu/WnpuoAs9Ers1OumwINi+T1MGPqHazCU0Yy0E5oJsFO6P+E/+w2cY7Bg
-    zUlrGM5ngNpCgSMUvVwBuVygTPWA5PhfZhPl0UuWdQr1mA49VBocCTQ=
-    -----END PRIVATE KEY-----
-    """
+        -----BEGIN PRIVATE KEY-----
+        MIG2AgEAMBAGByqGSM49AgEGBSuBBAAiBIGeMIGbAgEBBDAz3aa/xlJUNbI26ENT
+        MsQyAAQ3vxQ3bX8K/86ls1n3XuIWSsvxF0W9xWjI6p0R+xShZANiAATLiULSw+T7
+        zxyqKEIu/WnpuoAs9Ers1OumwINi+T1MGPqHazCU0Yy0E5oJsFO6P+E/+w2cY7Bg
+        zUlrGM5ngNpCgSMUvVwBuVygTPWA5PhfZhPl0UuWdQr1mA49VBocCTQ=
+        -----END PRIVATE KEY-----
+        """
 
     func apnsBody(_ pem: String, env environment: String = "production", topics: [String] = ["com.example.app"]) -> JSONValue {
-        ["team_id": "ABCDE12345", "key_id": "KEY1234567", "private_key": .string(pem),
-         "topics": .array(topics.map(JSONValue.string)), "environment": .string(environment)]
+        [
+            "team_id": "ABCDE12345", "key_id": "KEY1234567", "private_key": .string(pem),
+            "topics": .array(topics.map(JSONValue.string)), "environment": .string(environment)
+        ]
     }
 
     func testAPNsKeyIsSealedAndOnlyItsFingerprintIsShown() throws {
@@ -39,7 +41,8 @@ final class ProviderCredentialTests: XCTestCase {
         XCTAssertNil(String(decoding: r.raw, as: UTF8.self).range(of: String(secretLine)))
         XCTAssertNil(r["private_key"])
         // Replacing answers 200; GET shows fingerprints and health, never the key.
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/apns", apnsBody(pem, topics: ["com.example.app", "com.example.b"]), as: t.master).status, 200)
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/apns", apnsBody(pem, topics: ["com.example.app", "com.example.b"]), as: t.master).status, 200)
         let list = env.call("GET", "/v1/provider-credentials", as: t.master)
         XCTAssertEqual(list.status, 200)
         let item = try XCTUnwrap(list["data"]?.arrayValue?.first)
@@ -70,8 +73,10 @@ final class ProviderCredentialTests: XCTestCase {
     func testAPNsKeyMustBeP256() throws {
         let t = try env.tenant()
         let rsa = RSAPrivateKey.generate().pkcs8PEM
-        for (name, pem) in [("rsa", rsa), ("p384", Self.p384), ("garbage", "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----"),
-                            ("text", "hello")] {
+        for (name, pem) in [
+            ("rsa", rsa), ("p384", Self.p384), ("garbage", "-----BEGIN PRIVATE KEY-----\nnope\n-----END PRIVATE KEY-----"),
+            ("text", "hello")
+        ] {
             let r = env.call("PUT", "/v1/provider-credentials/apns", apnsBody(pem), as: t.master)
             XCTAssertEqual(r.status, 400, name)
             XCTAssertEqual(r.errorCode, "INVALID_REQUEST", name)
@@ -81,13 +86,17 @@ final class ProviderCredentialTests: XCTestCase {
         let good = P256PrivateKey.generate().pkcs8PEM
         var body = apnsBody(good).objectValue!
         body["team_id"] = "short"
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "team_id")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "team_id")
         body = apnsBody(good, topics: []).objectValue!
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "topics")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "topics")
         body = apnsBody(good, topics: ["com.example.app.push-type.liveactivity"]).objectValue!
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "topics.0")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "topics.0")
         body = apnsBody(good, env: "staging").objectValue!
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "environment")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master)["error"]?["details"]?["field"]?.stringValue, "environment")
         body = apnsBody(good).objectValue!
         body["extra"] = 1
         XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/apns", .object(body), as: t.master).status, 400)
@@ -95,9 +104,11 @@ final class ProviderCredentialTests: XCTestCase {
     }
 
     func serviceAccount(_ pem: String) -> JSONValue {
-        ["type": "service_account", "project_id": "demo-project", "private_key_id": "0123abcd", "private_key": .string(pem),
-         "client_email": "push@demo-project.iam.gserviceaccount.com", "client_id": "1234",
-         "token_uri": "https://oauth2.googleapis.com/token", "auth_uri": "https://accounts.google.com/o/oauth2/auth"]
+        [
+            "type": "service_account", "project_id": "demo-project", "private_key_id": "0123abcd", "private_key": .string(pem),
+            "client_email": "push@demo-project.iam.gserviceaccount.com", "client_id": "1234",
+            "token_uri": "https://oauth2.googleapis.com/token", "auth_uri": "https://accounts.google.com/o/oauth2/auth"
+        ]
     }
 
     func testFCMServiceAccountIsSealedAndValidated() throws {
@@ -124,17 +135,24 @@ final class ProviderCredentialTests: XCTestCase {
         XCTAssertNil(env.logText.range(of: secretLine))
 
         var sa = serviceAccount(P256PrivateKey.generate().pkcs8PEM).objectValue!
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?.stringValue,
-                       "service_account.private_key")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
+                .stringValue,
+            "service_account.private_key")
         sa = serviceAccount(key.pkcs8PEM).objectValue!
         sa["type"] = "authorized_user"
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?.stringValue,
-                       "service_account.type")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
+                .stringValue,
+            "service_account.type")
         sa = serviceAccount(key.pkcs8PEM).objectValue!
         sa["token_uri"] = "http://169.254.169.254/token"
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?.stringValue,
-                       "service_account.token_uri")
-        XCTAssertEqual(env.call("PUT", "/v1/provider-credentials/fcm", [:], as: t.master)["error"]?["details"]?["field"]?.stringValue, "service_account")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
+                .stringValue,
+            "service_account.token_uri")
+        XCTAssertEqual(
+            env.call("PUT", "/v1/provider-credentials/fcm", [:], as: t.master)["error"]?["details"]?["field"]?.stringValue, "service_account")
     }
 
     func testOnlyTheTenantsMasterKeyManagesCredentials() throws {

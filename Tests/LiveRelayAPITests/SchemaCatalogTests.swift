@@ -26,7 +26,8 @@ final class SchemaCatalogTests: XCTestCase {
 
     /// One problem per line, `table: what is wrong`, sorted; empty when the schema follows the plan.
     static func problems(_ c: PostgresConnection, deploymentTables: Set<String>) throws -> [String] {
-        let rows = try c.query("""
+        let rows = try c.query(
+            """
             WITH t AS (
               SELECT c.oid, c.relname::text AS name, c.relrowsecurity AS rls, c.relforcerowsecurity AS forced,
                      (SELECT a.attnum FROM pg_attribute a
@@ -71,12 +72,15 @@ final class SchemaCatalogTests: XCTestCase {
 
     func testEveryTenantTableIsDistributableByTenantAndBehindForcedRowLevelSecurity() throws {
         let (problems, tenantTables) = try env.pool.withConnection { c in
-            (try Self.problems(c, deploymentTables: Self.deploymentTables),
-             try c.query("""
-                SELECT count(*)::int AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                 WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
-                   AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped)
-                """)[0].int("n"))
+            (
+                try Self.problems(c, deploymentTables: Self.deploymentTables),
+                try c.query(
+                    """
+                    SELECT count(*)::int AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                     WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
+                       AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'tenant_id' AND NOT a.attisdropped)
+                    """)[0].int("n")
+            )
         }
         XCTAssertEqual(problems, [], "deploy/scaling.md no longer holds:\n" + problems.joined(separator: "\n"))
         XCTAssertGreaterThanOrEqual(tenantTables, 16, "the check read the migrated schema (tenant tables found: \(tenantTables))")
@@ -85,7 +89,8 @@ final class SchemaCatalogTests: XCTestCase {
     /// The check itself: each kind of violation, made on purpose in this test's own database.
     func testTheCatalogCheckReportsEachKindOfViolation() throws {
         let problems = try env.pool.withConnection { c -> [String] in
-            try c.simpleQuery("""
+            try c.simpleQuery(
+                """
                 CREATE TABLE zz_no_tenant (id text PRIMARY KEY);
                 CREATE TABLE zz_pk (tenant_id text NOT NULL, id text NOT NULL, code text, PRIMARY KEY (id), UNIQUE (code));
                 CREATE UNIQUE INDEX zz_pk_code_idx ON zz_pk (lower(code));
@@ -98,20 +103,22 @@ final class SchemaCatalogTests: XCTestCase {
             return try Self.problems(c, deploymentTables: Self.deploymentTables.union(["zz_ref"]))
                 .filter { $0.hasPrefix("zz_") }
         }
-        XCTAssertEqual(problems, [
-            "zz_fk: foreign key zz_fk_pk_id_fkey to zz_pk does not pair tenant_id with its tenant_id",
-            "zz_fk: has no row-level security policy",
-            "zz_fk: row-level security is not forced (the owner bypasses it)",
-            "zz_no_tenant: has no tenant_id column and is not a listed deployment-level table",
-            "zz_pk: has no row-level security policy",
-            "zz_pk: primary key zz_pk_pkey does not include tenant_id",
-            "zz_pk: row-level security is not enabled",
-            "zz_pk: row-level security is not forced (the owner bypasses it)",
-            "zz_pk: unique constraint zz_pk_code_key does not include tenant_id",
-            "zz_pk: unique index zz_pk_code_idx does not include tenant_id",
-            "zz_pk: unique index zz_pk_code_key does not include tenant_id",
-            "zz_pk: unique index zz_pk_pkey does not include tenant_id",
-            "zz_ref: foreign key zz_ref_tenant_ref_owner_fkey of a deployment-level table refers to the tenant table zz_fk",
-        ])
+        XCTAssertEqual(
+            problems,
+            [
+                "zz_fk: foreign key zz_fk_pk_id_fkey to zz_pk does not pair tenant_id with its tenant_id",
+                "zz_fk: has no row-level security policy",
+                "zz_fk: row-level security is not forced (the owner bypasses it)",
+                "zz_no_tenant: has no tenant_id column and is not a listed deployment-level table",
+                "zz_pk: has no row-level security policy",
+                "zz_pk: primary key zz_pk_pkey does not include tenant_id",
+                "zz_pk: row-level security is not enabled",
+                "zz_pk: row-level security is not forced (the owner bypasses it)",
+                "zz_pk: unique constraint zz_pk_code_key does not include tenant_id",
+                "zz_pk: unique index zz_pk_code_idx does not include tenant_id",
+                "zz_pk: unique index zz_pk_code_key does not include tenant_id",
+                "zz_pk: unique index zz_pk_pkey does not include tenant_id",
+                "zz_ref: foreign key zz_ref_tenant_ref_owner_fkey of a deployment-level table refers to the tenant table zz_fk"
+            ])
     }
 }

@@ -33,8 +33,12 @@ final class TenancyAuditTests: TenancyTestCase {
         record(mk, "master_key.create", mk["id"]?.stringValue, masterId)
         let mkReplay = call("POST", "/v1/master-keys", ["label": "second", "idempotency_key": "mk-1"], as: master)
         XCTAssertEqual(mkReplay.headers["idempotent-replayed"], "true")  // a replay does nothing, so records nothing
-        let sk = call("POST", "/v1/remote-updates/sender-keys", ["targets": [.string(st)], "permissions": ["activities:start"],
-                                                                 "idempotency_key": "sk-1"], as: master)
+        let sk = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "permissions": ["activities:start"],
+                "idempotency_key": "sk-1"
+            ], as: master)
         record(sk, "sender_key.create", sk["id"]?.stringValue, masterId)
         let skId = sk["id"]?.stringValue ?? ""
         record(call("POST", "/v1/remote-updates/sender-keys/\(skId)/revoke", [:], as: master), "sender_key.revoke", skId, masterId)
@@ -90,14 +94,16 @@ final class TenancyAuditTests: TenancyTestCase {
         let t = try tenant()
         let st = try Fixtures.startTarget(env, tenant: t.id)
         for _ in 0..<3 { _ = try senderKey(t, targets: [st]) }
-        let lists: [(String, String)] = [("/v1/master-keys", t.master), ("/v1/remote-updates/sender-keys", t.master),
-                                         ("/v1/publishable-keys", t.master), ("/v1/audit-events", t.master),
-                                         ("/v1/operator/tenants", op)]
+        let lists: [(String, String)] = [
+            ("/v1/master-keys", t.master), ("/v1/remote-updates/sender-keys", t.master),
+            ("/v1/publishable-keys", t.master), ("/v1/audit-events", t.master),
+            ("/v1/operator/tenants", op)
+        ]
         let forged = [
             "not-a-cursor!!",
             Data("v2:sk_00000000000000000000000000".utf8).base64EncodedString(),
             "%00",
-            Data("v1:".utf8).base64EncodedString(),
+            Data("v1:".utf8).base64EncodedString()
         ]
         for (path, cred) in lists {
             for bad in ["0", "201", "-1", "abc", "1.5"] {

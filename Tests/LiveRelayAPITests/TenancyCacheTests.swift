@@ -110,7 +110,9 @@ final class TenancyCacheTests: TenancyTestCase {
             let req = request(sk.credential)
             let done = DispatchSemaphore(value: 0)
             let auth = node.auth
-            DispatchQueue.global().async { _ = try? auth.authenticate(req); done.signal() }
+            DispatchQueue.global().async {
+                _ = try? auth.authenticate(req); done.signal()
+            }
             Thread.sleep(forTimeInterval: Double(trial) * 0.003)
             try env.db.tenant(t.id) { c in
                 _ = try KeyStore.revokeSenderKey(c, tenantId: t.id, id: sk.id)

@@ -34,8 +34,10 @@ class TenancyTestCase: XCTestCase {
 
     /// `env.call`, remembering every credential found anywhere in the response body.
     @discardableResult
-    func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil,
-              rawBody: [UInt8]? = nil) -> TestEnvironment.Reply {
+    func call(
+        _ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil,
+        rawBody: [UInt8]? = nil
+    ) -> TestEnvironment.Reply {
         if let credential { remember(credential) }
         let r = env.call(method, path, body, as: credential, rawBody: rawBody)
         collect(r.json)
@@ -66,8 +68,10 @@ class TenancyTestCase: XCTestCase {
         return t
     }
 
-    func senderKey(_ t: TestEnvironment.Tenant, targets: [String], createdFrom: [String] = [],
-                   permissions: [String] = Permission.allCases.map(\.rawValue)) throws -> Fixtures.Key {
+    func senderKey(
+        _ t: TestEnvironment.Tenant, targets: [String], createdFrom: [String] = [],
+        permissions: [String] = Permission.allCases.map(\.rawValue)
+    ) throws -> Fixtures.Key {
         let k = try Fixtures.senderKey(env, master: t.master, targets: targets, createdFrom: createdFrom, permissions: permissions)
         remember(k.credential)
         return k

@@ -48,8 +48,9 @@ final class TenancyInstallationTests: TenancyTestCase {
         XCTAssertEqual(taken.errorCode, "INSTALLATION_EXISTS")
         XCTAssertNil(taken["credential"])
         XCTAssertNil(try secondsLeft(c1), "the installation's own credential keeps working, unexpired")
-        XCTAssertEqual(try env.db.system { c in try c.query("SELECT environment FROM installations WHERE id = $1", [installation])[0].string("environment") },
-                       "sandbox", "nothing changed")
+        XCTAssertEqual(
+            try env.db.system { c in try c.query("SELECT environment FROM installations WHERE id = $1", [installation])[0].string("environment") },
+            "sandbox", "nothing changed")
 
         // The installation renews with its own credential: the old one valid 5 more minutes.
         let first2 = call("POST", "/v1/installations/\(installation)/credential/renew", [:], as: c1)
@@ -83,8 +84,9 @@ final class TenancyInstallationTests: TenancyTestCase {
         XCTAssertEqual(disconnected.status, 200, disconnected.text)
         XCTAssertEqual(disconnected["status"]?.stringValue, "retired")
         XCTAssertNotNil(disconnected["retired_at"]?.stringValue)
-        XCTAssertEqual(try env.db.system { c in try c.query("SELECT status FROM installations WHERE id = $1", [installation])[0].string("status") },
-                       "retired")
+        XCTAssertEqual(
+            try env.db.system { c in try c.query("SELECT status FROM installations WHERE id = $1", [installation])[0].string("status") },
+            "retired")
         XCTAssertTrue(works(c3), "a retired installation's credential still authenticates")
         for cred in [c3, c2] {
             let renew = call("POST", "/v1/installations/\(installation)/credential/renew", [:], as: cred)
@@ -108,10 +110,13 @@ final class TenancyInstallationTests: TenancyTestCase {
             let cred = try XCTUnwrap(again["credential"]?.stringValue)
             XCTAssertEqual(call("POST", "/v1/installations/\(newId)/credential/renew", [:], as: cred).status, 201)
         }
-        XCTAssertEqual(call("POST", "/v1/installations", .object(changed), as: t.publishable).errorCode, "INSTALLATION_EXISTS",
-                       "the new installation is not taken over either")
+        XCTAssertEqual(
+            call("POST", "/v1/installations", .object(changed), as: t.publishable).errorCode, "INSTALLATION_EXISTS",
+            "the new installation is not taken over either")
         let active = try env.db.system { c in
-            try c.query("SELECT id FROM installations WHERE lower(install_id) = lower($1) AND status = 'active'", [installId]).map { try $0.string("id") }
+            try c.query("SELECT id FROM installations WHERE lower(install_id) = lower($1) AND status = 'active'", [installId]).map {
+                try $0.string("id")
+            }
         }
         XCTAssertEqual(active.count, 1)
     }
@@ -122,21 +127,33 @@ final class TenancyInstallationTests: TenancyTestCase {
         XCTAssertEqual(made.status, 201, made.text)
         let pk = try XCTUnwrap(made["credential"]?.stringValue)
         func register(_ app: String, _ platform: String) -> TestEnvironment.Reply {
-            call("POST", "/v1/installations", ["platform": .string(platform), "app_id": .string(app), "environment": "sandbox",
-                                               "install_id": .string(UUID().uuidString)], as: pk)
+            call(
+                "POST", "/v1/installations",
+                [
+                    "platform": .string(platform), "app_id": .string(app), "environment": "sandbox",
+                    "install_id": .string(UUID().uuidString)
+                ], as: pk)
         }
         let wrongApp = register("com.example.y", "ios")
         XCTAssertEqual(wrongApp.status, 403, wrongApp.text)
         XCTAssertEqual(wrongApp.errorCode, "PERMISSION_DENIED")
         XCTAssertEqual(register("com.example.x", "android").status, 403)
         XCTAssertEqual(register("com.example.x", "ios").status, 201)
-        XCTAssertEqual(try env.db.system { c in
-            try c.query("SELECT count(*)::int AS n FROM installations WHERE tenant_id = $1", [t.id])[0].int("n") }, 1)
+        XCTAssertEqual(
+            try env.db.system { c in
+                try c.query("SELECT count(*)::int AS n FROM installations WHERE tenant_id = $1", [t.id])[0].int("n")
+            }, 1)
 
         // A revoked publishable key stops registering.
         let id = try XCTUnwrap(made["id"]?.stringValue)
         XCTAssertEqual(call("POST", "/v1/publishable-keys/\(id)/revoke", [:], as: t.master).status, 200)
-        eventually("the revoked publishable key stops registering", within: 1) { self.env.call("POST", "/v1/installations", [
-            "platform": "ios", "app_id": "com.example.x", "environment": "sandbox", "install_id": .string(UUID().uuidString)], as: pk).status == 401 }
+        eventually("the revoked publishable key stops registering", within: 1) {
+            self.env.call(
+                "POST", "/v1/installations",
+                [
+                    "platform": "ios", "app_id": "com.example.x", "environment": "sandbox", "install_id": .string(UUID().uuidString)
+                ], as: pk
+            ).status == 401
+        }
     }
 }

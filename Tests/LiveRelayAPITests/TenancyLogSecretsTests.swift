@@ -28,8 +28,12 @@ final class TenancyLogSecretsTests: TenancyTestCase {
         _ = call("POST", "/v1/remote-updates/sender-keys", skBody, as: second)
         let pk = call("POST", "/v1/publishable-keys", ["app_id": "com.example.app", "platform": "ios", "idempotency_key": "p1"], as: master)
         let appKey = try XCTUnwrap(pk["credential"]?.stringValue)
-        let reg = call("POST", "/v1/installations", ["platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
-                                                     "install_id": .string(UUID().uuidString)], as: appKey)
+        let reg = call(
+            "POST", "/v1/installations",
+            [
+                "platform": "ios", "app_id": "com.example.app", "environment": "sandbox",
+                "install_id": .string(UUID().uuidString)
+            ], as: appKey)
         let instId = try XCTUnwrap(reg["installation_id"]?.stringValue)
         let inst = try XCTUnwrap(reg["credential"]?.stringValue)
         let renewed = call("POST", "/v1/installations/\(instId)/credential/renew", [:], as: inst)
@@ -40,8 +44,12 @@ final class TenancyLogSecretsTests: TenancyTestCase {
 
         // Failures: wrong kind of key, credentials in odd places, bad checksums, revoked keys.
         _ = call("GET", "/v1/operator/tenants", as: master)
-        _ = call("POST", "/v1/remote-updates/sender-keys", ["targets": [.string(sender)], "permissions": ["activities:start"],
-                                                            "idempotency_key": .string(master)], as: second)
+        _ = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(sender)], "permissions": ["activities:start"],
+                "idempotency_key": .string(master)
+            ], as: second)
         _ = call("POST", "/v1/master-keys", ["label": .string(sender), "idempotency_key": "m1"], as: master)  // 422
         var broken = Array(publishable)
         broken[broken.count - 1] = broken.last == "A" ? "B" : "A"
@@ -50,7 +58,9 @@ final class TenancyLogSecretsTests: TenancyTestCase {
         remember(brokenText)
         XCTAssertEqual(call("GET", "/v1/remote-updates/capabilities?key=\(master)", as: "Basic \(master)").status, 401)
         XCTAssertEqual(call("POST", "/v1/remote-updates/sender-keys/\(sk["id"]?.stringValue ?? "")/revoke", [:], as: second).status, 200)
-        eventually("the revoked sender key stops working", within: 1) { self.env.call("GET", "/v1/remote-updates/capabilities", as: sender).status == 401 }
+        eventually("the revoked sender key stops working", within: 1) {
+            self.env.call("GET", "/v1/remote-updates/capabilities", as: sender).status == 401
+        }
         XCTAssertEqual(call("POST", "/v1/master-keys/\(created["master_key"]?["id"]?.stringValue ?? "")/revoke", [:], as: second).status, 200)
         _ = call("GET", "/v1/master-keys", as: master)
 

@@ -53,8 +53,10 @@ final class TenancyRotationTests: TenancyTestCase {
         XCTAssertEqual(call("GET", "/v1/master-keys", as: t.master).status, 401)
 
         let list = call("GET", "/v1/master-keys", as: second)
-        let statuses = Dictionary(uniqueKeysWithValues: (list["data"]?.arrayValue ?? []).map {
-            ($0["id"]?.stringValue ?? "", $0["status"]?.stringValue ?? "") })
+        let statuses = Dictionary(
+            uniqueKeysWithValues: (list["data"]?.arrayValue ?? []).map {
+                ($0["id"]?.stringValue ?? "", $0["status"]?.stringValue ?? "")
+            })
         XCTAssertEqual(statuses, [t.masterId: "revoked", secondId: "active"])
         XCTAssertFalse(list.text.contains("lrm_"), "a list never shows a credential")
     }
@@ -65,8 +67,9 @@ final class TenancyRotationTests: TenancyTestCase {
         let t = try tenant()
         let created = call("POST", "/v1/master-keys", ["label": "new", "idempotency_key": ikey()], as: t.master)
         let second = try XCTUnwrap(created["credential"]?.stringValue)
-        XCTAssertEqual(call("POST", "/v1/master-keys/\(t.masterId)/revoke", ["expires_in_seconds": 3600], as: t.master)["status"]?.stringValue,
-                       "revoking")
+        XCTAssertEqual(
+            call("POST", "/v1/master-keys/\(t.masterId)/revoke", ["expires_in_seconds": 3600], as: t.master)["status"]?.stringValue,
+            "revoking")
         XCTAssertEqual(call("GET", "/v1/master-keys", as: t.master).status, 200, "grace period running")
         let now = call("POST", "/v1/master-keys/\(t.masterId)/revoke", [:], as: second)
         XCTAssertEqual(now.status, 200, now.text)

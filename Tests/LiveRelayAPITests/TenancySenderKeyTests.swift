@@ -16,8 +16,10 @@ final class TenancySenderKeyTests: TenancyTestCase {
     func testReplayReturnsTheIdenticalCredentialAndReuseWithAnotherBodyIs422() throws {
         let t = try tenant()
         let st = try Fixtures.startTarget(env, tenant: t.id)
-        let body: JSONValue = ["targets": [.string(st)], "created_from": [], "permissions": ["activities:start", "activities:update"],
-                               "label": "ci", "idempotency_key": "replay-1"]
+        let body: JSONValue = [
+            "targets": [.string(st)], "created_from": [], "permissions": ["activities:start", "activities:update"],
+            "label": "ci", "idempotency_key": "replay-1"
+        ]
         let first = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
         XCTAssertEqual(first.status, 201, first.text)
         XCTAssertNil(first.headers["idempotent-replayed"])
@@ -31,7 +33,8 @@ final class TenancySenderKeyTests: TenancyTestCase {
         XCTAssertEqual(call("GET", "/v1/remote-updates/capabilities", as: credential).status, 200, "the replayed credential authenticates")
 
         // Canonical JSON: the same request with other key order and whitespace is the same request.
-        let reordered = Array("""
+        let reordered = Array(
+            """
             { "idempotency_key": "replay-1", "label": "ci",
               "permissions": ["activities:start", "activities:update"], "created_from": [], "targets": ["\(st)"] }
             """.utf8)
@@ -60,7 +63,8 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let all = replies.withLock { $0 }
         for r in all { collect(r) }
         XCTAssertEqual(all.count, 10)
-        XCTAssertEqual(all.map(\.status), Array(repeating: 201, count: 10), "replays answer the original 201: " + all.map(\.text).joined(separator: "\n"))
+        XCTAssertEqual(
+            all.map(\.status), Array(repeating: 201, count: 10), "replays answer the original 201: " + all.map(\.text).joined(separator: "\n"))
         XCTAssertEqual(all.filter { $0.headers["idempotent-replayed"] == "true" }.count, 9)
         let creds = Set(all.compactMap { $0["credential"]?.stringValue })
         XCTAssertEqual(creds.count, 1, "every response carries the same credential")
@@ -72,14 +76,16 @@ final class TenancySenderKeyTests: TenancyTestCase {
     func testStoredReplayResponseIsSealed() throws {
         let t = try tenant()
         let st = try Fixtures.startTarget(env, tenant: t.id)
-        let r = call("POST", "/v1/remote-updates/sender-keys",
-                     ["targets": [.string(st)], "permissions": ["activities:start"], "idempotency_key": "sealed-1"], as: t.master)
+        let r = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            ["targets": [.string(st)], "permissions": ["activities:start"], "idempotency_key": "sealed-1"], as: t.master)
         XCTAssertEqual(r.status, 201, r.text)
         let credential = try XCTUnwrap(r["credential"]?.stringValue)
         let secret = try XCTUnwrap(CredentialToken.parse(credential)?.secret)
         let row = try env.db.system { c in
-            try c.query("SELECT response_body, response_sealed, status_code, expires_at - created_at AS kept FROM idempotency_records WHERE tenant_id = $1 AND key = $2",
-                        [t.id, "sealed-1"])
+            try c.query(
+                "SELECT response_body, response_sealed, status_code, expires_at - created_at AS kept FROM idempotency_records WHERE tenant_id = $1 AND key = $2",
+                [t.id, "sealed-1"])
         }
         XCTAssertEqual(row.count, 1)
         XCTAssertNil(try row[0].optionalBytes("response_body"), "no plaintext response is stored")
@@ -92,8 +98,9 @@ final class TenancySenderKeyTests: TenancyTestCase {
         XCTAssertEqual(try row[0].int("status_code"), 201)
         XCTAssertEqual(try row[0].string("kept"), "1 day", "purged after 24 h")
         // And the replay still opens it.
-        let replay = call("POST", "/v1/remote-updates/sender-keys",
-                          ["targets": [.string(st)], "permissions": ["activities:start"], "idempotency_key": "sealed-1"], as: t.master)
+        let replay = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            ["targets": [.string(st)], "permissions": ["activities:start"], "idempotency_key": "sealed-1"], as: t.master)
         XCTAssertEqual(replay["credential"]?.stringValue, credential)
     }
 
@@ -106,7 +113,9 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let first = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
         XCTAssertEqual(first.status, 201, first.text)
         _ = try env.db.system { c in
-            try c.execute("UPDATE idempotency_records SET created_at = now() - interval '25 hours', expires_at = now() - interval '1 hour' WHERE key = 'day-old'")
+            try c.execute(
+                "UPDATE idempotency_records SET created_at = now() - interval '25 hours', expires_at = now() - interval '1 hour' WHERE key = 'day-old'"
+            )
         }
         let later = call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)
         XCTAssertEqual(later.status, 201, later.text)
@@ -135,8 +144,10 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let absentSt = Identifier.make(.startTarget)
 
         func post(_ changes: [String: JSONValue?]) -> TestEnvironment.Reply {
-            var b: [String: JSONValue] = ["targets": [.string(st)], "created_from": [], "permissions": ["activities:start"],
-                                          "idempotency_key": ikey()]
+            var b: [String: JSONValue] = [
+                "targets": [.string(st)], "created_from": [], "permissions": ["activities:start"],
+                "idempotency_key": ikey()
+            ]
             for (k, v) in changes { b[k] = v }
             return call("POST", "/v1/remote-updates/sender-keys", .object(b), as: t.master)
         }
@@ -168,8 +179,9 @@ final class TenancySenderKeyTests: TenancyTestCase {
         // Another tenant's id and a nonexistent id are indistinguishable (no existence leak).
         let foreign = post(["targets": [.string(foreignSt)]]), absent = post(["targets": [.string(absentSt)]])
         XCTAssertEqual(foreign.status, absent.status)
-        XCTAssertEqual(foreign.json["error"]?["message"]?.stringValue?.replacingOccurrences(of: foreignSt, with: "<id>"),
-                       absent.json["error"]?["message"]?.stringValue?.replacingOccurrences(of: absentSt, with: "<id>"))
+        XCTAssertEqual(
+            foreign.json["error"]?["message"]?.stringValue?.replacingOccurrences(of: foreignSt, with: "<id>"),
+            absent.json["error"]?["message"]?.stringValue?.replacingOccurrences(of: absentSt, with: "<id>"))
         XCTAssertEqual(foreign.json["error"]?["details"], absent.json["error"]?["details"])
         XCTAssertEqual(try senderKeyCount(t.id), 0, "no bad request created a key")
 

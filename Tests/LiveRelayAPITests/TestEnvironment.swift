@@ -26,25 +26,32 @@ final class TestEnvironment: @unchecked Sendable {
 
     /// `now` (the API's clock), `limits` and `fcmURL` go to the `APIContext` (defaults as in production);
     /// `webhookAllowPrivate` lets webhook URLs use `http://` and loopback receivers.
-    static func make(now: @escaping @Sendable () -> Date = Date.init, limits: TenantLimits = TenantLimits(),
-                     fcmURL: String = "https://fcm.googleapis.com", webhookAllowPrivate: Bool = false,
-                     channels: any ChannelManaging = UnconfiguredChannelManager()) throws -> TestEnvironment {
+    static func make(
+        now: @escaping @Sendable () -> Date = Date.init, limits: TenantLimits = TenantLimits(),
+        fcmURL: String = "https://fcm.googleapis.com", webhookAllowPrivate: Bool = false,
+        channels: any ChannelManaging = UnconfiguredChannelManager()
+    ) throws -> TestEnvironment {
         try TestEnvironment(now: now, limits: limits, fcmURL: fcmURL, webhookAllowPrivate: webhookAllowPrivate, channels: channels)
     }
 
-    private init(now: @escaping @Sendable () -> Date, limits: TenantLimits, fcmURL: String, webhookAllowPrivate: Bool,
-                 channels: any ChannelManaging) throws {
+    private init(
+        now: @escaping @Sendable () -> Date, limits: TenantLimits, fcmURL: String, webhookAllowPrivate: Bool,
+        channels: any ChannelManaging
+    ) throws {
         database = try TestDatabase(prefix: "lr_test")
         pool = PostgresPool(conninfo: database.conninfo, maxConnections: 12, acquireTimeoutSeconds: 5)
         db = Database(pool: pool)
         let captured = logs
         let log = Logger(minimum: .debug, sink: captured.write)
         let (db, metrics, migrator) = (db, MetricsRegistry(), try TestDatabase.migrator())
-        api = try APIStack(db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
-                           metrics: metrics, serverLog: captured.write) { auth, events in
-            APIContext(db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator,
-                       events: events, webhookAllowPrivate: webhookAllowPrivate, now: now, limits: limits, fcmURL: fcmURL,
-                       channels: channels)
+        api = try APIStack(
+            db: db, conninfo: database.conninfo, log: log, http: HTTPServerConfiguration(host: "127.0.0.1", port: 0, threads: 8),
+            metrics: metrics, serverLog: captured.write
+        ) { auth, events in
+            APIContext(
+                db: db, auth: auth, kek: try AESGCM(key: SecureRandom.bytes(32)), log: log, metrics: metrics, migrator: migrator,
+                events: events, webhookAllowPrivate: webhookAllowPrivate, now: now, limits: limits, fcmURL: fcmURL,
+                channels: channels)
         }
     }
 
@@ -65,8 +72,10 @@ final class TestEnvironment: @unchecked Sendable {
     }
 
     /// Sends one request with an optional bearer credential and JSON body.
-    func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil,
-              headers: [String: String] = [:], rawBody: [UInt8]? = nil) -> Reply {
+    func call(
+        _ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil,
+        headers: [String: String] = [:], rawBody: [UInt8]? = nil
+    ) -> Reply {
         let r = TestHTTP.send(method, baseURL + path, body: rawBody ?? body.map { $0.serialized() }, credential: credential, headers: headers)
         return Reply(status: r.status, headers: r.headers, json: (try? JSONValue.parse(r.body)) ?? .null, raw: r.body)
     }

@@ -15,8 +15,10 @@ final class WebhookAPITests: XCTestCase {
     override func setUpWithError() throws { env = try TestEnvironment.make(webhookAllowPrivate: true) }
     override func tearDown() { env?.tearDown() }
 
-    func create(_ master: String, url: String = "https://hooks.example.test/lr", events: JSONValue = ["*"], key: String = UUID().uuidString,
-                extra: [String: JSONValue] = [:]) -> TestEnvironment.Reply {
+    func create(
+        _ master: String, url: String = "https://hooks.example.test/lr", events: JSONValue = ["*"], key: String = UUID().uuidString,
+        extra: [String: JSONValue] = [:]
+    ) -> TestEnvironment.Reply {
         var o: [String: JSONValue] = ["url": .string(url), "events": events, "idempotency_key": .string(key)]
         for (k, v) in extra { o[k] = v }
         return env.call("POST", "/v1/webhook-endpoints", .object(o), as: master)
@@ -47,7 +49,9 @@ final class WebhookAPITests: XCTestCase {
         XCTAssertEqual(l["data"]?.arrayValue?.count, 1)
         XCTAssertNil(l["data"]?.arrayValue?.first?["secret"])
         let clear = try env.db.system { c in
-            try c.query("SELECT count(*)::int AS n FROM idempotency_records WHERE convert_from(COALESCE(response_body, ''), 'UTF8') LIKE '%whsec_%'")[0].int("n")
+            try c.query("SELECT count(*)::int AS n FROM idempotency_records WHERE convert_from(COALESCE(response_body, ''), 'UTF8') LIKE '%whsec_%'")[
+                0
+            ].int("n")
         }
         XCTAssertEqual(clear, 0)
         XCTAssertFalse(env.logText.contains(secret), "a secret is never logged")
@@ -81,7 +85,8 @@ final class WebhookAPITests: XCTestCase {
         let over = env.call("POST", "/v1/webhook-endpoints/\(id)/rotate-secret", ["expires_in_seconds": 604801], as: t.master)
         XCTAssertEqual(over.status, 400)
         XCTAssertEqual(field(over), "expires_in_seconds")
-        XCTAssertEqual(field(env.call("POST", "/v1/webhook-endpoints/\(id)/rotate-secret", ["expires_in_seconds": -1], as: t.master)), "expires_in_seconds")
+        XCTAssertEqual(
+            field(env.call("POST", "/v1/webhook-endpoints/\(id)/rotate-secret", ["expires_in_seconds": -1], as: t.master)), "expires_in_seconds")
         XCTAssertEqual(field(env.call("PATCH", "/v1/webhook-endpoints/\(id)", ["status": "paused"], as: t.master)), "status")
         XCTAssertEqual(field(env.call("GET", "/v1/events?type=target.exploded", as: t.master)), "type")
         XCTAssertEqual(field(env.call("GET", "/v1/events?target_id=st_x", as: t.master)), "target_id")
@@ -93,8 +98,12 @@ final class WebhookAPITests: XCTestCase {
     func testPatchRotateDeleteAndTenantIsolation() throws {
         let a = try env.tenant(name: "A"), b = try env.tenant(name: "B")
         let id = create(a.master)["id"]?.stringValue ?? ""
-        let p = env.call("PATCH", "/v1/webhook-endpoints/\(id)", ["url": "https://other.example.test/x", "events": ["target.ready"],
-                                                                  "status": "disabled"], as: a.master)
+        let p = env.call(
+            "PATCH", "/v1/webhook-endpoints/\(id)",
+            [
+                "url": "https://other.example.test/x", "events": ["target.ready"],
+                "status": "disabled"
+            ], as: a.master)
         XCTAssertEqual(p.status, 200, String(decoding: p.raw, as: UTF8.self))
         XCTAssertEqual(p["url"]?.stringValue, "https://other.example.test/x")
         XCTAssertEqual(p["events"], ["target.ready"])
@@ -120,8 +129,10 @@ final class WebhookAPITests: XCTestCase {
         XCTAssertEqual(env.call("GET", "/v1/events/\(evA)", as: a.master).status, 200)
         XCTAssertEqual(env.call("GET", "/v1/events/\(evA)", as: b.master).status, 404)
         // RLS: B's transaction cannot see A's events or endpoints even without the filter.
-        let seen = try env.db.tenant(b.id) { c in try c.query("SELECT count(*)::int AS n FROM events")[0].int("n") +
-            (try c.query("SELECT count(*)::int AS n FROM webhook_endpoints")[0].int("n")) }
+        let seen = try env.db.tenant(b.id) { c in
+            try c.query("SELECT count(*)::int AS n FROM events")[0].int("n")
+                + (try c.query("SELECT count(*)::int AS n FROM webhook_endpoints")[0].int("n"))
+        }
         XCTAssertEqual(seen, 1, "only B's own endpoint")
         // Sender keys cannot manage webhooks.
         let w = try LifecycleWorld.make(env)
@@ -149,7 +160,8 @@ final class WebhookAPITests: XCTestCase {
         let t = try env.tenant()
         try env.db.tenant(t.id) { c in
             for i in 0..<3 { _ = try EventStore.record(c, tenantId: t.id, type: .quotaExhausted, object: ["n": .int(Int64(i))]) }
-            try c.execute("UPDATE events SET created_at = now() - interval '30 days 1 minute' WHERE tenant_id = $1 AND data->'object'->>'n' = '0'", [t.id])
+            try c.execute(
+                "UPDATE events SET created_at = now() - interval '30 days 1 minute' WHERE tenant_id = $1 AND data->'object'->>'n' = '0'", [t.id])
         }
         let page1 = env.call("GET", "/v1/events?limit=1", as: t.master)
         XCTAssertEqual(page1["data"]?.arrayValue?.first?["data"]?["object"]?["n"]?.intValue, 2, "newest first")
@@ -167,7 +179,9 @@ final class WebhookAPITests: XCTestCase {
         let w = try LifecycleWorld.make(env)  // inserts a ready start target → start_target.ready
         let tenant = w.tenant.id
         func types() throws -> [String] {
-            try env.db.tenant(tenant) { c in try c.query("SELECT type FROM events WHERE tenant_id = $1 ORDER BY id", [tenant]).map { try $0.string("type") } }
+            try env.db.tenant(tenant) { c in
+                try c.query("SELECT type FROM events WHERE tenant_id = $1 ORDER BY id", [tenant]).map { try $0.string("type") }
+            }
         }
         func sql(_ s: String, _ p: [PostgresBindable?] = []) throws { try env.db.tenant(tenant) { c in _ = try c.execute(s, p) } }
         XCTAssertEqual(try types(), ["start_target.ready"])
@@ -178,10 +192,11 @@ final class WebhookAPITests: XCTestCase {
         try sql("UPDATE operations SET status = 'sending', attempts = attempts + 1 WHERE tenant_id = $1 AND id = $2", [tenant, op])
         XCTAssertEqual(try types(), ["start_target.ready"], "queued/sending and same-status updates are no event")
         // A rolled-back change leaves no event.
-        XCTAssertThrowsError(try env.db.tenant(tenant) { c in
-            try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND id = $2", [tenant, op])
-            throw PostgresError(kind: .query, message: "roll back", sqlState: "XX000")
-        })
+        XCTAssertThrowsError(
+            try env.db.tenant(tenant) { c in
+                try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND id = $2", [tenant, op])
+                throw PostgresError(kind: .query, message: "roll back", sqlState: "XX000")
+            })
         XCTAssertEqual(try types(), ["start_target.ready"])
         try sql("UPDATE operations SET status = 'unknown' WHERE tenant_id = $1 AND id = $2", [tenant, op])
         try sql("UPDATE targets SET status = 'token_pending' WHERE tenant_id = $1 AND id = $2", [tenant, tgt])
@@ -245,19 +260,23 @@ final class WebhookSSRFCreationTests: XCTestCase {
 
     func testPrivateAddressesAndPlainHTTPAreRefusedAtCreation() throws {
         let t = try env.tenant()
-        for url in ["https://localhost/hook", "https://127.0.0.1/hook", "https://127.8.9.10:8443/x", "https://10.1.2.3/",
-                    "https://172.16.0.1/", "https://192.168.1.1/", "https://169.254.169.254/latest", "https://0.0.0.0/",
-                    "https://[::1]/", "https://[fe80::1]/", "https://[fd00::1]/", "https://[::ffff:127.0.0.1]/",
-                    "http://hooks.example.test/"] {
-            let r = env.call("POST", "/v1/webhook-endpoints", ["url": .string(url), "events": ["*"], "idempotency_key": .string(UUID().uuidString)],
-                             as: t.master)
+        for url in [
+            "https://localhost/hook", "https://127.0.0.1/hook", "https://127.8.9.10:8443/x", "https://10.1.2.3/",
+            "https://172.16.0.1/", "https://192.168.1.1/", "https://169.254.169.254/latest", "https://0.0.0.0/",
+            "https://[::1]/", "https://[fe80::1]/", "https://[fd00::1]/", "https://[::ffff:127.0.0.1]/",
+            "http://hooks.example.test/"
+        ] {
+            let r = env.call(
+                "POST", "/v1/webhook-endpoints", ["url": .string(url), "events": ["*"], "idempotency_key": .string(UUID().uuidString)],
+                as: t.master)
             XCTAssertEqual(r.status, 400, url)
             XCTAssertEqual(r.errorCode, "INVALID_REQUEST", url)
             XCTAssertEqual(r.json["error"]?["details"]?["field"]?.stringValue, "url", url)
         }
         // A public address is accepted (an IP literal: resolving it sends nothing anywhere).
-        let id = env.call("POST", "/v1/webhook-endpoints", ["url": "https://8.8.8.8/x", "events": ["*"], "idempotency_key": "ok"],
-                          as: t.master)
+        let id = env.call(
+            "POST", "/v1/webhook-endpoints", ["url": "https://8.8.8.8/x", "events": ["*"], "idempotency_key": "ok"],
+            as: t.master)
         XCTAssertEqual(id.status, 201)
         let patched = env.call("PATCH", "/v1/webhook-endpoints/\(id["id"]?.stringValue ?? "")", ["url": "https://localhost:9/"], as: t.master)
         XCTAssertEqual(patched.status, 400)

@@ -37,14 +37,16 @@ final class WritePathTests: XCTestCase {
         let start = roundTrips("start") { target = w.start() }
         let update = roundTrips("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 1).status, 202) }
         let statefulEnd = roundTrips("end") {
-            let r = env.call("POST", "/v1/remote-updates/live-activities/end",
-                             ["target_id": .string(target), "state": ["eta": 0], "expected_revision": 2, "idempotency_key": "end-1"],
-                             as: w.sender.credential)
+            let r = env.call(
+                "POST", "/v1/remote-updates/live-activities/end",
+                ["target_id": .string(target), "state": ["eta": 0], "expected_revision": 2, "idempotency_key": "end-1"],
+                as: w.sender.credential)
             XCTAssertEqual(r.status, 202, r.text)
         }
         let statelessEnd = roundTrips("end") {
-            let r = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(warm), "idempotency_key": "end-2"],
-                             as: w.sender.credential)
+            let r = env.call(
+                "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(warm), "idempotency_key": "end-2"],
+                as: w.sender.credential)
             XCTAssertEqual(r.status, 202, r.text)
         }
         for (name, counts) in [("start", start), ("update", update), ("stateful end", statefulEnd), ("stateless end", statelessEnd)] {
@@ -66,10 +68,13 @@ final class WritePathTests: XCTestCase {
     func testQuotaBoundaryNthWriteAcceptedNextRefused() throws {
         let n: Int64 = 4
         let w = try LifecycleWorld.make(env, quota: n)
-        let t = w.start()                                           // 1
-        for rev in 1...Int(n - 1) {                                 // 2…N (each supersedes nothing: alerts keep them)
-            XCTAssertEqual(w.update(t, ["eta": .int(Int64(rev))], revision: Int64(rev),
-                                    extra: ["alert": ["title": "t", "body": "b"]]).status, 202, "write \(rev + 1) of \(n)")
+        let t = w.start()  // 1
+        for rev in 1...Int(n - 1) {  // 2…N (each supersedes nothing: alerts keep them)
+            XCTAssertEqual(
+                w.update(
+                    t, ["eta": .int(Int64(rev))], revision: Int64(rev),
+                    extra: ["alert": ["title": "t", "body": "b"]]
+                ).status, 202, "write \(rev + 1) of \(n)")
         }
         let over = w.update(t, ["eta": 99], revision: n, extra: ["alert": ["title": "t", "body": "b"]])
         XCTAssertEqual(over.status, 429, over.text)
@@ -117,7 +122,8 @@ final class WritePathTests: XCTestCase {
         }
         XCTAssertEqual(try counters(tenant), try truth(tenant), "queued → sending moves nothing")
         try env.db.system { c in
-            try c.execute("""
+            try c.execute(
+                """
                 UPDATE operations SET status = CASE WHEN seq % 2 = 0 THEN 'accepted' ELSE 'unknown' END
                  WHERE tenant_id = $1 AND status = 'sending'
                 """, [tenant])
@@ -140,8 +146,9 @@ final class WritePathTests: XCTestCase {
         func counted() throws -> Int { try env.db.tenant(tenant) { c in try TenantCapStore.liveTargets(c, tenantId: tenant) } }
         func rows() throws -> Int {
             try env.db.system { c in
-                try c.query("SELECT count(*) AS n FROM targets WHERE tenant_id = $1 AND status NOT IN ('ended', 'creation_failed')",
-                            [tenant])[0].int("n")
+                try c.query(
+                    "SELECT count(*) AS n FROM targets WHERE tenant_id = $1 AND status NOT IN ('ended', 'creation_failed')",
+                    [tenant])[0].int("n")
             }
         }
         let started = Mutex<[String]>([])
@@ -152,19 +159,24 @@ final class WritePathTests: XCTestCase {
         let ids = started.withLock { $0 }
         XCTAssertEqual(try counted(), 8)
         XCTAssertEqual(try counted(), try rows(), "after concurrent starts")
-        let local = env.call("POST", "/v1/installations/\(w.installationId)/targets", [
-            "activity_type": "delivery", "business_key": "local:1", "business_generation": "1",
-            "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]], as: w.installationCredential)
+        let local = env.call(
+            "POST", "/v1/installations/\(w.installationId)/targets",
+            [
+                "activity_type": "delivery", "business_key": "local:1", "business_generation": "1",
+                "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]
+            ], as: w.installationCredential)
         XCTAssertEqual(local.status, 201, local.text)
         XCTAssertEqual(try counted(), 9)
         XCTAssertEqual(try counted(), try rows(), "after a local reservation")
-        let end = env.call("POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(ids[0]), "idempotency_key": "end-1"],
-                           as: w.sender.credential)
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(ids[0]), "idempotency_key": "end-1"],
+            as: w.sender.credential)
         XCTAssertEqual(end.status, 202, end.text)
         XCTAssertEqual(try counted(), try rows(), "ending is still live")
         try env.db.system { c in
-            try c.execute("UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = ANY($2::text[])",
-                          [tenant, PostgresTextArray(Array(ids[0..<3]))])
+            try c.execute(
+                "UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id = ANY($2::text[])",
+                [tenant, PostgresTextArray(Array(ids[0..<3]))])
             try c.execute("UPDATE targets SET status = 'creation_failed', ended_at = now() WHERE tenant_id = $1 AND id = $2", [tenant, ids[3]])
             // A terminal status changed to the other terminal status, and one made live again: only leaving or entering counts.
             try c.execute("UPDATE targets SET status = 'ended' WHERE tenant_id = $1 AND id = $2", [tenant, ids[3]])
@@ -173,7 +185,8 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try counted(), 9 - 3)
         XCTAssertEqual(try counted(), try rows(), "after bulk ends, a failed creation and a revived target")
         try env.db.system { c in
-            try c.execute("DELETE FROM operations WHERE tenant_id = $1 AND target_id = ANY($2::text[])", [tenant, PostgresTextArray([ids[0], ids[4]])])
+            try c.execute(
+                "DELETE FROM operations WHERE tenant_id = $1 AND target_id = ANY($2::text[])", [tenant, PostgresTextArray([ids[0], ids[4]])])
             try c.execute("DELETE FROM targets WHERE tenant_id = $1 AND id = ANY($2::text[])", [tenant, PostgresTextArray([ids[0], ids[4]])])
         }
         XCTAssertEqual(try counted(), 9 - 4)
@@ -204,7 +217,8 @@ final class WritePathTests: XCTestCase {
     /// (reserved, used) summed over the counter shards of the tenant's days.
     func counters(_ tenant: String) throws -> Counts {
         try env.db.system { c in
-            let r = try c.query("""
+            let r = try c.query(
+                """
                 SELECT COALESCE(sum(reserved), 0)::bigint AS r, COALESCE(sum(used), 0)::bigint AS u FROM push_quota WHERE tenant_id = $1
                 """, [tenant])[0]
             return Counts(reserved: try r.int64("r"), used: try r.int64("u"))
@@ -214,7 +228,8 @@ final class WritePathTests: XCTestCase {
     /// (reserved, used) as the operations themselves say.
     func truth(_ tenant: String) throws -> Counts {
         try env.db.system { c in
-            let r = try c.query("""
+            let r = try c.query(
+                """
                 SELECT count(*) FILTER (WHERE status IN ('queued', 'sending'))::bigint AS r,
                        count(*) FILTER (WHERE status IN ('accepted', 'unknown'))::bigint AS u
                   FROM operations WHERE tenant_id = $1 AND consumes_quota

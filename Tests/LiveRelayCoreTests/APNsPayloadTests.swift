@@ -15,9 +15,13 @@ final class APNsPayloadTests: XCTestCase {
             contentState: ["status": "Picked up", "progress": 0.5, "eta": 1_792_330_200],
             staleDate: Date(timeIntervalSince1970: 1_792_332_000.5), relevanceScore: 0.75,
             alert: PushAlert(title: "Order picked up", body: "Arriving in 12 min", sound: "chime.aiff"),
-            start: .init(attributesType: "DeliveryAttributes", targetId: "tgt_01", templateVersion: "tv_abc",
-                         businessKey: "delivery:42"))
-        XCTAssertEqual(text(b), #"{"aps":{"alert":{"body":"Arriving in 12 min","sound":"chime.aiff","title":"Order picked up"},"attributes":{"business_key":"delivery:42","target_id":"tgt_01","template_version":"tv_abc"},"attributes-type":"DeliveryAttributes","content-state":{"eta":1792330200,"progress":0.5,"status":"Picked up"},"event":"start","input-push-token":1,"relevance-score":0.75,"stale-date":1792332000,"timestamp":1792328400}}"#)
+            start: .init(
+                attributesType: "DeliveryAttributes", targetId: "tgt_01", templateVersion: "tv_abc",
+                businessKey: "delivery:42"))
+        XCTAssertEqual(
+            text(b),
+            #"{"aps":{"alert":{"body":"Arriving in 12 min","sound":"chime.aiff","title":"Order picked up"},"attributes":{"business_key":"delivery:42","target_id":"tgt_01","template_version":"tv_abc"},"attributes-type":"DeliveryAttributes","content-state":{"eta":1792330200,"progress":0.5,"status":"Picked up"},"event":"start","input-push-token":1,"relevance-score":0.75,"stale-date":1792332000,"timestamp":1792328400}}"#
+        )
     }
 
     func testGoldenStartWithoutBusinessKeyOrSound() {
@@ -25,12 +29,16 @@ final class APNsPayloadTests: XCTestCase {
             event: .start, timestamp: t0, contentState: ["s": 1],
             alert: PushAlert(title: "T", body: "B"),
             start: .init(attributesType: "A", targetId: "tgt_1", templateVersion: "tv_1"))
-        XCTAssertEqual(text(b), #"{"aps":{"alert":{"body":"B","title":"T"},"attributes":{"target_id":"tgt_1","template_version":"tv_1"},"attributes-type":"A","content-state":{"s":1},"event":"start","input-push-token":1,"timestamp":1792328400}}"#)
+        XCTAssertEqual(
+            text(b),
+            #"{"aps":{"alert":{"body":"B","title":"T"},"attributes":{"target_id":"tgt_1","template_version":"tv_1"},"attributes-type":"A","content-state":{"s":1},"event":"start","input-push-token":1,"timestamp":1792328400}}"#
+        )
     }
 
     func testGoldenUpdateWithoutAlertHasNoAlertOrSound() {
-        let b = APNsPayload.bytes(event: .update, timestamp: Date(timeIntervalSince1970: 1_792_328_460),
-                                  contentState: ["status": "2 stops away", "progress": 0.75])
+        let b = APNsPayload.bytes(
+            event: .update, timestamp: Date(timeIntervalSince1970: 1_792_328_460),
+            contentState: ["status": "2 stops away", "progress": 0.75])
         XCTAssertEqual(text(b), #"{"aps":{"content-state":{"progress":0.75,"status":"2 stops away"},"event":"update","timestamp":1792328460}}"#)
         let aps = APNsPayload.build(event: .update, timestamp: t0, contentState: [:])["aps"]!
         XCTAssertNil(aps["alert"])
@@ -40,16 +48,21 @@ final class APNsPayloadTests: XCTestCase {
     }
 
     func testGoldenUpdateWithAlert() {
-        let b = APNsPayload.bytes(event: .update, timestamp: t0, contentState: ["s": "x"],
-                                  staleDate: Date(timeIntervalSince1970: 1_792_330_000), relevanceScore: 1,
-                                  alert: PushAlert(title: "Courier changed", body: "Tunde is on the way"))
-        XCTAssertEqual(text(b), #"{"aps":{"alert":{"body":"Tunde is on the way","title":"Courier changed"},"content-state":{"s":"x"},"event":"update","relevance-score":1,"stale-date":1792330000,"timestamp":1792328400}}"#)
+        let b = APNsPayload.bytes(
+            event: .update, timestamp: t0, contentState: ["s": "x"],
+            staleDate: Date(timeIntervalSince1970: 1_792_330_000), relevanceScore: 1,
+            alert: PushAlert(title: "Courier changed", body: "Tunde is on the way"))
+        XCTAssertEqual(
+            text(b),
+            #"{"aps":{"alert":{"body":"Tunde is on the way","title":"Courier changed"},"content-state":{"s":"x"},"event":"update","relevance-score":1,"stale-date":1792330000,"timestamp":1792328400}}"#
+        )
     }
 
     func testGoldenEnd() {
-        let b = APNsPayload.bytes(event: .end, timestamp: Date(timeIntervalSince1970: 1_792_328_520),
-                                  contentState: ["status": "Delivered"],
-                                  dismissalDate: Date(timeIntervalSince1970: 1_792_332_000.9))
+        let b = APNsPayload.bytes(
+            event: .end, timestamp: Date(timeIntervalSince1970: 1_792_328_520),
+            contentState: ["status": "Delivered"],
+            dismissalDate: Date(timeIntervalSince1970: 1_792_332_000.9))
         XCTAssertEqual(text(b), #"{"aps":{"content-state":{"status":"Delivered"},"dismissal-date":1792332000,"event":"end","timestamp":1792328520}}"#)
     }
 
@@ -62,9 +75,10 @@ final class APNsPayloadTests: XCTestCase {
     }
 
     func testTimesAreFlooredWholeEpochSeconds() {
-        let p = APNsPayload(event: .end, timestamp: t0, contentState: [:],
-                            staleDate: Date(timeIntervalSince1970: 1_792_330_000.999),
-                            dismissalDate: Date(timeIntervalSince1970: 1_792_332_000.001))
+        let p = APNsPayload(
+            event: .end, timestamp: t0, contentState: [:],
+            staleDate: Date(timeIntervalSince1970: 1_792_330_000.999),
+            dismissalDate: Date(timeIntervalSince1970: 1_792_332_000.001))
         let aps = p.json["aps"]!
         XCTAssertEqual(aps["timestamp"], .int(1_792_328_400))
         XCTAssertEqual(aps["stale-date"], .int(1_792_330_000))
@@ -75,12 +89,17 @@ final class APNsPayloadTests: XCTestCase {
     }
 
     func testHeaders() {
-        let h = APNsPayload.headers(topicBundleId: "com.example.droptrack", priority: 5,
-                                    expiration: Date(timeIntervalSince1970: 1_792_332_000.7),
-                                    apnsId: "123e4567-e89b-12d3-a456-4266554400a0")
+        let h = APNsPayload.headers(
+            topicBundleId: "com.example.droptrack", priority: 5,
+            expiration: Date(timeIntervalSince1970: 1_792_332_000.7),
+            apnsId: "123e4567-e89b-12d3-a456-4266554400a0")
         XCTAssertEqual(h.map(\.0), ["apns-topic", "apns-push-type", "apns-priority", "apns-expiration", "apns-id"])
-        XCTAssertEqual(h.map(\.1), ["com.example.droptrack.push-type.liveactivity", "liveactivity", "5", "1792332000",
-                                    "123e4567-e89b-12d3-a456-4266554400a0"])
+        XCTAssertEqual(
+            h.map(\.1),
+            [
+                "com.example.droptrack.push-type.liveactivity", "liveactivity", "5", "1792332000",
+                "123e4567-e89b-12d3-a456-4266554400a0"
+            ])
         XCTAssertFalse(h.contains { $0.0 == "authorization" })
     }
 
@@ -109,9 +128,11 @@ final class APNsPayloadTests: XCTestCase {
                 XCTAssertLessThan(over.json.jsonString.count, 4096, "fewer characters than bytes for \(unit)")
             }
             XCTAssertThrowsError(try APNsPayload.checkSize(over.bytes()), unit) { e in
-                XCTAssertEqual(e as? DomainError, DomainError(
-                    status: 413, code: "PAYLOAD_TOO_LARGE", message: (e as! DomainError).message,
-                    details: ["bytes": 4097, "actual": 4097, "limit": 4096, "provider": "apns"]))
+                XCTAssertEqual(
+                    e as? DomainError,
+                    DomainError(
+                        status: 413, code: "PAYLOAD_TOO_LARGE", message: (e as! DomainError).message,
+                        details: ["bytes": 4097, "actual": 4097, "limit": 4096, "provider": "apns"]))
             }
             XCTAssertThrowsError(try over.checkedBytes())
         }

@@ -28,7 +28,7 @@ final class BroadcastResponseTests: XCTestCase {
             (429, "TooManyRequests", "9", .retry(after: 9)),
             (500, "InternalServerError", nil, .retry(after: nil)),
             (503, "ServiceUnavailable", nil, .retry(after: nil)),
-            (405, "MethodNotAllowed", nil, .failed(code: O.Code.rejected, providerStatus: 405, providerReason: "MethodNotAllowed")),
+            (405, "MethodNotAllowed", nil, .failed(code: O.Code.rejected, providerStatus: 405, providerReason: "MethodNotAllowed"))
         ]
         for (status, reason, retryAfter, expected) in cases {
             let got = O.apnsBroadcast(status: status, body: reason.map(body) ?? [], providerId: "u-1", retryAfterHeader: retryAfter)
@@ -40,10 +40,13 @@ final class BroadcastResponseTests: XCTestCase {
     }
 
     func testRetryAfterRefreshIsFinal() {
-        XCTAssertEqual(O.apnsBroadcast(status: 403, body: body("ExpiredProviderToken"), isRetryAfterRefresh: true),
-                       .failed(code: O.Code.credentialsInvalid, providerStatus: 403, providerReason: "ExpiredProviderToken"))
-        XCTAssertEqual(O.apnsBroadcast(status: 403, body: body("UnrelatedKeyIdInToken"), isRetryAfterRefresh: true),
-                       .failed(code: O.Code.credentialsInvalid, providerStatus: 403, providerReason: "UnrelatedKeyIdInToken"))
-        XCTAssertEqual(O.apnsBroadcast(status: 400, body: Array("not json".utf8)), .failed(code: O.Code.rejected, providerStatus: 400, providerReason: nil))
+        XCTAssertEqual(
+            O.apnsBroadcast(status: 403, body: body("ExpiredProviderToken"), isRetryAfterRefresh: true),
+            .failed(code: O.Code.credentialsInvalid, providerStatus: 403, providerReason: "ExpiredProviderToken"))
+        XCTAssertEqual(
+            O.apnsBroadcast(status: 403, body: body("UnrelatedKeyIdInToken"), isRetryAfterRefresh: true),
+            .failed(code: O.Code.credentialsInvalid, providerStatus: 403, providerReason: "UnrelatedKeyIdInToken"))
+        XCTAssertEqual(
+            O.apnsBroadcast(status: 400, body: Array("not json".utf8)), .failed(code: O.Code.rejected, providerStatus: 400, providerReason: nil))
     }
 }

@@ -26,7 +26,9 @@ final class ChannelRulesTests: XCTestCase {
     }
 
     func testSupersededBroadcasts() {
-        let q = [ChannelWriteFacts(id: "a", seq: 1, kind: .update, hasAlert: false), ChannelWriteFacts(id: "b", seq: 2, kind: .update, hasAlert: true)]
+        let q = [
+            ChannelWriteFacts(id: "a", seq: 1, kind: .update, hasAlert: false), ChannelWriteFacts(id: "b", seq: 2, kind: .update, hasAlert: true)
+        ]
         XCTAssertEqual(ChannelRules.supersededBroadcasts(by: .update, queued: q), ["a"], "alerts are never coalesced by an update")
         XCTAssertEqual(ChannelRules.supersededBroadcasts(by: .end, queued: q), ["a", "b"], "an end supersedes every queued update")
     }
@@ -62,7 +64,9 @@ final class ChannelRulesTests: XCTestCase {
         // fit the APNs body and still be too large for an Android member.
         let quotes = String(repeating: "\"", count: 1900)
         XCTAssertNoThrow(try APNsPayload.checkSize(APNsPayload(event: .update, timestamp: Date(), contentState: ["q": .string(quotes)]).bytes()))
-        XCTAssertThrowsError(try ChannelRequests.checkPayload(channelId: "ch_x", event: .update, state: ["q": .string(quotes)], alert: nil,
-                                                              staleAt: nil, relevanceScore: nil, dismissAt: nil, now: Date()))
+        XCTAssertThrowsError(
+            try ChannelRequests.checkPayload(
+                channelId: "ch_x", event: .update, state: ["q": .string(quotes)], alert: nil,
+                staleAt: nil, relevanceScore: nil, dismissAt: nil, now: Date()))
     }
 }

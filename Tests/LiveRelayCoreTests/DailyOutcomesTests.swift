@@ -6,8 +6,9 @@ final class DailyOutcomesTests: XCTestCase {
     let now = Timestamp.parse("2026-12-01T00:30:00Z")!
 
     func testDatesEndTodayOldestFirstAcrossAMonthBoundary() {
-        XCTAssertEqual(DailyOutcomes.dates(endingAt: now, days: 7),
-                       ["2026-11-25", "2026-11-26", "2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01"])
+        XCTAssertEqual(
+            DailyOutcomes.dates(endingAt: now, days: 7),
+            ["2026-11-25", "2026-11-26", "2026-11-27", "2026-11-28", "2026-11-29", "2026-11-30", "2026-12-01"])
         XCTAssertEqual(DailyOutcomes.dates(endingAt: now, days: 1), ["2026-12-01"])
         XCTAssertEqual(DailyOutcomes.dates(endingAt: Timestamp.parse("2028-03-01T23:59:59.999Z")!, days: 2), ["2028-02-29", "2028-03-01"])
     }
@@ -18,11 +19,13 @@ final class DailyOutcomesTests: XCTestCase {
     }
 
     func testZeroFillsEveryDayAndStatusAndIgnoresRowsOutsideTheSeries() {
-        let series = DailyOutcomes(now: now, days: 3, counts: [
-            ("2026-11-29", "accepted", 4), ("2026-11-29", "failed", 1), ("2026-12-01", "superseded", 2),
-            ("2026-11-28", "accepted", 9),   // before the series
-            ("2026-12-01", "bogus", 5),      // not a status
-        ], quota: [("2026-11-29", 3), ("2026-11-29", 1), ("2026-11-20", 7)])
+        let series = DailyOutcomes(
+            now: now, days: 3,
+            counts: [
+                ("2026-11-29", "accepted", 4), ("2026-11-29", "failed", 1), ("2026-12-01", "superseded", 2),
+                ("2026-11-28", "accepted", 9),  // before the series
+                ("2026-12-01", "bogus", 5)  // not a status
+            ], quota: [("2026-11-29", 3), ("2026-11-29", 1), ("2026-11-20", 7)])
         XCTAssertEqual(series.days.map(\.day), ["2026-11-29", "2026-11-30", "2026-12-01"])
         XCTAssertEqual(series.days.map(\.total), [5, 0, 2])
         XCTAssertEqual(series.days.map(\.quotaUsed), [4, 0, 0])

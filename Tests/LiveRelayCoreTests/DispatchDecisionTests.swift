@@ -6,10 +6,13 @@ import LiveRelayCore
 final class DispatchDecisionTests: XCTestCase {
     let now = Date(timeIntervalSince1970: 1_800_000_000)
 
-    func facts(_ kind: PushEvent, state: Bool = true, alert: Bool = false, quota: Bool = true, attempts: Int = 1,
-               expiresAt: Date? = nil, platform: String = "ios") -> DispatchOperationFacts {
-        DispatchOperationFacts(kind: kind, hasState: state, hasAlert: alert, consumesQuota: quota, attempts: attempts,
-                               expiresAt: expiresAt, platform: platform)
+    func facts(
+        _ kind: PushEvent, state: Bool = true, alert: Bool = false, quota: Bool = true, attempts: Int = 1,
+        expiresAt: Date? = nil, platform: String = "ios"
+    ) -> DispatchOperationFacts {
+        DispatchOperationFacts(
+            kind: kind, hasState: state, hasAlert: alert, consumesQuota: quota, attempts: attempts,
+            expiresAt: expiresAt, platform: platform)
     }
 
     func decide(_ f: DispatchOperationFacts, _ r: DispatchAttemptResult, random: Double = 0.5) -> DispatchDecision {
@@ -24,8 +27,11 @@ final class DispatchDecisionTests: XCTestCase {
         let update = decide(facts(.update), .provider(.accepted(providerId: nil)))
         XCTAssertEqual(update, DispatchDecision(operation: .accepted(providerId: nil), quota: .consume))
         let end = decide(facts(.end, state: false, quota: false), .provider(.accepted(providerId: nil)))
-        XCTAssertEqual(end, DispatchDecision(operation: .accepted(providerId: nil), quota: .none, target: .ended(reason: "sender"),
-                                             cancelQueued: "already_ended"))
+        XCTAssertEqual(
+            end,
+            DispatchDecision(
+                operation: .accepted(providerId: nil), quota: .none, target: .ended(reason: "sender"),
+                cancelQueued: "already_ended"))
         XCTAssertTrue(end.isFinal)
     }
 
@@ -65,8 +71,12 @@ final class DispatchDecisionTests: XCTestCase {
     // MARK: failures
 
     func testFailuresReleaseQuotaAndFailStarts() {
-        let creds = decide(facts(.update), .provider(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403,
-                                                               providerReason: "InvalidProviderToken")))
+        let creds = decide(
+            facts(.update),
+            .provider(
+                .failed(
+                    code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403,
+                    providerReason: "InvalidProviderToken")))
         guard case .failed(let f) = creds.operation else { return XCTFail() }
         XCTAssertEqual(f.code, "PROVIDER_CREDENTIALS_INVALID"); XCTAssertEqual(f.providerStatus, 403)
         XCTAssertEqual(f.providerReason, "InvalidProviderToken"); XCTAssertFalse(f.message.isEmpty)
@@ -107,8 +117,9 @@ final class DispatchDecisionTests: XCTestCase {
         XCTAssertEqual(decide(f, .provider(.retry(after: 9))).operation.status, .queued)
         let past = facts(.update, expiresAt: now.addingTimeInterval(-1))
         XCTAssertEqual(decide(past, .notProcessed("x")).operation, .expired)
-        XCTAssertEqual(decide(past, .provider(.accepted(providerId: nil))).operation.status, .accepted,
-                       "a provider acceptance is recorded even if it arrives after expires_at")
+        XCTAssertEqual(
+            decide(past, .provider(.accepted(providerId: nil))).operation.status, .accepted,
+            "a provider acceptance is recorded even if it arrives after expires_at")
     }
 
     // MARK: unknown outcome
@@ -142,8 +153,9 @@ final class DispatchDecisionTests: XCTestCase {
 
     func testExpired() {
         XCTAssertEqual(decide(facts(.update), .expired), DispatchDecision(operation: .expired, quota: .release))
-        XCTAssertEqual(decide(facts(.start, alert: true), .expired),
-                       DispatchDecision(operation: .expired, quota: .release, target: .creationFailed, cancelQueued: "creation_failed"))
+        XCTAssertEqual(
+            decide(facts(.start, alert: true), .expired),
+            DispatchDecision(operation: .expired, quota: .release, target: .creationFailed, cancelQueued: "creation_failed"))
         XCTAssertEqual(decide(facts(.end, state: false, quota: false), .expired).quota, .none)
     }
 
@@ -152,7 +164,7 @@ final class DispatchDecisionTests: XCTestCase {
             .provider(.accepted(providerId: nil)), .provider(.tokenDead(providerStatus: 410, providerReason: nil)),
             .provider(.refreshCredentialAndRetryOnce), .provider(.reconnectAndRetryOnce),
             .provider(.failed(code: "PROVIDER_REJECTED", providerStatus: 400, providerReason: "BadTopic")), .provider(.retry(after: nil)),
-            .notProcessed(""), .possiblyProcessed(""), .noCredentials(""), .leaseExpired, .expired, .notSendable(code: "X", message: "y"),
+            .notProcessed(""), .possiblyProcessed(""), .noCredentials(""), .leaseExpired, .expired, .notSendable(code: "X", message: "y")
         ]
         for kind in PushEvent.allCases {
             for platform in ["ios", "android"] {

@@ -9,7 +9,7 @@ final class DispatchFairnessRulesTests: XCTestCase {
         QueuedOperation(id: "op_upd", kind: .update, hasState: true, hasAlert: false),
         QueuedOperation(id: "op_alert", kind: .update, hasState: true, hasAlert: true),
         QueuedOperation(id: "op_end2", kind: .end, hasState: true, hasAlert: false),
-        QueuedOperation(id: "op_start", kind: .start, hasState: true, hasAlert: true),
+        QueuedOperation(id: "op_start", kind: .start, hasState: true, hasAlert: true)
     ]
 
     func testAnEndSupersedesQueuedUpdatesAndOlderEndsButNoStart() {
@@ -25,20 +25,24 @@ final class DispatchFairnessRulesTests: XCTestCase {
     func testGaugesKeepTheDeepestTenantsAndFoldTheRestIntoOther() {
         let entries = (1...5).map { TenantQueueGauges.Entry(tenant: "ten_\($0)", depth: Double($0 * 10), oldestDueSeconds: Double(6 - $0)) }
         let folded = TenantQueueGauges.fold(entries, top: 2)
-        XCTAssertEqual(folded, [
-            TenantQueueGauges.Entry(tenant: "ten_5", depth: 50, oldestDueSeconds: 1),
-            TenantQueueGauges.Entry(tenant: "ten_4", depth: 40, oldestDueSeconds: 2),
-            TenantQueueGauges.Entry(tenant: "other", depth: 60, oldestDueSeconds: 5),
-        ])
+        XCTAssertEqual(
+            folded,
+            [
+                TenantQueueGauges.Entry(tenant: "ten_5", depth: 50, oldestDueSeconds: 1),
+                TenantQueueGauges.Entry(tenant: "ten_4", depth: 40, oldestDueSeconds: 2),
+                TenantQueueGauges.Entry(tenant: "other", depth: 60, oldestDueSeconds: 5)
+            ])
         XCTAssertEqual(TenantQueueGauges.fold(entries, top: 5).count, 5, "no other series when every tenant fits")
         XCTAssertEqual(TenantQueueGauges.fold(entries, top: 0), [TenantQueueGauges.Entry(tenant: "other", depth: 150, oldestDueSeconds: 5)])
         XCTAssertEqual(TenantQueueGauges.fold([], top: 3), [])
     }
 
     func testGaugeTiesGoToTheOlderThenTheSmallerTenantId() {
-        let e = [TenantQueueGauges.Entry(tenant: "ten_b", depth: 5, oldestDueSeconds: 1),
-                 TenantQueueGauges.Entry(tenant: "ten_a", depth: 5, oldestDueSeconds: 1),
-                 TenantQueueGauges.Entry(tenant: "ten_c", depth: 5, oldestDueSeconds: 9)]
+        let e = [
+            TenantQueueGauges.Entry(tenant: "ten_b", depth: 5, oldestDueSeconds: 1),
+            TenantQueueGauges.Entry(tenant: "ten_a", depth: 5, oldestDueSeconds: 1),
+            TenantQueueGauges.Entry(tenant: "ten_c", depth: 5, oldestDueSeconds: 9)
+        ]
         XCTAssertEqual(TenantQueueGauges.fold(e, top: 2).map(\.tenant), ["ten_c", "ten_a", "other"])
     }
 }

@@ -14,8 +14,10 @@ final class HardeningInputTests: XCTestCase {
         XCTAssertEqual(try read("1970-01-01T00:00:00Z")?.timeIntervalSince1970, 0)
         XCTAssertEqual(try read("9999-12-31T23:59:59.999Z")?.timeIntervalSince1970 ?? 0, 253_402_300_799.999, accuracy: 0.0001)
         XCTAssertNotNil(try read("1970-01-01T01:00:00+01:00"), "1970-01-01T00:00:00Z after the offset")
-        for bad in ["1969-12-31T23:59:59.999Z", "0000-01-01T00:00:00Z", "1970-01-01T00:59:59+01:00", "9999-12-31T23:59:59-00:01",
-                    "9999-12-31T23:30:00-01:00"] {
+        for bad in [
+            "1969-12-31T23:59:59.999Z", "0000-01-01T00:00:00Z", "1970-01-01T00:59:59+01:00", "9999-12-31T23:59:59-00:01",
+            "9999-12-31T23:30:00-01:00"
+        ] {
             XCTAssertThrowsError(try read(bad), bad) { e in
                 XCTAssertEqual((e as? DomainError)?.code, "INVALID_REQUEST")
                 XCTAssertEqual((e as? DomainError)?.details["field"], "at")
@@ -38,9 +40,11 @@ final class HardeningInputTests: XCTestCase {
         XCTAssertTrue(TokenURIPolicy.allows("https://oauth2.googleapis.com/token", fcmURL: fcm))
         XCTAssertTrue(TokenURIPolicy.allows("https://fcm.googleapis.com/any/path", fcmURL: fcm))
         XCTAssertTrue(TokenURIPolicy.allows("https://FCM.googleapis.com:443/t", fcmURL: fcm))
-        for bad in ["https://oauth2.googleapis.com/token2", "https://oauth2.googleapis.com:8443/token", "http://oauth2.googleapis.com/token",
-                    "https://evil.example/token", "https://fcm.googleapis.com.evil.example/t", "https://a@fcm.googleapis.com/t",
-                    "https://fcm.googleapis.com:444/t", "https://fcm.googleapis.com/t#x", "not a url"] {
+        for bad in [
+            "https://oauth2.googleapis.com/token2", "https://oauth2.googleapis.com:8443/token", "http://oauth2.googleapis.com/token",
+            "https://evil.example/token", "https://fcm.googleapis.com.evil.example/t", "https://a@fcm.googleapis.com/t",
+            "https://fcm.googleapis.com:444/t", "https://fcm.googleapis.com/t#x", "not a url"
+        ] {
             XCTAssertFalse(TokenURIPolicy.allows(bad, fcmURL: fcm), bad)
         }
         XCTAssertTrue(TokenURIPolicy.allows("https://127.0.0.1:8443/token", fcmURL: "https://127.0.0.1:8443"))

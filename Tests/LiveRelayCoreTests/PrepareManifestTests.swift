@@ -12,10 +12,12 @@ final class PrepareManifestTests: XCTestCase {
             "activity_type": .string("delivery"),
             "attributes_type": .string("DeliveryAttributes"),
             "renderer_digest": .string("sha256:renderer-1"),
-            "schema": sjson(#"{"type":"object","required":["eta"],"properties":{"eta":{"type":"string","maxLength":5},"stops":{"type":"array","items":{"type":"integer"}}}}"#),
+            "schema": sjson(
+                #"{"type":"object","required":["eta"],"properties":{"eta":{"type":"string","maxLength":5},"stops":{"type":"array","items":{"type":"integer"}}}}"#
+            ),
             "resources": .array([.object(["path": .string("img/logo.png"), "sha256": .string(Self.digest), "bytes": .int(1234)])]),
             "bundle": .object(["bytes": .int(1000), "modules": .int(3), "files": .int(10)]),
-            "sample_state": sjson(#"{"eta":"12:30","stops":[1,2]}"#),
+            "sample_state": sjson(#"{"eta":"12:30","stops":[1,2]}"#)
         ]
         edit(&o)
         return .object(o)
@@ -35,8 +37,10 @@ final class PrepareManifestTests: XCTestCase {
         .object(["path": .string(path), "sha256": .string(Self.digest), "bytes": .int(bytes)])
     }
 
-    func assertInvalid(_ b: JSONValue, field: String, limit: Int? = nil, actual: Int? = nil,
-                       file: StaticString = #filePath, line: UInt = #line) {
+    func assertInvalid(
+        _ b: JSONValue, field: String, limit: Int? = nil, actual: Int? = nil,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         let e = schemaDomainError({ _ = try PrepareManifest.parse(b) }, file: file, line: line)
         XCTAssertEqual(e?.status, 400, file: file, line: line)
         XCTAssertEqual(e?.code, "INVALID_REQUEST", e?.message ?? "no error", file: file, line: line)
@@ -65,9 +69,10 @@ final class PrepareManifestTests: XCTestCase {
         XCTAssertNil(m.startManifest["resources"])
         XCTAssertEqual(m.startManifestBytes, m.startManifest.serialized().count)
 
-        let minimal = try PrepareManifest.parse(body { o in
-            o["schema"] = nil; o["resources"] = nil; o["sample_state"] = .null; o["idempotency_key"] = .string("k-1")
-        })
+        let minimal = try PrepareManifest.parse(
+            body { o in
+                o["schema"] = nil; o["resources"] = nil; o["sample_state"] = .null; o["idempotency_key"] = .string("k-1")
+            })
         XCTAssertNil(minimal.schema)
         XCTAssertNil(minimal.schemaJSON)
         XCTAssertEqual(minimal.resources, [])
@@ -101,7 +106,7 @@ final class PrepareManifestTests: XCTestCase {
     }
 
     func testResourcePaths() {
-        let p256 = String(repeating: "a", count: 251) + "/é.x"   // "é" is 2 bytes of UTF-8
+        let p256 = String(repeating: "a", count: 251) + "/é.x"  // "é" is 2 bytes of UTF-8
         XCTAssertEqual(p256.utf8.count, 256)
         let exactly255 = String(repeating: "a", count: 250) + "/é.x"
         XCTAssertEqual(exactly255.utf8.count, 255)
@@ -152,7 +157,9 @@ final class PrepareManifestTests: XCTestCase {
     }
 
     func testSampleState() {
-        let mismatch = schemaDomainError { _ = try PrepareManifest.parse(self.body { $0["sample_state"] = sjson(#"{"eta":"12:30","stops":[1,"2"]}"#) }) }
+        let mismatch = schemaDomainError {
+            _ = try PrepareManifest.parse(self.body { $0["sample_state"] = sjson(#"{"eta":"12:30","stops":[1,"2"]}"#) })
+        }
         XCTAssertEqual(mismatch?.status, 422)
         XCTAssertEqual(mismatch?.code, "STATE_SCHEMA_MISMATCH")
         XCTAssertEqual(mismatch?.details["pointer"], .string("/stops/1"))
@@ -162,9 +169,18 @@ final class PrepareManifestTests: XCTestCase {
         // Without a schema: the shape rule only (object, depth ≤ 12).
         var deep = JSONValue.object([:])
         for _ in 1..<12 { deep = .object(["k": deep]) }
-        assertParses(body { $0["schema"] = nil; $0["sample_state"] = deep })
-        assertInvalid(body { $0["schema"] = nil; $0["sample_state"] = .object(["k": deep]) }, field: "sample_state", limit: 12, actual: 13)
-        assertInvalid(body { $0["schema"] = nil; $0["sample_state"] = .string("x") }, field: "sample_state")
+        assertParses(
+            body {
+                $0["schema"] = nil; $0["sample_state"] = deep
+            })
+        assertInvalid(
+            body {
+                $0["schema"] = nil; $0["sample_state"] = .object(["k": deep])
+            }, field: "sample_state", limit: 12, actual: 13)
+        assertInvalid(
+            body {
+                $0["schema"] = nil; $0["sample_state"] = .string("x")
+            }, field: "sample_state")
     }
 
     func testSchemaErrors() {
@@ -198,10 +214,11 @@ final class PrepareManifestTests: XCTestCase {
         assertInvalid(over, field: "schema", limit: 8192, actual: 8193)
         // Resources and sample_state do not count.
         let many = (0..<200).map { resource("some/long/resource/path/\($0).png") }
-        assertParses(body { o in
-            o["schema"] = at8192.objectValue!["schema"]
-            o["resources"] = .array(many)
-        })
+        assertParses(
+            body { o in
+                o["schema"] = at8192.objectValue!["schema"]
+                o["resources"] = .array(many)
+            })
     }
 
     func testLimitConstants() {

@@ -4,8 +4,10 @@ import LiveRelayCore
 /// `PriorityBudget` (docs/priority-budget.md): the decision table row by row, the sliding
 /// window at its exact edges, and the bounded window update. No I/O.
 final class PriorityBudgetTests: XCTestCase {
-    func decide(_ sends: Int, budget: Int = 3, _ kind: PushEvent = .update, alert: Bool = false, platform: String = "ios",
-                requested: Int = 10) -> PriorityBudget.Decision {
+    func decide(
+        _ sends: Int, budget: Int = 3, _ kind: PushEvent = .update, alert: Bool = false, platform: String = "ios",
+        requested: Int = 10
+    ) -> PriorityBudget.Decision {
         PriorityBudget.decide(sendsInWindow: sends, budget: budget, kind: kind, hasAlert: alert, platform: platform, requestedPriority: requested)
     }
 
@@ -38,8 +40,9 @@ final class PriorityBudgetTests: XCTestCase {
 
     func testAndroidIsUnaffected() {
         for kind in PushEvent.allCases {
-            XCTAssertEqual(decide(1000, budget: 0, kind, platform: "android"),
-                           .init(priority: 10, requestedPriority: 10, downgraded: false, counts: false))
+            XCTAssertEqual(
+                decide(1000, budget: 0, kind, platform: "android"),
+                .init(priority: 10, requestedPriority: 10, downgraded: false, counts: false))
         }
     }
 

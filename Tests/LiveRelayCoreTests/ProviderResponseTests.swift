@@ -41,19 +41,21 @@ final class ProviderResponseTests: XCTestCase {
             (500, "InternalServerError", nil, .retry(after: nil), #line),
             (503, "ServiceUnavailable", "5", .retry(after: 5), #line),
             (503, "Shutdown", nil, .retry(after: nil), #line),
-            (502, nil, nil, .retry(after: nil), #line),
+            (502, nil, nil, .retry(after: nil), #line)
         ]
         for (status, reason, retryAfter, expected, line) in rows {
             let body = reason.map(apnsBody) ?? []
-            XCTAssertEqual(O.apns(status: status, body: body, apnsId: "A-1", retryAfterHeader: retryAfter), expected,
-                           "\(status) \(reason ?? "-")", line: line)
+            XCTAssertEqual(
+                O.apns(status: status, body: body, apnsId: "A-1", retryAfterHeader: retryAfter), expected,
+                "\(status) \(reason ?? "-")", line: line)
         }
     }
 
     func testAPNsRetryOnceNeverLoops() {
         for reason in ["ExpiredProviderToken", "UnrelatedKeyIdInToken"] {
-            XCTAssertEqual(O.apns(status: 403, body: apnsBody(reason), isRetryAfterRefresh: true),
-                           .failed(code: creds, providerStatus: 403, providerReason: reason))
+            XCTAssertEqual(
+                O.apns(status: 403, body: apnsBody(reason), isRetryAfterRefresh: true),
+                .failed(code: creds, providerStatus: 403, providerReason: reason))
         }
         XCTAssertEqual(O.apns(status: 200, body: [], apnsId: "x", isRetryAfterRefresh: true), .accepted(providerId: "x"))
     }
@@ -62,8 +64,9 @@ final class ProviderResponseTests: XCTestCase {
         XCTAssertNil(O.apnsReason(Array("not json".utf8)))
         XCTAssertNil(O.apnsReason(Array("[1]".utf8)))
         XCTAssertEqual(O.apnsReason(Array(#"{"reason":"Unregistered","timestamp":1792328400000}"#.utf8)), "Unregistered")
-        XCTAssertEqual(O.apns(status: 400, body: Array("<html>".utf8)),
-                       .failed(code: rejected, providerStatus: 400, providerReason: nil))
+        XCTAssertEqual(
+            O.apns(status: 400, body: Array("<html>".utf8)),
+            .failed(code: rejected, providerStatus: 400, providerReason: nil))
     }
 
     func fcmBody(status: String?, code: Int = 0, errorCode: String? = nil) -> [UInt8] {
@@ -81,12 +84,21 @@ final class ProviderResponseTests: XCTestCase {
             (404, "UNREGISTERED", nil, nil, .tokenDead(providerStatus: 404, providerReason: "UNREGISTERED"), #line),
             (400, "INVALID_ARGUMENT", "UNREGISTERED", nil, .tokenDead(providerStatus: 400, providerReason: "UNREGISTERED"), #line),
             (404, "NOT_FOUND", nil, nil, .failed(code: rejected, providerStatus: 404, providerReason: "NOT_FOUND"), #line),
-            (400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", nil, .failed(code: rejected, providerStatus: 400, providerReason: "INVALID_ARGUMENT"), #line),
+            (
+                400, "INVALID_ARGUMENT", "INVALID_ARGUMENT", nil, .failed(code: rejected, providerStatus: 400, providerReason: "INVALID_ARGUMENT"),
+                #line
+            ),
             (400, "INVALID_ARGUMENT", nil, nil, .failed(code: rejected, providerStatus: 400, providerReason: "INVALID_ARGUMENT"), #line),
             (401, "UNAUTHENTICATED", nil, nil, .refreshCredentialAndRetryOnce, #line),
             (401, nil, nil, nil, .refreshCredentialAndRetryOnce, #line),
-            (401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", nil, .failed(code: creds, providerStatus: 401, providerReason: "THIRD_PARTY_AUTH_ERROR"), #line),
-            (403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", nil, .failed(code: creds, providerStatus: 403, providerReason: "SENDER_ID_MISMATCH"), #line),
+            (
+                401, "UNAUTHENTICATED", "THIRD_PARTY_AUTH_ERROR", nil,
+                .failed(code: creds, providerStatus: 401, providerReason: "THIRD_PARTY_AUTH_ERROR"), #line
+            ),
+            (
+                403, "PERMISSION_DENIED", "SENDER_ID_MISMATCH", nil, .failed(code: creds, providerStatus: 403, providerReason: "SENDER_ID_MISMATCH"),
+                #line
+            ),
             (403, "PERMISSION_DENIED", nil, nil, .failed(code: creds, providerStatus: 403, providerReason: "PERMISSION_DENIED"), #line),
             (429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", "60", .retry(after: 60), #line),
             (429, "RESOURCE_EXHAUSTED", "QUOTA_EXCEEDED", nil, .retry(after: nil), #line),
@@ -94,12 +106,13 @@ final class ProviderResponseTests: XCTestCase {
             (500, "INTERNAL", "INTERNAL", nil, .retry(after: nil), #line),
             (503, "UNAVAILABLE", "UNAVAILABLE", "10", .retry(after: 10), #line),
             (502, nil, nil, nil, .retry(after: nil), #line),
-            (413, nil, nil, nil, .failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: nil), #line),
+            (413, nil, nil, nil, .failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: nil), #line)
         ]
         for (status, rpc, errorCode, retryAfter, expected, line) in rows {
             let body = fcmBody(status: rpc, code: status, errorCode: errorCode)
-            XCTAssertEqual(O.fcm(status: status, body: body, retryAfterHeader: retryAfter), expected,
-                           "\(status) \(rpc ?? "-") \(errorCode ?? "-")", line: line)
+            XCTAssertEqual(
+                O.fcm(status: status, body: body, retryAfterHeader: retryAfter), expected,
+                "\(status) \(rpc ?? "-") \(errorCode ?? "-")", line: line)
         }
     }
 
@@ -107,14 +120,16 @@ final class ProviderResponseTests: XCTestCase {
         let ok = Array(#"{"name":"projects/p/messages/0:1500415314455276%31bd1c9631bd1c96"}"#.utf8)
         XCTAssertEqual(O.fcm(status: 200, body: ok), .accepted(providerId: "projects/p/messages/0:1500415314455276%31bd1c9631bd1c96"))
         XCTAssertEqual(O.fcm(status: 200, body: []), .accepted(providerId: nil))
-        XCTAssertEqual(O.fcm(status: 401, body: fcmBody(status: "UNAUTHENTICATED"), isRetryAfterRefresh: true),
-                       .failed(code: creds, providerStatus: 401, providerReason: "UNAUTHENTICATED"))
+        XCTAssertEqual(
+            O.fcm(status: 401, body: fcmBody(status: "UNAUTHENTICATED"), isRetryAfterRefresh: true),
+            .failed(code: creds, providerStatus: 401, providerReason: "UNAUTHENTICATED"))
         XCTAssertEqual(O.fcm(status: 500, body: Array("oops".utf8)), .retry(after: nil))
     }
 
     func testFCMErrorBodyParsing() {
-        XCTAssertEqual(FCMErrorBody(body: fcmBody(status: "NOT_FOUND", errorCode: "UNREGISTERED")),
-                       FCMErrorBody(status: "NOT_FOUND", errorCode: "UNREGISTERED"))
+        XCTAssertEqual(
+            FCMErrorBody(body: fcmBody(status: "NOT_FOUND", errorCode: "UNREGISTERED")),
+            FCMErrorBody(status: "NOT_FOUND", errorCode: "UNREGISTERED"))
         XCTAssertEqual(FCMErrorBody(body: Array("{}".utf8)), FCMErrorBody(status: nil, errorCode: nil))
         XCTAssertEqual(FCMErrorBody(body: []), FCMErrorBody(status: nil, errorCode: nil))
     }

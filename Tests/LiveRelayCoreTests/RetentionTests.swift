@@ -11,8 +11,9 @@ final class RetentionTests: XCTestCase {
 
     func v(_ n: Int, bytes: Int64 = 10, pins: Set<Retention.Pin> = [], endedDaysAgo: Double? = nil, now: Date? = nil) -> Retention.Version {
         let clock = now ?? t0
-        return Retention.Version(id: String(format: "tv_%03d", n), bytes: bytes, createdAt: t0.addingTimeInterval(Double(n) - 100 * day),
-                                 pins: pins, lastReferenceEndedAt: endedDaysAgo.map { clock.addingTimeInterval(-$0 * day) })
+        return Retention.Version(
+            id: String(format: "tv_%03d", n), bytes: bytes, createdAt: t0.addingTimeInterval(Double(n) - 100 * day),
+            pins: pins, lastReferenceEndedAt: endedDaysAgo.map { clock.addingTimeInterval(-$0 * day) })
     }
 
     func testCollectableExactlySevenDaysAfterLastReference() {

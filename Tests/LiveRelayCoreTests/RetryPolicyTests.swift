@@ -34,9 +34,11 @@ final class RetryPolicyTests: XCTestCase {
         XCTAssertEqual(p.delay(attempt: 1, random: 0.5, retryAfter: 600), 600, "provider's word wins over the cap")
         XCTAssertEqual(p.delay(attempt: 3, random: 0.5, retryAfter: -10), 2)
         XCTAssertEqual(p.delay(attempt: 3, random: 0.5, retryAfter: .nan), 2)
-        for a in 1...20 { for r in stride(from: 0.0, to: 1, by: 0.05) {
-            XCTAssertGreaterThanOrEqual(p.delay(attempt: a, random: r, retryAfter: 42), 42)
-        } }
+        for a in 1...20 {
+            for r in stride(from: 0.0, to: 1, by: 0.05) {
+                XCTAssertGreaterThanOrEqual(p.delay(attempt: a, random: r, retryAfter: 42), 42)
+            }
+        }
     }
 
     func testUnknownOutcomeMatrix() {
@@ -44,11 +46,13 @@ final class RetryPolicyTests: XCTestCase {
             for hasState in [false, true] {
                 for hasAlert in [false, true] {
                     let expected: UnknownOutcomeAction = (kind == .start || hasAlert) ? .markUnknown : .resend
-                    XCTAssertEqual(RetryPolicy.onUnknownOutcome(kind: kind, hasState: hasState, hasAlert: hasAlert), expected,
-                                   "\(kind) state=\(hasState) alert=\(hasAlert)")
+                    XCTAssertEqual(
+                        RetryPolicy.onUnknownOutcome(kind: kind, hasState: hasState, hasAlert: hasAlert), expected,
+                        "\(kind) state=\(hasState) alert=\(hasAlert)")
                     XCTAssertEqual(RetryPolicy.onInterruption(.outcomeUnknown, kind: kind, hasState: hasState, hasAlert: hasAlert), expected)
-                    XCTAssertEqual(RetryPolicy.onInterruption(.notProcessed, kind: kind, hasState: hasState, hasAlert: hasAlert), .resend,
-                                   "not processed is always resent: \(kind)")
+                    XCTAssertEqual(
+                        RetryPolicy.onInterruption(.notProcessed, kind: kind, hasState: hasState, hasAlert: hasAlert), .resend,
+                        "not processed is always resent: \(kind)")
                 }
             }
         }

@@ -8,43 +8,43 @@ import XCTest
 final class StateSchemaBenchmarkTests: XCTestCase {
     /// A realistic 20-property delivery-tracking schema.
     static let schemaText = #"""
-    {"type":"object","additionalProperties":false,
-     "required":["status","eta","progress","driver","order_id"],
-     "properties":{
-      "status":{"type":"string","enum":["placed","preparing","picked_up","en_route","arriving","delivered","cancelled"]},
-      "eta":{"type":"string","minLength":5,"maxLength":40},
-      "eta_epoch":{"type":"integer","minimum":0},
-      "progress":{"type":"number","minimum":0,"maximum":1},
-      "order_id":{"type":"string","minLength":1,"maxLength":64},
-      "driver":{"type":"object","required":["name"],"additionalProperties":false,
-                "properties":{"name":{"type":"string","maxLength":60},"rating":{"type":"number","minimum":0,"maximum":5},
-                              "vehicle":{"type":"string","maxLength":40},"photo":{"type":"string","maxLength":200}}},
-      "stops":{"type":"array","maxItems":8,"items":{"type":"object","required":["label","done"],
-               "properties":{"label":{"type":"string","maxLength":40},"done":{"type":"boolean"}}}},
-      "items_count":{"type":"integer","minimum":0,"maximum":500},
-      "total":{"type":"number","minimum":0},
-      "currency":{"type":"string","enum":["EUR","USD","GBP","JPY","CNY"]},
-      "message":{"type":"string","maxLength":140},
-      "restaurant":{"type":"string","maxLength":80},
-      "tip":{"type":"number","minimum":0},
-      "contactless":{"type":"boolean"},
-      "delayed":{"type":"boolean"},
-      "delay_minutes":{"type":"integer","minimum":0,"maximum":600},
-      "map_zoom":{"type":"integer","minimum":1,"maximum":20},
-      "lat":{"type":"number","minimum":-90,"maximum":90},
-      "lon":{"type":"number","minimum":-180,"maximum":180},
-      "note":{"type":"string","maxLength":200}
-     }}
-    """#
+        {"type":"object","additionalProperties":false,
+         "required":["status","eta","progress","driver","order_id"],
+         "properties":{
+          "status":{"type":"string","enum":["placed","preparing","picked_up","en_route","arriving","delivered","cancelled"]},
+          "eta":{"type":"string","minLength":5,"maxLength":40},
+          "eta_epoch":{"type":"integer","minimum":0},
+          "progress":{"type":"number","minimum":0,"maximum":1},
+          "order_id":{"type":"string","minLength":1,"maxLength":64},
+          "driver":{"type":"object","required":["name"],"additionalProperties":false,
+                    "properties":{"name":{"type":"string","maxLength":60},"rating":{"type":"number","minimum":0,"maximum":5},
+                                  "vehicle":{"type":"string","maxLength":40},"photo":{"type":"string","maxLength":200}}},
+          "stops":{"type":"array","maxItems":8,"items":{"type":"object","required":["label","done"],
+                   "properties":{"label":{"type":"string","maxLength":40},"done":{"type":"boolean"}}}},
+          "items_count":{"type":"integer","minimum":0,"maximum":500},
+          "total":{"type":"number","minimum":0},
+          "currency":{"type":"string","enum":["EUR","USD","GBP","JPY","CNY"]},
+          "message":{"type":"string","maxLength":140},
+          "restaurant":{"type":"string","maxLength":80},
+          "tip":{"type":"number","minimum":0},
+          "contactless":{"type":"boolean"},
+          "delayed":{"type":"boolean"},
+          "delay_minutes":{"type":"integer","minimum":0,"maximum":600},
+          "map_zoom":{"type":"integer","minimum":1,"maximum":20},
+          "lat":{"type":"number","minimum":-90,"maximum":90},
+          "lon":{"type":"number","minimum":-180,"maximum":180},
+          "note":{"type":"string","maxLength":200}
+         }}
+        """#
 
     static let stateText = #"""
-    {"status":"en_route","eta":"12:45 – 12:55","eta_epoch":1793012700,"progress":0.62,"order_id":"ord_8f3a2c91",
-     "driver":{"name":"Zoë Martín","rating":4.9,"vehicle":"Blue e-bike","photo":"https://cdn.example.com/d/42.jpg"},
-     "stops":[{"label":"Restaurant","done":true},{"label":"Customer","done":false}],
-     "items_count":3,"total":27.4,"currency":"EUR","message":"Your rider is 5 minutes away 🚲","restaurant":"Pasta Piazza",
-     "tip":2.5,"contactless":true,"delayed":false,"delay_minutes":0,"map_zoom":15,"lat":48.8566,"lon":2.3522,
-     "note":"Ring twice"}
-    """#
+        {"status":"en_route","eta":"12:45 – 12:55","eta_epoch":1793012700,"progress":0.62,"order_id":"ord_8f3a2c91",
+         "driver":{"name":"Zoë Martín","rating":4.9,"vehicle":"Blue e-bike","photo":"https://cdn.example.com/d/42.jpg"},
+         "stops":[{"label":"Restaurant","done":true},{"label":"Customer","done":false}],
+         "items_count":3,"total":27.4,"currency":"EUR","message":"Your rider is 5 minutes away 🚲","restaurant":"Pasta Piazza",
+         "tip":2.5,"contactless":true,"delayed":false,"delay_minutes":0,"map_zoom":15,"lat":48.8566,"lon":2.3522,
+         "note":"Ring twice"}
+        """#
 
     func rate(seconds: Double = 1.0, _ body: () -> Void) -> Double {
         let clock = ContinuousClock()

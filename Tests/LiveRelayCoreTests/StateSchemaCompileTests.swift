@@ -37,22 +37,26 @@ final class StateSchemaCompileTests: XCTestCase {
     }
 
     func testAllowedKeywordsCompile() throws {
-        let s = try StateSchema.compile(sjson("""
-        {"type":"object","required":["eta"],"additionalProperties":false,
-         "properties":{"eta":{"type":"string","minLength":1,"maxLength":40},
-                       "n":{"type":"integer","minimum":0,"maximum":10.5},
-                       "st":{"enum":["a",1,2.5,true,null]},
-                       "list":{"type":"array","minItems":0,"maxItems":3,"items":{"type":"number"}}}}
-        """))
+        let s = try StateSchema.compile(
+            sjson(
+                """
+                {"type":"object","required":["eta"],"additionalProperties":false,
+                 "properties":{"eta":{"type":"string","minLength":1,"maxLength":40},
+                               "n":{"type":"integer","minimum":0,"maximum":10.5},
+                               "st":{"enum":["a",1,2.5,true,null]},
+                               "list":{"type":"array","minItems":0,"maxItems":3,"items":{"type":"number"}}}}
+                """))
         XCTAssertEqual(s.nodeCount, 6)
         XCTAssertNoThrow(try StateSchema.compile(sjson("{}")))
         XCTAssertNoThrow(try StateSchema.compile(sjson(#"{"minLength": 2.0}"#)), "2.0 is an integer")
     }
 
     func testRefusedKeywordsWithPointer() {
-        let values: [String: String] = ["$ref": ##""#/x""##, "pattern": #""^a$""#, "allOf": "[{}]", "anyOf": "[{}]",
-                                        "oneOf": "[{}]", "not": "{}", "default": #""x""#, "format": #""date-time""#,
-                                        "const": "1", "title": #""t""#, "exclusiveMinimum": "1"]
+        let values: [String: String] = [
+            "$ref": ##""#/x""##, "pattern": #""^a$""#, "allOf": "[{}]", "anyOf": "[{}]",
+            "oneOf": "[{}]", "not": "{}", "default": #""x""#, "format": #""date-time""#,
+            "const": "1", "title": #""t""#, "exclusiveMinimum": "1"
+        ]
         for (kw, v) in values {
             let schema = sjson(#"{"type":"object","properties":{"eta":{"type":"string",\#(JSONValue.string(kw).jsonString):\#(v)}}}"#)
             let e = schemaError(schema)
@@ -112,7 +116,9 @@ final class StateSchemaCompileTests: XCTestCase {
         XCTAssertEqual(e?.details["limit"], .int(12))
         XCTAssertEqual(e?.details["actual"], .int(13))
         // Root depth 1 → the 13th node is 12 steps down; chain(13) starts with "items" at the root.
-        XCTAssertEqual(e?.details["pointer"], .string("/items/properties/a/items/properties/a/items/properties/a/items/properties/a/items/properties/a/items/properties/a"))
+        XCTAssertEqual(
+            e?.details["pointer"],
+            .string("/items/properties/a/items/properties/a/items/properties/a/items/properties/a/items/properties/a/items/properties/a"))
         XCTAssertEqual(schemaError(chain(20))?.details["actual"], .int(20))
     }
 

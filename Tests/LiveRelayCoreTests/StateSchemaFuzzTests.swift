@@ -38,7 +38,9 @@ final class StateSchemaFuzzTests: XCTestCase {
         if chance(0.15) { o["enum"] = .array((0..<Int.random(in: 1...4, using: &r)).map { _ in primitive(&r) }) }
         if depth < 5, chance(0.4) {
             var props: [String: JSONValue] = [:]
-            for _ in 0..<Int.random(in: 0...3, using: &r) { props[Self.keys.randomElement(using: &r)!] = schema(&r, depth: depth + 1, broken: broken) }
+            for _ in 0..<Int.random(in: 0...3, using: &r) {
+                props[Self.keys.randomElement(using: &r)!] = schema(&r, depth: depth + 1, broken: broken)
+            }
             o["properties"] = .object(props)
         }
         if chance(0.2) { o["required"] = .array(Array(Set((0..<2).map { _ in Self.keys.randomElement(using: &r)! })).map { .string($0) }) }
@@ -47,9 +49,11 @@ final class StateSchemaFuzzTests: XCTestCase {
         for kw in ["minItems", "maxItems", "minLength", "maxLength"] where chance(0.12) { o[kw] = .int(Int64.random(in: 0...4, using: &r)) }
         for kw in ["minimum", "maximum"] where chance(0.12) { o[kw] = chance(0.5) ? .int(Int64.random(in: -3...3, using: &r)) : .double(0.5) }
         if broken, chance(0.05) {
-            let bad: [(String, JSONValue)] = [("pattern", .string("x")), ("format", .string("uri")), ("type", .array([.string("string")])),
-                                             ("minLength", .int(-1)), ("items", .array([])), ("additionalProperties", .object([:])),
-                                             ("enum", .array([.array([])])), ("$ref", .string("#")), ("properties", .object(["q": .bool(true)]))]
+            let bad: [(String, JSONValue)] = [
+                ("pattern", .string("x")), ("format", .string("uri")), ("type", .array([.string("string")])),
+                ("minLength", .int(-1)), ("items", .array([])), ("additionalProperties", .object([:])),
+                ("enum", .array([.array([])])), ("$ref", .string("#")), ("properties", .object(["q": .bool(true)]))
+            ]
             let (k, v) = bad.randomElement(using: &r)!
             o[k] = v
         }
@@ -65,7 +69,8 @@ final class StateSchemaFuzzTests: XCTestCase {
             let ok: Bool
             switch (t, v) {
             case ("null", .null), ("boolean", .bool), ("string", .string), ("array", .array), ("object", .object),
-                 ("number", .int), ("number", .double), ("integer", .int): ok = true
+                ("number", .int), ("number", .double), ("integer", .int):
+                ok = true
             case ("integer", .double(let d)): ok = d.truncatingRemainder(dividingBy: 1) == 0
             default: ok = false
             }
@@ -103,7 +108,9 @@ final class StateSchemaFuzzTests: XCTestCase {
             for (k, x) in obj {
                 if let p = props.first(where: { same($0.key, k) })?.value {
                     if !refValid(p, x) { return false }
-                } else if o["additionalProperties"] == .bool(false) { return false }
+                } else if o["additionalProperties"] == .bool(false) {
+                    return false
+                }
             }
         default: break
         }

@@ -14,8 +14,10 @@ final class StateSchemaValidateTests: XCTestCase {
         XCTAssertNil(s.validate(state), state.jsonString, file: file, line: line)
     }
 
-    private func assertViolation(_ s: StateSchema, _ state: JSONValue, pointer: String, keyword: String,
-                                 file: StaticString = #filePath, line: UInt = #line) {
+    private func assertViolation(
+        _ s: StateSchema, _ state: JSONValue, pointer: String, keyword: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         let v = s.validate(state)
         XCTAssertEqual(v?.pointer, pointer, state.jsonString, file: file, line: line)
         XCTAssertEqual(v?.keyword, keyword, state.jsonString, file: file, line: line)
@@ -29,7 +31,7 @@ final class StateSchemaValidateTests: XCTestCase {
             ("integer", [.int(1), .double(1.0), .double(-3.0), .double(1e300)], [.double(1.5), .string("1"), .bool(true)]),
             ("string", [.string(""), .string("x")], [.int(1), .null]),
             ("array", [.array([])], [.object([:]), .string("[]")]),
-            ("object", [.object([:])], [.array([]), .null]),
+            ("object", [.object([:])], [.array([]), .null])
         ]
         for (type, good, bad) in cases {
             let s = schema(#"{"type":"\#(type)"}"#)
@@ -39,10 +41,12 @@ final class StateSchemaValidateTests: XCTestCase {
     }
 
     func testKeywordsApplyOnlyToTheirKind() {
-        let s = schema(#"{"minLength":3,"maxLength":4,"minimum":5,"maximum":6,"minItems":2,"maxItems":2,"items":{"type":"string"},"required":["x"],"properties":{"a":{"type":"string"},"x":{}},"additionalProperties":false}"#)
-        assertValid(s, .int(5))            // string/array/object keywords ignored on numbers
+        let s = schema(
+            #"{"minLength":3,"maxLength":4,"minimum":5,"maximum":6,"minItems":2,"maxItems":2,"items":{"type":"string"},"required":["x"],"properties":{"a":{"type":"string"},"x":{}},"additionalProperties":false}"#
+        )
+        assertValid(s, .int(5))  // string/array/object keywords ignored on numbers
         assertValid(s, .double(5.5))
-        assertValid(s, .string("abc"))     // numeric keywords ignored on strings
+        assertValid(s, .string("abc"))  // numeric keywords ignored on strings
         assertValid(s, .array([.string("a"), .string("b")]))
         assertValid(s, sjson(#"{"x":1000,"a":"s"}"#))  // numeric keywords ignored on objects
         assertValid(s, .null)
@@ -107,13 +111,14 @@ final class StateSchemaValidateTests: XCTestCase {
     }
 
     func testObjectsAndPointers() {
-        let s = schema(#"""
-        {"type":"object","required":["inner"],"properties":{
-          "inner":{"type":"object","required":["id","eta"],"additionalProperties":false,
-                   "properties":{"id":{"type":"string"},"eta":{"type":"string"}}},
-          "a/b":{"type":"integer"},"m~n":{"type":"integer"},
-          "stops":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}
-        """#)
+        let s = schema(
+            #"""
+            {"type":"object","required":["inner"],"properties":{
+              "inner":{"type":"object","required":["id","eta"],"additionalProperties":false,
+                       "properties":{"id":{"type":"string"},"eta":{"type":"string"}}},
+              "a/b":{"type":"integer"},"m~n":{"type":"integer"},
+              "stops":{"type":"array","items":{"type":"object","properties":{"name":{"type":"string"}}}}}}
+            """#)
         assertValid(s, sjson(#"{"inner":{"id":"x","eta":"y"},"unknown":[1,2]}"#))
         assertViolation(s, sjson(#"{}"#), pointer: "", keyword: "required")
         assertViolation(s, sjson(#"{"inner":{"id":"x"}}"#), pointer: "/inner", keyword: "required")
@@ -137,7 +142,9 @@ final class StateSchemaValidateTests: XCTestCase {
     }
 
     func testFirstViolationIsDeterministic() {
-        let s = schema(#"{"properties":{"a":{"type":"string"},"b":{"type":"string"},"c":{"type":"string"},"é":{"type":"string"},"Z":{"type":"string"}},"additionalProperties":false}"#)
+        let s = schema(
+            #"{"properties":{"a":{"type":"string"},"b":{"type":"string"},"c":{"type":"string"},"é":{"type":"string"},"Z":{"type":"string"}},"additionalProperties":false}"#
+        )
         let state = sjson(#"{"c":1,"b":2,"é":3,"a":4,"Z":5,"x":6}"#)
         for _ in 0..<20 { assertViolation(s, state, pointer: "/Z", keyword: "type") }
         assertViolation(s, sjson(#"{"c":1,"é":3,"x":6}"#), pointer: "/c", keyword: "type")

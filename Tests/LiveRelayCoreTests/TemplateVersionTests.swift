@@ -12,7 +12,7 @@ func tvReferenceSHA256(_ message: [UInt8]) -> [UInt8] {
         0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
         0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
         0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2
     ]
     var h: [UInt32] = [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19]
     var m = message
@@ -50,8 +50,9 @@ final class TemplateVersionTests: XCTestCase {
     func testReferenceSHA256() {
         XCTAssertEqual(hex(tvReferenceSHA256([])), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
         XCTAssertEqual(hex(tvReferenceSHA256(Array("abc".utf8))), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        XCTAssertEqual(hex(tvReferenceSHA256(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))),
-                       "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
+        XCTAssertEqual(
+            hex(tvReferenceSHA256(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8))),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
     }
 
     func testBase32RFC4648Vectors() {
@@ -59,10 +60,13 @@ final class TemplateVersionTests: XCTestCase {
         for (input, out) in vectors { XCTAssertEqual(TemplateVersion.base32(Array(input.utf8)), out, input) }
     }
 
-    func derive(binding: String = "bnd_1", activity: String = "delivery", attributes: String = "DeliveryAttributes",
-                renderer: String = "r1", schema: JSONValue? = nil, resources: [PrepareManifest.Resource] = []) -> String {
-        TemplateVersion.derive(bindingId: binding, activityType: activity, attributesType: attributes, rendererDigest: renderer,
-                               schema: schema, resources: resources, sha256: tvReferenceSHA256)
+    func derive(
+        binding: String = "bnd_1", activity: String = "delivery", attributes: String = "DeliveryAttributes",
+        renderer: String = "r1", schema: JSONValue? = nil, resources: [PrepareManifest.Resource] = []
+    ) -> String {
+        TemplateVersion.derive(
+            bindingId: binding, activityType: activity, attributesType: attributes, rendererDigest: renderer,
+            schema: schema, resources: resources, sha256: tvReferenceSHA256)
     }
 
     func testFormat() {
@@ -82,7 +86,9 @@ final class TemplateVersionTests: XCTestCase {
         XCTAssertEqual(derive(schema: nil), derive(schema: .null))
         XCTAssertEqual(derive(), derive())
         // Through the manifest.
-        let body = sjson(#"{"binding_id":"bnd_1","activity_type":"delivery","attributes_type":"DeliveryAttributes","renderer_digest":"r1","bundle":{"bytes":1,"modules":1,"files":1}}"#)
+        let body = sjson(
+            #"{"binding_id":"bnd_1","activity_type":"delivery","attributes_type":"DeliveryAttributes","renderer_digest":"r1","bundle":{"bytes":1,"modules":1,"files":1}}"#
+        )
         XCTAssertEqual(try PrepareManifest.parse(body).templateVersion(sha256: tvReferenceSHA256), derive())
     }
 
@@ -101,7 +107,7 @@ final class TemplateVersionTests: XCTestCase {
             derive(binding: "bnd_2", schema: schema, resources: [r]),
             derive(activity: "pickup", schema: schema, resources: [r]),
             derive(attributes: "Other", schema: schema, resources: [r]),
-            derive(renderer: "r2", schema: schema, resources: [r]),
+            derive(renderer: "r2", schema: schema, resources: [r])
         ]
         XCTAssertEqual(Set(variants + [base]).count, variants.count + 1)
         // Field boundaries are unambiguous.

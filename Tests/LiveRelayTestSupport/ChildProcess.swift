@@ -40,8 +40,10 @@ public enum ChildProcess {
     ///   - environment: the child's whole environment; `nil` inherits this process's.
     ///   - directory: the working directory; `nil` keeps this process's.
     ///   - stdin: written to the child's standard input, which is then closed.
-    public static func run(_ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-                           directory: URL? = nil, stdin: String? = nil) throws -> ChildProcessResult {
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+        directory: URL? = nil, stdin: String? = nil
+    ) throws -> ChildProcessResult {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = arguments
@@ -65,8 +67,9 @@ public enum ChildProcess {
         let o = out.fileHandleForReading.readDataToEndOfFile()
         errDone.wait()
         p.waitUntilExit()
-        return ChildProcessResult(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                                  stderr: String(decoding: errData.current, as: UTF8.self))
+        return ChildProcessResult(
+            status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+            stderr: String(decoding: errData.current, as: UTF8.self))
     }
 }
 

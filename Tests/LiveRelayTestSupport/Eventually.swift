@@ -17,8 +17,10 @@ public func waitUntil(within seconds: Double, every pollSeconds: Double = 0.02, 
 /// `waitUntil` that fails the calling test with `what` when `condition` never holds within
 /// `seconds` (default 20). Returns whether it held.
 @discardableResult
-public func eventually(_ what: String, within seconds: Double = 20, every pollSeconds: Double = 0.02,
-                       file: StaticString = #filePath, line: UInt = #line, _ condition: () throws -> Bool) rethrows -> Bool {
+public func eventually(
+    _ what: String, within seconds: Double = 20, every pollSeconds: Double = 0.02,
+    file: StaticString = #filePath, line: UInt = #line, _ condition: () throws -> Bool
+) rethrows -> Bool {
     if try waitUntil(within: seconds, every: pollSeconds, condition) { return true }
     XCTFail("\(what): not within \(seconds) s", file: file, line: line)
     return false

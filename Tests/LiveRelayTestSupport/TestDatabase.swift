@@ -73,8 +73,9 @@ public final class TestDatabase: Sendable {
 
     private static func value(_ name: String) throws -> String {
         guard let value = ProcessInfo.processInfo.environment[name], !value.isEmpty else {
-            throw FixtureFailure("\(name) is not set: run deploy/local/test, or start deploy/local/pg-cluster and export "
-                + "LIVERELAY_TEST_DATABASE_URL / LIVERELAY_TEST_ADMIN_DATABASE_URL from its output")
+            throw FixtureFailure(
+                "\(name) is not set: run deploy/local/test, or start deploy/local/pg-cluster and export "
+                    + "LIVERELAY_TEST_DATABASE_URL / LIVERELAY_TEST_ADMIN_DATABASE_URL from its output")
         }
         return value
     }

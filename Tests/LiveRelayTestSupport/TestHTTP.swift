@@ -21,8 +21,10 @@ public enum TestHTTP {
     ///   - credential: sent as `Authorization: Bearer <credential>` when given.
     ///   - body: the request body; `Content-Type: application/json` is added when present.
     ///   - timeoutSeconds: URLSession's request timeout.
-    public static func send(_ method: String, _ url: String, body: [UInt8]? = nil, credential: String? = nil,
-                            headers: [String: String] = [:], timeoutSeconds: Double = 60) -> TestHTTPResponse {
+    public static func send(
+        _ method: String, _ url: String, body: [UInt8]? = nil, credential: String? = nil,
+        headers: [String: String] = [:], timeoutSeconds: Double = 60
+    ) -> TestHTTPResponse {
         var req = URLRequest(url: URL(string: url)!, timeoutInterval: timeoutSeconds)
         req.httpMethod = method
         if let credential { req.setValue("Bearer \(credential)", forHTTPHeaderField: "Authorization") }

@@ -16,7 +16,10 @@ final class BindDecodeTests: XCTestCase {
     }
 
     func testSessionRunsInUTCWithISODates() throws {
-        let row = try XCTUnwrap(connection.query("SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds, current_setting('application_name') AS app").first)
+        let row = try XCTUnwrap(
+            connection.query(
+                "SELECT current_setting('TimeZone') AS tz, current_setting('DateStyle') AS ds, current_setting('application_name') AS app"
+            ).first)
         XCTAssertEqual(try row.string("tz"), "UTC")
         XCTAssertTrue(try row.string("ds").hasPrefix("ISO"))
         XCTAssertEqual(try row.string("app"), "liverelay")
@@ -54,13 +57,16 @@ final class BindDecodeTests: XCTestCase {
 
     func testTimestamptzKeepsMicroseconds() throws {
         let date = Date(timeIntervalSince1970: 1_714_564_800.123456)
-        let row = try XCTUnwrap(connection.query("SELECT $1::timestamptz AS v, $1::timestamptz::text AS t, extract(microseconds FROM $1::timestamptz)::int AS us", [date]).first)
+        let row = try XCTUnwrap(
+            connection.query("SELECT $1::timestamptz AS v, $1::timestamptz::text AS t, extract(microseconds FROM $1::timestamptz)::int AS us", [date])
+                .first)
         XCTAssertEqual(try row.string("t"), "2024-05-01 12:00:00.123456+00")
         XCTAssertEqual(try row.int("us"), 123_456)
         XCTAssertEqual(try row.date("v").timeIntervalSince1970, date.timeIntervalSince1970, accuracy: 0.000_000_5)
         let before1970 = Date(timeIntervalSince1970: -1.000_001)
-        XCTAssertEqual(try connection.query("SELECT $1::timestamptz AS v", [before1970]).first?.date("v").timeIntervalSince1970 ?? 0,
-                       before1970.timeIntervalSince1970, accuracy: 0.000_000_5)
+        XCTAssertEqual(
+            try connection.query("SELECT $1::timestamptz AS v", [before1970]).first?.date("v").timeIntervalSince1970 ?? 0,
+            before1970.timeIntervalSince1970, accuracy: 0.000_000_5)
         let serverNow = try XCTUnwrap(connection.query("SELECT now() AS v").first).date("v")
         XCTAssertEqual(serverNow.timeIntervalSinceNow, 0, accuracy: 60)
     }
@@ -80,9 +86,11 @@ final class BindDecodeTests: XCTestCase {
 
     func testNullForEveryTypeDecodesAsNilAndRequiredAccessorsThrow() throws {
         let params: [(any PostgresBindable)?] = [nil, Int?.none, Bool?.none, Double?.none, Date?.none, [UInt8]?.none, String?.none]
-        let row = try XCTUnwrap(connection.query(
-            "SELECT $1::text AS s, $2::int8 AS i, $3::bool AS b, $4::float8 AS d, $5::timestamptz AS t, $6::bytea AS y, $7::text AS o, ($1::text IS NULL) AS isnull",
-            params).first)
+        let row = try XCTUnwrap(
+            connection.query(
+                "SELECT $1::text AS s, $2::int8 AS i, $3::bool AS b, $4::float8 AS d, $5::timestamptz AS t, $6::bytea AS y, $7::text AS o, ($1::text IS NULL) AS isnull",
+                params
+            ).first)
         XCTAssertTrue(try row.bool("isnull"))
         XCTAssertNil(row["s"])
         XCTAssertNil(try row.optionalString("s"))
@@ -105,9 +113,11 @@ final class BindDecodeTests: XCTestCase {
 
     func testTextArrayWithCommasQuotesBackslashesRoundTrips() throws {
         let values = ["a", "b,c", "say \"hi\"", "back\\slash", "", "NULL", " spaced ", "{brace}", "ünï 🌍", "x\"\\,{}"]
-        let row = try XCTUnwrap(connection.query(
-            "SELECT $1::text[] AS v, cardinality($1::text[]) AS n, 'b,c' = ANY($1) AS has, 'b' = ANY($1) AS hasnot",
-            [PostgresTextArray(values)]).first)
+        let row = try XCTUnwrap(
+            connection.query(
+                "SELECT $1::text[] AS v, cardinality($1::text[]) AS n, 'b,c' = ANY($1) AS has, 'b' = ANY($1) AS hasnot",
+                [PostgresTextArray(values)]
+            ).first)
         XCTAssertEqual(try row.stringArray("v"), values)
         XCTAssertEqual(try row.int("n"), values.count)
         XCTAssertTrue(try row.bool("has"))

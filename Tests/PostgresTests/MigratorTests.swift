@@ -12,7 +12,7 @@ final class MigratorTests: XCTestCase {
     private static let files = [
         "0001_counter.sql": "CREATE TABLE counter (n int NOT NULL);\nSELECT pg_sleep(0.2);\n",
         "0002_insert.sql": "INSERT INTO counter VALUES (1);\n",
-        "0010_more.sql": "CREATE TABLE more (id text PRIMARY KEY);\nCREATE INDEX more_id ON more (id);\n",
+        "0010_more.sql": "CREATE TABLE more (id text PRIMARY KEY);\nCREATE INDEX more_id ON more (id);\n"
     ]
     private let names = ["0001_counter", "0002_insert", "0010_more"]
 
@@ -120,7 +120,7 @@ final class MigratorTests: XCTestCase {
         let errors = Locked<[String]>([])
         let start = DispatchSemaphore(value: 0)
         let pools = [PostgresPool(conninfo: conninfo, maxConnections: 2), PostgresPool(conninfo: conninfo, maxConnections: 2)]
-        defer { pools.forEach { $0.close() } }
+        defer { for p in pools { p.close() } }
         // Open one session per pool first so both start migrating at the same moment.
         for pool in pools { try pool.withConnection { _ in } }
         let ready = DispatchGroup()

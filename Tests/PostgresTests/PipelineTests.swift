@@ -19,7 +19,7 @@ final class PipelineTests: XCTestCase {
             PostgresStatement("INSERT INTO t VALUES ($1, $2)", [1, "a"]),
             PostgresStatement("INSERT INTO t VALUES ($1, $2)", [2, "b"]),
             PostgresStatement("SELECT v FROM t WHERE id = ANY($1::int[]) ORDER BY id", ["{1,2}"]),
-            PostgresStatement("SELECT 1 AS one"),
+            PostgresStatement("SELECT 1 AS one")
         ]).get()
         XCTAssertEqual(c.roundTrips - before, 1, "four statements, one round trip")
         XCTAssertEqual(out.count, 4)
@@ -42,7 +42,7 @@ final class PipelineTests: XCTestCase {
         let out = try c.pipeline([
             PostgresStatement("INSERT INTO t VALUES ($1)", [1]),
             PostgresStatement("INSERT INTO t VALUES ($1)", [1]),  // duplicate key
-            PostgresStatement("INSERT INTO t VALUES ($1)", [2]),
+            PostgresStatement("INSERT INTO t VALUES ($1)", [2])
         ])
         XCTAssertEqual(out.results.count, 1, "only the statement before the failure has a result")
         XCTAssertEqual(out.failure?.index, 1)
@@ -76,10 +76,11 @@ final class PipelineTests: XCTestCase {
         XCTAssertEqual(mine.first?.committed, true)
         XCTAssertEqual(try c.query("SELECT count(*)::int AS n FROM t")[0].int("n"), 2)
         // A failing body rolls everything back.
-        XCTAssertThrowsError(try c.transaction(lazyBegin: true) { c in
-            _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [3, "y"])]).get()
-            _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [1, "dup"])]).get()
-        })
+        XCTAssertThrowsError(
+            try c.transaction(lazyBegin: true) { c in
+                _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [3, "y"])]).get()
+                _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1, $2)", [1, "dup"])]).get()
+            })
         XCTAssertEqual(try c.query("SELECT count(*)::int AS n FROM t")[0].int("n"), 2)
         // A body that sends nothing opens no transaction and costs no round trip.
         let before = c.roundTrips

@@ -21,8 +21,10 @@ func runOnThreads(_ count: Int, timeoutSeconds: Double = 60, _ body: @escaping @
 
 /// Asserts that `body` throws a `PostgresError` of `kind` and returns it.
 @discardableResult
-func assertPostgresError<T>(_ kind: PostgresError.Kind, file: StaticString = #filePath, line: UInt = #line,
-                            _ body: () throws -> T) -> PostgresError? {
+func assertPostgresError<T>(
+    _ kind: PostgresError.Kind, file: StaticString = #filePath, line: UInt = #line,
+    _ body: () throws -> T
+) -> PostgresError? {
     do {
         _ = try body()
         XCTFail("expected PostgresError(\(kind)), nothing thrown", file: file, line: line)

@@ -6,8 +6,9 @@ import LiveRelayTestSupport
 /// Pure text-format helpers: timestamps, bytea, array literals. No database.
 final class TextFormatTests: XCTestCase {
     func testTimestampFormatKeepsMicrosecondsInUTC() {
-        XCTAssertEqual(PostgresTimestamp.format(Date(timeIntervalSince1970: 1_714_564_800.123456)),
-                       "2024-05-01T12:00:00.123456Z")
+        XCTAssertEqual(
+            PostgresTimestamp.format(Date(timeIntervalSince1970: 1_714_564_800.123456)),
+            "2024-05-01T12:00:00.123456Z")
         XCTAssertEqual(PostgresTimestamp.format(Date(timeIntervalSince1970: 0)), "1970-01-01T00:00:00.000000Z")
         XCTAssertEqual(PostgresTimestamp.format(Date(timeIntervalSince1970: -0.000001)), "1969-12-31T23:59:59.999999Z")
         XCTAssertEqual(PostgresTimestamp.format(Date(timeIntervalSince1970: 951_782_400)), "2000-02-29T00:00:00.000000Z")
@@ -15,14 +16,17 @@ final class TextFormatTests: XCTestCase {
 
     func testTimestampParsesServerOutputAndOffsets() throws {
         let expected = 1_714_564_800.123456
-        for text in ["2024-05-01 12:00:00.123456+00", "2024-05-01T12:00:00.123456Z",
-                     "2024-05-01 17:30:00.123456+05:30", "2024-05-01 06:00:00.123456-06"] {
+        for text in [
+            "2024-05-01 12:00:00.123456+00", "2024-05-01T12:00:00.123456Z",
+            "2024-05-01 17:30:00.123456+05:30", "2024-05-01 06:00:00.123456-06"
+        ] {
             let date = try XCTUnwrap(PostgresTimestamp.parse(text), text)
             XCTAssertEqual(date.timeIntervalSince1970, expected, accuracy: 0.000_000_5, text)
         }
         XCTAssertEqual(PostgresTimestamp.parse("2024-05-01 12:00:00+00")?.timeIntervalSince1970, 1_714_564_800)
-        XCTAssertEqual(try XCTUnwrap(PostgresTimestamp.parse("2024-05-01 12:00:00.5+00")).timeIntervalSince1970,
-                       1_714_564_800.5, accuracy: 1e-9)
+        XCTAssertEqual(
+            try XCTUnwrap(PostgresTimestamp.parse("2024-05-01 12:00:00.5+00")).timeIntervalSince1970,
+            1_714_564_800.5, accuracy: 1e-9)
         for bad in ["infinity", "-infinity", "2024-13-01 00:00:00+00", "2024-05-01 12:00", "0044-03-15 00:00:00+00 BC", ""] {
             XCTAssertNil(PostgresTimestamp.parse(bad), bad)
         }
@@ -38,14 +42,16 @@ final class TextFormatTests: XCTestCase {
     }
 
     func testTextArrayLiteralQuotesEverything() {
-        XCTAssertEqual(PostgresTextArray(["a", "b,c", "say \"hi\"", "back\\slash", ""]).postgresText,
-                       #"{"a","b,c","say \"hi\"","back\\slash",""}"#)
+        XCTAssertEqual(
+            PostgresTextArray(["a", "b,c", "say \"hi\"", "back\\slash", ""]).postgresText,
+            #"{"a","b,c","say \"hi\"","back\\slash",""}"#)
         XCTAssertEqual(PostgresTextArray([]).postgresText, "{}")
     }
 
     func testArrayParserHandlesQuotingAndNull() {
-        XCTAssertEqual(PostgresArrayParser.parse(#"{a,"b,c","say \"hi\"","back\\slash","",NULL}"#),
-                       ["a", "b,c", "say \"hi\"", "back\\slash", "", nil])
+        XCTAssertEqual(
+            PostgresArrayParser.parse(#"{a,"b,c","say \"hi\"","back\\slash","",NULL}"#),
+            ["a", "b,c", "say \"hi\"", "back\\slash", "", nil])
         XCTAssertEqual(PostgresArrayParser.parse("{}"), [])
         XCTAssertEqual(PostgresArrayParser.parse(#"{"NULL"}"#), ["NULL"])
         XCTAssertEqual(PostgresArrayParser.parse("[0:1]={x,y}"), ["x", "y"])
@@ -91,8 +97,9 @@ final class TextFormatTests: XCTestCase {
     }
 
     func testConninfoHelperSwapsDatabase() {
-        XCTAssertEqual(TestDatabase.conninfo("postgresql:///liverelay?host=/tmp/x/run&user=liverelay", database: "db2"),
-                       "postgresql:///db2?host=/tmp/x/run&user=liverelay")
+        XCTAssertEqual(
+            TestDatabase.conninfo("postgresql:///liverelay?host=/tmp/x/run&user=liverelay", database: "db2"),
+            "postgresql:///db2?host=/tmp/x/run&user=liverelay")
         XCTAssertEqual(TestDatabase.conninfo("postgres://u@h:5432/a", database: "b"), "postgres://u@h:5432/b")
         XCTAssertEqual(TestDatabase.conninfo("host=/tmp user=u", database: "b"), "host=/tmp user=u dbname=b")
     }

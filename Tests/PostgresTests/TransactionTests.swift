@@ -52,11 +52,13 @@ final class TransactionTests: XCTestCase {
 
     func testTransactionRollsBackAndRethrowsNonPostgresBodyErrorAsIs() throws {
         var runs = 0
-        XCTAssertThrowsError(try pool.transaction { connection in
-            runs += 1
-            try connection.execute("INSERT INTO items VALUES (1, 'x')")
-            throw BodyError()
-        }) { XCTAssertEqual($0 as? BodyError, BodyError()) }
+        XCTAssertThrowsError(
+            try pool.transaction { connection in
+                runs += 1
+                try connection.execute("INSERT INTO items VALUES (1, 'x')")
+                throw BodyError()
+            }
+        ) { XCTAssertEqual($0 as? BodyError, BodyError()) }
         XCTAssertEqual(runs, 1)
         XCTAssertEqual(try count(), 0)
         XCTAssertEqual(pool.stats.inUse, 0)
@@ -86,7 +88,8 @@ final class TransactionTests: XCTestCase {
     func testSetConfigIsVisibleInsideTransactionAndGoneAfter() throws {
         let single = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
         defer { single.close() }
-        let (inside, isolation) = try single.transaction(isolation: .serializable, settings: [("app.tenant_id", "tenant-'1'"), ("app.other", "x")]) { connection in
+        let (inside, isolation) = try single.transaction(isolation: .serializable, settings: [("app.tenant_id", "tenant-'1'"), ("app.other", "x")]) {
+            connection in
             let row = try connection.query("SELECT current_setting('app.tenant_id', true) AS t, current_setting('transaction_isolation') AS i").first!
             return (try row.optionalString("t"), try row.string("i"))
         }
@@ -103,7 +106,10 @@ final class TransactionTests: XCTestCase {
     /// the other is still on. Both read before either writes (a barrier on the first attempt),
     /// so SSI must abort one with 40001; the retry sees the other's commit.
     func testSerializationFailureIsRetriedUntilCorrect() throws {
-        try pool.withConnection { try $0.simpleQuery("CREATE TABLE doctors (name text PRIMARY KEY, on_call bool NOT NULL); INSERT INTO doctors VALUES ('alice', true), ('bob', true)") }
+        try pool.withConnection {
+            try $0.simpleQuery(
+                "CREATE TABLE doctors (name text PRIMARY KEY, on_call bool NOT NULL); INSERT INTO doctors VALUES ('alice', true), ('bob', true)")
+        }
         let runs = Locked([0, 0])
         let readDone = [DispatchSemaphore(value: 0), DispatchSemaphore(value: 0)]
         let failures = Locked<[String]>([])
@@ -112,7 +118,9 @@ final class TransactionTests: XCTestCase {
         runOnThreads(2) { i in
             do {
                 try pool.transaction(isolation: .serializable, maxAttempts: 10) { connection in
-                    let attempt = runs.withLock { $0[i] += 1; return $0[i] }
+                    let attempt = runs.withLock {
+                        $0[i] += 1; return $0[i]
+                    }
                     let onCall = try connection.query("SELECT count(*) AS n FROM doctors WHERE on_call").first!.int("n")
                     if attempt == 1 {
                         readDone[i].signal()
