@@ -193,6 +193,41 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try counted(), try rows(), "deleting an ended target changes nothing, a live one counts down")
         let other = try env.tenant(name: "Other")
         XCTAssertEqual(try env.db.tenant(other.id) { c in try TenantCapStore.liveTargets(c, tenantId: other.id) }, 0, "per tenant")
+
+        // One statement over many targets (a channel's broadcast members ending together, a
+        // retention purge): counted once per statement (migration 0019). Per-row upserts of one
+        // counter row grew as n^2 and ran into the 30 s statement_timeout well below this size.
+        let bulk = 40_000
+        _ = try env.db.system { c in
+            try c.execute(
+                """
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                     push_token, token_status, op_seq)
+                SELECT $1, 'tgt_bulk' || lpad(g::text, 8, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 1, '{}'::jsonb,
+                       lpad(to_hex(g), 64, '0'), 'registered', 0
+                  FROM generate_series(1, $3) g
+                """, [tenant, w.installationId, bulk])
+        }
+        XCTAssertEqual(try counted(), 9 - 4 + bulk)
+        XCTAssertEqual(try counted(), try rows(), "after one insert of \(bulk) targets")
+        _ = try env.db.system { c in
+            try c.execute(
+                "UPDATE targets SET status = 'ended', end_reason = 'sender', ended_at = now() WHERE tenant_id = $1 AND id LIKE 'tgt_bulk%' AND id <= $2",
+                [tenant, "tgt_bulk" + String(format: "%08d", bulk / 2)])
+        }
+        XCTAssertEqual(try counted(), 9 - 4 + bulk / 2)
+        XCTAssertEqual(try counted(), try rows(), "after one statement ended \(bulk / 2) of them")
+        // The target events of those statements (migration 0019, once per statement): one
+        // target.ready per inserted target, one target.ended per ended one, nothing for the rest.
+        let events = try env.db.system { c in
+            try c.query(
+                "SELECT type, count(*) AS n FROM events WHERE tenant_id = $1 AND target_id LIKE 'tgt_bulk%' GROUP BY type ORDER BY type", [tenant]
+            ).map { "\(try $0.string("type"))=\(try $0.int("n"))" }
+        }
+        XCTAssertEqual(events, ["target.ended=\(bulk / 2)", "target.ready=\(bulk)"])
+        _ = try env.db.system { c in try c.execute("DELETE FROM targets WHERE tenant_id = $1 AND id LIKE 'tgt_bulk%'", [tenant]) }
+        XCTAssertEqual(try counted(), 9 - 4)
+        XCTAssertEqual(try counted(), try rows(), "after one statement deleted them all")
     }
 
     /// Post-commit hints are queued for the notifier thread (many callers at once, duplicates
