@@ -20,6 +20,10 @@
 --    tables; the others group that UNION ALL by key, or look the old status up by key in one
 --    jsonb object built from the old rows. No plan makes these quadratic. Same rows in, same
 --    effect out.
+-- 4. Webhook deliveries of new events (0012's events_fanout) are queued per statement, not per
+--    event row: with one endpoint, 2,000 single-row event inserts 185 -> 128 ms, one insert of
+--    2,000 events 123 -> 84 ms (psql, same cluster, same run); an apply of 512 writes its
+--    operation events in one statement.
 --
 -- PostgreSQL allows no column list (UPDATE OF status) on a trigger with transition tables, so
 -- the targets update triggers fire for every UPDATE statement on targets; for a write's one row
@@ -184,3 +188,21 @@ BEGIN
   ON CONFLICT DO NOTHING;
   RETURN NULL;
 END $$;
+
+-- 4. Deliveries of new events, per statement (same rows as 0012's row trigger).
+DROP TRIGGER events_fanout ON events;
+DROP FUNCTION lr_events_fanout();
+
+CREATE FUNCTION lr_events_fanout_stmt() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  -- webhook.test is queued by its endpoint only.
+  INSERT INTO webhook_deliveries (tenant_id, endpoint_id, event_id, event_type, event_created_at)
+  SELECT n.tenant_id, e.id, n.id, n.type, n.created_at
+    FROM lr_new_events n JOIN webhook_endpoints e ON e.tenant_id = n.tenant_id
+   WHERE n.type <> 'webhook.test' AND e.status = 'enabled' AND (e.events @> ARRAY[n.type] OR e.events @> ARRAY['*']);
+  RETURN NULL;
+END $$;
+CREATE TRIGGER events_fanout AFTER INSERT ON events
+  REFERENCING NEW TABLE AS lr_new_events
+  FOR EACH STATEMENT EXECUTE FUNCTION lr_events_fanout_stmt();
