@@ -25,6 +25,13 @@ public enum IdempotencyStore {
     /// How long a request waits for a concurrent holder of its key before `409 IDEMPOTENCY_KEY_IN_USE`.
     public static let waitSeconds = 10
 
+    /// `409 IDEMPOTENCY_KEY_IN_USE`: the claim's lock wait (`lock_timeout`, SQLSTATE 55P03)
+    /// ended while a concurrent request still held the key.
+    static let keyInUse = DomainError(
+        status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+        message: "another request with this idempotency_key is still being processed; retry shortly",
+        details: ["field": "idempotency_key"])
+
     /// Claims the key. Returns nil when this transaction must do the work, or the stored
     /// response to replay.
     /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request),
@@ -50,10 +57,7 @@ public enum IdempotencyStore {
                 """, [tenantId, endpoint, key, requestHash, retentionSeconds]
             ).isEmpty
         } catch let e as PostgresError where e.sqlState == "55P03" {
-            throw DomainError(
-                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                message: "another request with this idempotency_key is still being processed; retry shortly",
-                details: ["field": "idempotency_key"])
+            throw keyInUse
         }
         if inserted { return nil }
         guard
@@ -171,10 +175,7 @@ public enum IdempotencyStore {
                 """, ["\(endpoint)|\(key)", endpoint, requestHash, retentionSeconds]
             ).isEmpty
         } catch let e as PostgresError where e.sqlState == "55P03" {
-            throw DomainError(
-                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                message: "another request with this idempotency_key is still being processed; retry shortly",
-                details: ["field": "idempotency_key"])
+            throw keyInUse
         }
         if inserted { return nil }
         guard
