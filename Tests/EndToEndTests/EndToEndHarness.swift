@@ -26,8 +26,7 @@ final class EndToEndHarness: @unchecked Sendable {
     var conninfo: String { database.conninfo }
     var baseURL: String { api.baseURL }
     let sandbox: Sandbox
-    let sandboxDir: URL
-    let workDir: URL
+    let sandboxDir, workDir: URL
     let sender: ProviderSender
     let credentials: DatabaseProviderCredentialSource
     /// The key-encryption key of this API (webhook secrets are sealed under it).
