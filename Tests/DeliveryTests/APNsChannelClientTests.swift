@@ -226,13 +226,7 @@ final class APNsChannelClientTests: XCTestCase {
                 storagePolicy: .noMessageStored, timeoutSeconds: 10
             ).get())
         // An unknown key → 403 InvalidProviderToken, reported as a credential failure.
-        let unknown = P256PrivateKey.generate()
-        h.source.set(
-            "ten_unknown",
-            TenantProviderCredentials(apns: [
-                "production": APNsCredential(
-                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
-            ]))
+        h.setUnknownAPNsKey(tenant: "ten_unknown")
         let denied = client.createChannel(
             tenantId: "ten_unknown", appId: app, environment: "production", storagePolicy: .noMessageStored,
             timeoutSeconds: 10)

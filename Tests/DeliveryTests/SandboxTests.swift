@@ -37,6 +37,20 @@ final class ProviderHarness: @unchecked Sendable {
     let endpoints: ProviderEndpoints
     let logs = Locked<[String]>([])
 
+    /// Gives `tenant` a production APNs credential for `com.example.app` whose key the
+    /// sandbox does not know (team `TEAMOTHER1`, key `KEYOTHER01`) and returns that key.
+    @discardableResult
+    func setUnknownAPNsKey(tenant: String) -> P256PrivateKey {
+        let unknown = P256PrivateKey.generate()
+        source.set(
+            tenant,
+            TenantProviderCredentials(apns: [
+                "production": APNsCredential(
+                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
+            ]))
+        return unknown
+    }
+
     init(tokenUpdatesPer20Minutes: Int = 4, maxConnections: Int = 4, requestTimeout: Double = 5) throws {
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("lr-sandbox-\(UUID().uuidString)")
         let clock = self.clock, offset = self.sandboxOffset
