@@ -6,10 +6,7 @@ import LiveRelayStore
 import Postgres
 
 /// docs/endpoints.md provider credentials: validation, sealing, fingerprints only, audit.
-final class ProviderCredentialTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class ProviderCredentialTests: APITestCase {
 
     static let p384 = """
         -----BEGIN PRIVATE KEY-----
