@@ -111,6 +111,26 @@ final class EndToEndHarness: @unchecked Sendable {
         var description: String { "\(status) \(json.jsonString)" }
     }
 
+    /// Creates a sender key for start target `st` (its `targets` and `created_from`) with the
+    /// tour's four permissions (`TourTests.permissions`) as `master`; returns its credential.
+    func senderKey(startTarget st: String, idempotencyKey: String, as master: String) throws -> String {
+        let key = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions,
+                "idempotency_key": .string(idempotencyKey)
+            ], as: master)
+        return try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
+    }
+
+    /// The body of the demo start: start target `st`, template version `tv`, state and alert "Preparing".
+    static func preparingStart(startTarget st: String, templateVersion tv: String, idempotencyKey: String) -> JSONValue {
+        [
+            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+            "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": .string(idempotencyKey)
+        ]
+    }
+
     func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil) -> Reply {
         let r = TestHTTP.send(method, baseURL + path, body: body.map { $0.serialized() }, credential: credential, timeoutSeconds: 90)
         return Reply(status: r.status, headers: r.headers, json: (try? JSONValue.parse(r.body)) ?? .null)

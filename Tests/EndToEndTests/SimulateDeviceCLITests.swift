@@ -69,19 +69,10 @@ final class SimulateDeviceCLITests: XCTestCase {
         defer { if run.isRunning { run.terminate() } }
         func runLog() -> String { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
 
-        let key = h.call(
-            "POST", "/v1/remote-updates/sender-keys",
-            [
-                "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions, "idempotency_key": "cli-key"
-            ],
-            as: tenant.master)
-        let sender = try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
+        let sender = try h.senderKey(startTarget: st, idempotencyKey: "cli-key", as: tenant.master)
         let started = h.call(
             "POST", "/v1/remote-updates/live-activities/start",
-            [
-                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "cli-start"
-            ], as: sender)
+            EndToEndHarness.preparingStart(startTarget: st, templateVersion: tv, idempotencyKey: "cli-start"), as: sender)
         XCTAssertEqual(started.status, 202, "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
         let ready = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)?wait_until_ready_ms=30000", as: sender)
