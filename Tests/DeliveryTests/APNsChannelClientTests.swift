@@ -10,10 +10,7 @@ import XCTest
 
 /// `APNsChannelClient` (channel management and broadcasts) against the sandbox over real TLS
 /// and HTTP/2 (docs/channels.md "APNs wire").
-final class APNsChannelClientTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class APNsChannelClientTests: ProviderTestCase {
 
     var client: APNsChannelClient { h.sender.channels }
     let app = "com.example.app"

@@ -9,10 +9,7 @@ import XCTest
 import LiveRelayTestSupport
 
 /// `ProviderSender` → APNs against the sandbox over real TLS and HTTP/2 (docs/providers.md).
-final class APNsSenderTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class APNsSenderTests: ProviderTestCase {
 
     func testAcceptedPushCarriesSpecHeadersAndReturnsApnsId() throws {
         let push = h.iosPush()

@@ -138,10 +138,7 @@ final class ProviderHarness: @unchecked Sendable {
 }
 
 /// The sandbox by itself: files, the control endpoint, and its checks against raw requests.
-final class SandboxTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class SandboxTests: ProviderTestCase {
 
     func testWritesFilesThatDescribeTheDemoCredentials() throws {
         for name in ["ca.pem", "ca-key.pem", "apns-key.p8", "apns.json", "fcm-service-account.json", "env"] {
@@ -257,4 +254,12 @@ final class SandboxTests: XCTestCase {
         if case .outcome(.accepted) = h.sender.send(h.iosPush()) {} else { XCTFail("faults not cleared") }
         XCTAssertEqual(try call("POST", "/sandbox/faults", ["status": "x"]).0, 400)
     }
+}
+
+/// A test class whose every test gets its own `ProviderHarness` (`h`, made in `setUpWithError`,
+/// torn down in `tearDown`).
+class ProviderTestCase: XCTestCase {
+    var h: ProviderHarness!
+    override func setUpWithError() throws { h = try ProviderHarness() }
+    override func tearDown() { h?.tearDown() }
 }

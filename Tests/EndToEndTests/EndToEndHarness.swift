@@ -193,3 +193,11 @@ final class EndToEndHarness: @unchecked Sendable {
         try JSONValue.parse(try String(contentsOfFile: repoRoot + "/deploy/demo/delivery-template.json", encoding: .utf8))
     }
 }
+
+/// A test class whose every test gets its own `EndToEndHarness` (`h`, made in `setUpWithError`,
+/// torn down in `tearDown`).
+class EndToEndTestCase: XCTestCase {
+    var h: EndToEndHarness!
+    override func setUpWithError() throws { h = try EndToEndHarness.make() }
+    override func tearDown() { h?.tearDown() }
+}

@@ -6,10 +6,7 @@ import JSON
 /// `liverelay simulate-device` as a user runs it from the README: the built executable in
 /// subprocesses, its state in a file between invocations, `run` in the background until
 /// SIGTERM, against the harness's API and sandbox.
-final class SimulateDeviceCLITests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class SimulateDeviceCLITests: EndToEndTestCase {
 
     /// The `liverelay` executable next to the test bundle (both are built by `swift build --build-tests`).
     static func executable() throws -> String { try ChildProcess.liverelayExecutable() }

@@ -7,10 +7,7 @@ import LiveRelayTestSupport
 
 /// The seed's "starting shown ≠ update token registered": writes made before the iOS device
 /// registered its update token wait for it, coalesce, and reach the device in order.
-final class TokenPendingTests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class TokenPendingTests: EndToEndTestCase {
 
     func testUpdatesBeforeTheUpdateTokenWaitCoalesceAndArriveInOrder() throws {
         try h.requireDispatcher()

@@ -11,14 +11,6 @@ import Logging
 import Metrics
 import Postgres
 
-/// A test class whose every test runs against its own `TestEnvironment` (`env`, made in
-/// `setUpWithError`, torn down in `tearDown`).
-class APITestCase: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
-}
-
 /// A real LiveRelay API on 127.0.0.1 (ephemeral port, built by `APIStack` as `serve` builds it)
 /// over a fresh PostgreSQL database made for one test case (a clone of the migrated template),
 /// with every log line captured (to prove no secret is ever logged). Needs
@@ -105,4 +97,12 @@ final class TestEnvironment: @unchecked Sendable {
 
     /// Every captured log line so far.
     var logText: String { logs.text }
+}
+
+/// A test class whose every test runs against its own `TestEnvironment` (`env`, made in
+/// `setUpWithError`, torn down in `tearDown`).
+class APITestCase: XCTestCase {
+    var env: TestEnvironment!
+    override func setUpWithError() throws { env = try TestEnvironment.make() }
+    override func tearDown() { env?.tearDown() }
 }
