@@ -123,12 +123,15 @@ final class EndToEndHarness: @unchecked Sendable {
         return try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
     }
 
-    /// The body of the demo start: start target `st`, template version `tv`, state and alert "Preparing".
-    static func preparingStart(startTarget st: String, templateVersion tv: String, idempotencyKey: String) -> JSONValue {
-        [
-            "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-            "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": .string(idempotencyKey)
-        ]
+    /// Posts the demo start (`POST /v1/remote-updates/live-activities/start` plus `query`) as
+    /// `credential`: start target `st`, template version `tv`, state and alert "Preparing".
+    func startPreparing(startTarget st: String, templateVersion tv: String, idempotencyKey: String, query: String = "", as credential: String) -> Reply {
+        call(
+            "POST", "/v1/remote-updates/live-activities/start" + query,
+            [
+                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": .string(idempotencyKey)
+            ], as: credential)
     }
 
     func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil) -> Reply {

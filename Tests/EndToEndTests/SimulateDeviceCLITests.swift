@@ -67,9 +67,7 @@ final class SimulateDeviceCLITests: EndToEndTestCase {
         func runLog() -> String { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
 
         let sender = try h.senderKey(startTarget: st, idempotencyKey: "cli-key", as: tenant.master)
-        let started = h.call(
-            "POST", "/v1/remote-updates/live-activities/start",
-            EndToEndHarness.preparingStart(startTarget: st, templateVersion: tv, idempotencyKey: "cli-start"), as: sender)
+        let started = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "cli-start", as: sender)
         XCTAssertEqual(started.status, 202, "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
         let ready = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)?wait_until_ready_ms=30000", as: sender)

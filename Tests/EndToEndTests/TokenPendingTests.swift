@@ -19,9 +19,7 @@ final class TokenPendingTests: EndToEndTestCase {
         let sender = try h.senderKey(startTarget: st, idempotencyKey: "k", as: tenant.master)
 
         // The device is not reading pushes yet: the start is delivered, the update token is not registered.
-        let started = h.call(
-            "POST", "/v1/remote-updates/live-activities/start?wait_ms=10000",
-            EndToEndHarness.preparingStart(startTarget: st, templateVersion: tv, idempotencyKey: "s"), as: sender)
+        let started = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "s", query: "?wait_ms=10000", as: sender)
         XCTAssertEqual(started.status, 202, "\(started)")
         XCTAssertEqual(started["operation"]?["status"]?.stringValue, "accepted", "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)

@@ -91,15 +91,11 @@ final class WebhookEventTests: XCTestCase {
         device.startBackground(interval: 0.05)
 
         // Start → accepted by APNs, then the device registers its update token → target.ready.
-        let started = h.call(
-            "POST", "/v1/remote-updates/live-activities/start",
-            EndToEndHarness.preparingStart(startTarget: st, templateVersion: tv, idempotencyKey: "start-1"), as: tenant.master)
+        let started = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "start-1", as: tenant.master)
         // A master key cannot start (docs/credentials.md): use a sender key.
         XCTAssertEqual(started.status, 403, "\(started)")
         let sender = try h.senderKey(startTarget: st, idempotencyKey: "sk-1", as: tenant.master)
-        let start = h.call(
-            "POST", "/v1/remote-updates/live-activities/start",
-            EndToEndHarness.preparingStart(startTarget: st, templateVersion: tv, idempotencyKey: "start-1"), as: sender)
+        let start = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "start-1", as: sender)
         XCTAssertEqual(start.status, 202, "\(start)")
         let tgt = try XCTUnwrap(start["target"]?["id"]?.stringValue)
         let startOp = try XCTUnwrap(start["operation"]?["id"]?.stringValue)
