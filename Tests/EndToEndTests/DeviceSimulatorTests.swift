@@ -248,7 +248,7 @@ final class DeviceSimulatorTests: XCTestCase {
         XCTAssertNil(d.state.activity("tgt_1")?.updateToken)
         XCTAssertTrue(d.watchedTokens.contains { $0.provider == "broadcast" && $0.token == "Y2hhbm5lbA==" })
         XCTAssertTrue(LockScreen.render(d.state.activity("tgt_1")!, now: now).contains("(remote, channel)"))
-        /// Applies a broadcast (`broadcast(…)`) to `d`; new tokens are never asked for here.
+        // Applies a broadcast (`broadcast(…)`) to `d`; new tokens are never asked for here.
         func applyBroadcast(_ seq: Int, channel: String, event: String, ts: Int64, state: JSONValue) -> DeviceEvent {
             d.apply(broadcast(seq, channel: channel, event: event, ts: ts, state: state), now: now, newToken: { "x" })
         }

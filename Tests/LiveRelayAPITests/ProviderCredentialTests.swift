@@ -131,7 +131,7 @@ final class ProviderCredentialTests: APITestCase {
         XCTAssertEqual(audit.filter { $0["action"]?.stringValue == "provider_credential.fcm.put" }.count, 2)
         XCTAssertNil(env.logText.range(of: secretLine))
 
-        /// The `details.field` of the refusal of a PUT of service account `sa`.
+        // The `details.field` of the refusal of a PUT of service account `sa`.
         func refusedField(_ sa: [String: JSONValue]) -> String? {
             env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
                 .stringValue
