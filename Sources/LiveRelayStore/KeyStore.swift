@@ -102,7 +102,9 @@ public enum KeyStore {
     }
 
     public static func listMasterKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<MasterKeyRecord> {
-        try Page.ascendingById(c, table: "master_keys", columns: masterColumns, tenantId: tenantId, after: after, limit: limit, id: \.id, decode: MasterKeyRecord.init(row:))
+        try Page.ascendingById(
+            c, table: "master_keys", columns: masterColumns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: MasterKeyRecord.init(row:))
     }
 
     /// Master keys of the tenant that work now and are not scheduled to stop, locked
@@ -168,7 +170,9 @@ public enum KeyStore {
     }
 
     public static func listSenderKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<SenderKeyRecord> {
-        try Page.ascendingById(c, table: "sender_keys", columns: senderColumns, tenantId: tenantId, after: after, limit: limit, id: \.id, decode: SenderKeyRecord.init(row:))
+        try Page.ascendingById(
+            c, table: "sender_keys", columns: senderColumns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: SenderKeyRecord.init(row:))
     }
 
     /// Revokes sender key `id` now (idempotent: an earlier revocation time is kept).
@@ -197,7 +201,9 @@ public enum KeyStore {
 
     public static func listPublishableKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<PublishableKeyRecord>
     {
-        try Page.ascendingById(c, table: "publishable_keys", columns: publishableColumns, tenantId: tenantId, after: after, limit: limit, id: \.id, decode: PublishableKeyRecord.init(row:))
+        try Page.ascendingById(
+            c, table: "publishable_keys", columns: publishableColumns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: PublishableKeyRecord.init(row:))
     }
 
     public static func revokePublishableKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> PublishableKeyRecord? {

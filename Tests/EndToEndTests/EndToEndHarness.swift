@@ -125,7 +125,9 @@ final class EndToEndHarness: @unchecked Sendable {
 
     /// Posts the demo start (`POST /v1/remote-updates/live-activities/start` plus `query`) as
     /// `credential`: start target `st`, template version `tv`, state and alert "Preparing".
-    func startPreparing(startTarget st: String, templateVersion tv: String, idempotencyKey: String, query: String = "", as credential: String) -> Reply {
+    func startPreparing(
+        startTarget st: String, templateVersion tv: String, idempotencyKey: String, query: String = "", as credential: String
+    ) -> Reply {
         call(
             "POST", "/v1/remote-updates/live-activities/start" + query,
             [

@@ -8,12 +8,14 @@ import LiveRelayTestSupport
 
 /// docs/credentials.md: every endpoint of the credentials issue × every kind of caller → the expected
 /// status, as one table. Objects of another tenant are indistinguishable from absent ones.
-final class AuthorizationMatrixTests: APITestCase {
+final class AuthorizationMatrixTests: XCTestCase {
     enum Who: String, CaseIterable {
         case none, malformed, badChecksum, revoked, expired, `operator`, master, sender, publishable, installation, otherMaster
     }
 
     func testMatrix() throws {
+        let env = try TestEnvironment.make()
+        defer { env.tearDown() }
         let op = try env.operatorKey()
         let t = try env.tenant()
         let other = try env.tenant(name: "Other")
@@ -115,6 +117,8 @@ final class AuthorizationMatrixTests: APITestCase {
     }
 
     func testSuspendedTenantGets403OnEveryCredential() throws {
+        let env = try TestEnvironment.make()
+        defer { env.tearDown() }
         let op = try env.operatorKey()
         let t = try env.tenant()
         XCTAssertEqual(env.call("GET", "/v1/master-keys", as: t.master).status, 200)  // warm the cache
