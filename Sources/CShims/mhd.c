@@ -72,43 +72,31 @@ static void lr_mhd_notify(void *cls, struct MHD_Connection *connection, void **s
     target->fn(target->cls, connection, socket_context, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : 0);
 }
 
-struct MHD_Daemon *lr_mhd_start(int listen_fd,
-                                unsigned int connection_limit,
-                                unsigned int per_address_limit,
-                                unsigned int connection_timeout_seconds,
-                                MHD_AccessHandlerCallback access_handler,
-                                void *access_cls,
-                                MHD_RequestCompletedCallback completed,
-                                void *completed_cls,
-                                void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
-                                void *uri_log_cls,
-                                void (*notify_fn)(void *cls, struct MHD_Connection *connection, void **socket_context, int started),
-                                void *notify_cls,
-                                void (*log_fn)(void *cls, const char *message),
-                                void *log_cls,
+struct MHD_Daemon *lr_mhd_start(int listen_fd, unsigned int connection_limit, unsigned int per_address_limit,
+                                unsigned int connection_timeout_seconds, const struct lr_mhd_callbacks *callbacks,
                                 void **log_state_out) {
     *log_state_out = NULL;
     struct lr_daemon_state *state = malloc(sizeof *state);
     if (state == NULL) return NULL;
-    state->log.fn = log_fn;
-    state->log.cls = log_cls;
-    state->notify.fn = notify_fn;
-    state->notify.cls = notify_cls;
+    state->log.fn = callbacks->log_fn;
+    state->log.cls = callbacks->cls;
+    state->notify.fn = callbacks->notify_fn;
+    state->notify.cls = callbacks->cls;
     // One internal polling thread on epoll owns every socket (idle connections cost no
     // thread); requests are suspended while a handler runs on the caller's worker pool and
     // resumed with its response (MHD_suspend_connection / MHD_resume_connection).
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME
                        | MHD_USE_ITC | MHD_USE_ERROR_LOG;
-    struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, access_cls,
+    struct MHD_Daemon *daemon = MHD_start_daemon(flags, 0, NULL, NULL, callbacks->access_handler, callbacks->cls,
                             // The logger must come first, or early messages go to stderr.
                             MHD_OPTION_EXTERNAL_LOGGER, lr_mhd_logger, (void *)&state->log,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)listen_fd,
                             MHD_OPTION_CONNECTION_LIMIT, connection_limit,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_address_limit,
                             MHD_OPTION_CONNECTION_TIMEOUT, connection_timeout_seconds,
-                            MHD_OPTION_NOTIFY_COMPLETED, completed, completed_cls,
+                            MHD_OPTION_NOTIFY_COMPLETED, callbacks->completed, callbacks->cls,
                             MHD_OPTION_NOTIFY_CONNECTION, lr_mhd_notify, (void *)&state->notify,
-                            MHD_OPTION_URI_LOG_CALLBACK, uri_log, uri_log_cls,
+                            MHD_OPTION_URI_LOG_CALLBACK, callbacks->uri_log, callbacks->cls,
                             MHD_OPTION_END);
     if (daemon == NULL) free(state);
     else *log_state_out = state;

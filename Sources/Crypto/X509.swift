@@ -34,19 +34,14 @@ public enum X509 {
     ///   - validDays: lifetime in days from now, 1…36 500.
     /// - Throws: `CryptoError` for invalid arguments or an OpenSSL failure.
     public static func makeCertificateAuthority(commonName: String, validDays: Int = 3650) throws -> Identity {
-        let key = P256PrivateKey.generate()
-        let cert = try CertificateBuilder(subjectCN: commonName, validDays: validDays, publicKey: key.key)
-        try cert.setIssuer(nil)
-        try cert.addExtensions(
-            issuer: nil,
-            [
+        try issue(
+            commonName: commonName, validDays: validDays, issuer: nil, signingKey: nil,
+            extensions: [
                 (NID_basic_constraints, "critical,CA:TRUE"),
                 (NID_key_usage, "critical,keyCertSign,cRLSign,digitalSignature"),
                 (NID_subject_key_identifier, "hash"),
                 (NID_authority_key_identifier, "keyid:always")
             ])
-        try cert.sign(with: key.key)
-        return Identity(certificatePEM: try cert.pem(), privateKeyPEM: key.pkcs8PEM)
     }
 
     /// Issues a TLS server certificate signed by `ca`: fresh P-256 key, `CN=<hosts[0]>`,
@@ -72,12 +67,9 @@ public enum X509 {
         }
         guard X509_check_ca(caCert) >= 1 else { throw CryptoError("certificate is not a CA") }
 
-        let key = P256PrivateKey.generate()
-        let cert = try CertificateBuilder(subjectCN: first, validDays: validDays, publicKey: key.key)
-        try cert.setIssuer(caCert)
-        try cert.addExtensions(
-            issuer: caCert,
-            [
+        return try issue(
+            commonName: first, validDays: validDays, issuer: caCert, signingKey: caKey,
+            extensions: [
                 (NID_basic_constraints, "critical,CA:FALSE"),
                 (NID_key_usage, "critical,digitalSignature"),
                 (NID_ext_key_usage, "serverAuth"),
@@ -85,7 +77,20 @@ public enum X509 {
                 (NID_subject_key_identifier, "hash"),
                 (NID_authority_key_identifier, "keyid:always")
             ])
-        try cert.sign(with: caKey)
+    }
+
+    /// A fresh P-256 key and a certificate for it: subject `CN=<commonName>`, valid `validDays`
+    /// from now, issued by `issuer` with `extensions` (nil: self-signed) and signed with
+    /// `signingKey` (nil: the new key itself).
+    /// - Throws: `CryptoError` for invalid arguments or an OpenSSL failure.
+    static func issue(
+        commonName: String, validDays: Int, issuer: OpaquePointer?, signingKey: EVPKey?, extensions: [(Int32, String)]
+    ) throws -> Identity {
+        let key = P256PrivateKey.generate()
+        let cert = try CertificateBuilder(subjectCN: commonName, validDays: validDays, publicKey: key.key)
+        try cert.setIssuer(issuer)
+        try cert.addExtensions(issuer: issuer, extensions)
+        try cert.sign(with: signingKey ?? key.key)
         return Identity(certificatePEM: try cert.pem(), privateKeyPEM: key.pkcs8PEM)
     }
 

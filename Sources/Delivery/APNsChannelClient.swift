@@ -72,10 +72,7 @@ public final class APNsChannelClient: Sendable {
         completion: @escaping @Sendable (Result<APNsChannelCreated, APNsChannelError>) -> Void
     ) {
         let body = JSONValue.object(["message-storage-policy": .int(Int64(storagePolicy.rawValue)), "push-type": "LiveActivity"]).serialized()
-        manage(
-            tenantId: tenantId, appId: appId, environment: environment, method: "POST", path: "/1/apps/\(appId)/channels",
-            channelId: nil, body: body, requestId: requestId
-        ) { result in
+        manage("POST", "channels", tenantId: tenantId, appId: appId, environment: environment, body: body, requestId: requestId) { result in
             completion(
                 result.flatMap { r in
                     guard let id = r.header("apns-channel-id"), !id.isEmpty else {
@@ -91,10 +88,7 @@ public final class APNsChannelClient: Sendable {
         tenantId: String, appId: String, environment: String, channelId: String, requestId: String = newRequestId(),
         completion: @escaping @Sendable (Result<APNsChannelInfo, APNsChannelError>) -> Void
     ) {
-        manage(
-            tenantId: tenantId, appId: appId, environment: environment, method: "GET", path: "/1/apps/\(appId)/channels",
-            channelId: channelId, body: [], requestId: requestId
-        ) { result in
+        manage("GET", "channels", tenantId: tenantId, appId: appId, environment: environment, channelId: channelId, requestId: requestId) { result in
             completion(
                 result.flatMap { r in
                     guard let o = (try? JSONValue.parse(r.body, maxDepth: 8))?.objectValue,
@@ -115,10 +109,8 @@ public final class APNsChannelClient: Sendable {
         tenantId: String, appId: String, environment: String, channelId: String, requestId: String = newRequestId(),
         completion: @escaping @Sendable (Result<APNsChannelDeleted, APNsChannelError>) -> Void
     ) {
-        manage(
-            tenantId: tenantId, appId: appId, environment: environment, method: "DELETE", path: "/1/apps/\(appId)/channels",
-            channelId: channelId, body: [], requestId: requestId
-        ) { result in
+        manage("DELETE", "channels", tenantId: tenantId, appId: appId, environment: environment, channelId: channelId, requestId: requestId) {
+            result in
             completion(result.map { r in APNsChannelDeleted(channelId: channelId, apnsRequestId: r.header("apns-request-id") ?? requestId) })
         }
     }
@@ -128,10 +120,7 @@ public final class APNsChannelClient: Sendable {
         tenantId: String, appId: String, environment: String, requestId: String = newRequestId(),
         completion: @escaping @Sendable (Result<APNsChannelList, APNsChannelError>) -> Void
     ) {
-        manage(
-            tenantId: tenantId, appId: appId, environment: environment, method: "GET", path: "/1/apps/\(appId)/all-channels",
-            channelId: nil, body: [], requestId: requestId
-        ) { result in
+        manage("GET", "all-channels", tenantId: tenantId, appId: appId, environment: environment, requestId: requestId) { result in
             completion(
                 result.flatMap { r in
                     guard let o = (try? JSONValue.parse(r.body, maxDepth: 8))?.objectValue, let list = o["channels"]?.arrayValue else {
@@ -273,10 +262,11 @@ public final class APNsChannelClient: Sendable {
     }
 
     private func manage(
-        tenantId: String, appId: String, environment: String, method: String, path: String, channelId: String?,
-        body: [UInt8], requestId: String,
+        _ method: String, _ resource: String, tenantId: String, appId: String, environment: String, channelId: String? = nil,
+        body: [UInt8] = [], requestId: String,
         completion: @escaping @Sendable (Result<HTTP2Response, APNsChannelError>) -> Void
     ) {
+        let path = "/1/apps/\(appId)/\(resource)"
         let credential: APNsCredential
         switch credentialFor(tenantId: tenantId, appId: appId, environment: environment) {
         case .failure(let e): return completion(.failure(e))

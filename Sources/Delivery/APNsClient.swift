@@ -11,19 +11,14 @@ import LiveRelayCore
 /// `isRetryAfterRefresh: true`, so the same error then fails instead of looping.
 final class APNsClient: Sendable {
     struct PoolKey: Hashable, Sendable { let teamId: String; let keyId: String; let environment: String }
+    let pools = PoolSet<PoolKey>()
 
     let endpoints: ProviderEndpoints
     let tokens: APNsTokenCache
     let metrics: ProviderMetrics
-    let pools = PoolSet<PoolKey>()
 
     init(endpoints: ProviderEndpoints, tokens: APNsTokenCache, metrics: ProviderMetrics) {
         self.endpoints = endpoints; self.tokens = tokens; self.metrics = metrics
-    }
-
-    /// Sends and blocks until the outcome (wrapper over `submit`).
-    func send(_ push: OutgoingPush, body: [UInt8], credential: APNsCredential) -> PushResult {
-        waitForCompletion { done in submit(push, body: body, credential: credential, written: nil, completion: done) }
     }
 
     /// Sends without blocking; `completion` gets the outcome after at most one refresh/retry

@@ -134,22 +134,9 @@ public final class ChannelWorker: @unchecked Sendable {
     }
 
     private func listenLoop() {
-        var conn: PostgresConnection?
-        while isRunning {
-            do {
-                if conn == nil {
-                    let c = try PostgresConnection(conninfo)
-                    try c.listen(ChannelStore.channelsChannel)
-                    conn = c
-                    wake()
-                }
-                if try !conn!.waitForNotifications(timeoutSeconds: 0.25).isEmpty { wake() }
-            } catch {
-                conn?.close(); conn = nil
-                if isRunning { Thread.sleep(forTimeInterval: 1) }
-            }
-        }
-        conn?.close()
+        PostgresConnection.listenLoop(
+            conninfo: conninfo, channel: ChannelStore.channelsChannel, isStopping: { !isRunning }, connected: { wake() },
+            received: { _ in wake() })
     }
 
     // MARK: fan-out

@@ -31,12 +31,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     /// Claimed-but-unfinished operations held at most (see `DispatcherConfiguration.maxOutstanding`).
     public let maxOutstanding: Int
 
-    let operationsTotal: Counter
-    let lag: Histogram
-    let claimSeconds: Histogram
-    let claimBatch: Histogram
-    let applyBatch: Histogram
-    let priorityDowngrades: Counter
+    let operationsTotal, priorityDowngrades: Counter
+    let lag, claimSeconds, claimBatch, applyBatch: Histogram
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
     private let lastUnpark = LockedValue<Date>(.distantPast)

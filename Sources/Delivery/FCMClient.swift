@@ -18,11 +18,6 @@ final class FCMClient: Sendable {
         self.endpoints = endpoints; self.tokens = tokens; self.metrics = metrics
     }
 
-    /// Sends and blocks until the outcome (wrapper over `submit`).
-    func send(_ push: OutgoingPush, body: [UInt8], credential: FCMCredential) -> PushResult {
-        waitForCompletion { done in submit(push, body: body, credential: credential, written: nil, completion: done) }
-    }
-
     /// Sends without blocking on the provider's answer (a cold access-token cache fetches a
     /// token on the caller's thread first); after a `401` the new access token is fetched on a
     /// global queue, never on a connection's I/O thread, and the message is retried once.

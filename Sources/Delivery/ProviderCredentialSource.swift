@@ -186,25 +186,13 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
         guard first else { return }
         let t = Thread { [self] in
             defer { listenerDone.signal() }
-            var conn: PostgresConnection?
-            while !listening.withLock({ $0.stopping }) {
-                do {
-                    if conn == nil {
-                        let c = try PostgresConnection(conninfo)
-                        try c.listen(ProviderCredentialStore.changeChannel)
-                        conn = c
-                        invalidate()
-                    }
-                    for n in try conn!.waitForNotifications(timeoutSeconds: 0.25) { invalidate(n.payload) }
-                } catch {
-                    conn?.close()
-                    conn = nil
+            PostgresConnection.listenLoop(
+                conninfo: conninfo, channel: ProviderCredentialStore.changeChannel, isStopping: { listening.withLock { $0.stopping } },
+                connected: { invalidate() }, received: { for n in $0 { invalidate(n.payload) } },
+                lost: { error in
                     invalidate()
                     log.warning("provider credential listener lost its connection; retrying", ["error": .string("\(error)")])
-                    Thread.sleep(forTimeInterval: 1)
-                }
-            }
-            conn?.close()
+                })
         }
         t.name = "provider credential changes"
         t.start()

@@ -57,16 +57,7 @@ extension HTTP2Connection {
 
     /// DATA source for request bodies: copies the next chunk of the stream's body.
     static let readBody: nghttp2_data_source_read_callback = { _, streamID, buffer, length, flags, _, user in
-        guard let buffer, let flags, let stream = HTTP2Connection.from(user).streams[streamID] else {
-            return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
-        }
-        let count = min(length, stream.body.count - stream.bodyOffset)
-        stream.body.withUnsafeBytes { source in
-            if count > 0 { UnsafeMutableRawPointer(buffer).copyMemory(from: source.baseAddress! + stream.bodyOffset, byteCount: count) }
-        }
-        stream.bodyOffset += count
-        if stream.bodyOffset == stream.body.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-        return count
+        NGHTTP2.readChunk(HTTP2Connection.from(user).streams[streamID]?.body, buffer, length, flags)
     }
 
     private func frameReceived(_ frame: nghttp2_frame) {

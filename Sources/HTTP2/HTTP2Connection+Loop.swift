@@ -18,19 +18,10 @@ extension HTTP2Connection {
             if let reason = keepalive(now: now) { failure = reason; break }
             if let reason = flush() { failure = reason; break }
             reportWritten()
-            if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
-                && outboundHead == outbound.count
-            {
-                break
-            }
-            var fds = [
-                pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)
-            ]
-            if outboundHead < outbound.count { fds[0].events |= Int16(POLLOUT) }
-            _ = poll(&fds, 2, pollTimeoutMilliseconds(now: now))
-            if fds[1].revents != 0 { wake.drain() }
-            if fds[0].revents != 0 { failure = readAvailable(&buffer) }
+            if NGHTTP2.isDone(session, unwritten: outbound.count - outboundHead) { break }
+            let ready = NGHTTP2.waitForIO(
+                fd: transport.fd, wake: wake, wantsWrite: outboundHead < outbound.count, timeoutMilliseconds: pollTimeoutMilliseconds(now: now))
+            if ready { failure = readAvailable(&buffer) }
         }
         finish(reason: failure)
     }
@@ -95,16 +86,8 @@ extension HTTP2Connection {
             }
             outbound.removeAll(keepingCapacity: true)
             outboundHead = 0
-            var pulled = 0
-            while true {
-                var data: UnsafePointer<UInt8>? = nil
-                let n = nghttp2_session_mem_send(session, &data)
-                if n < 0 { return "HTTP/2 session error: \(NGHTTP2.errorText(n))" }
-                if n == 0 { break }
-                if let data { outbound.append(contentsOf: UnsafeBufferPointer(start: data, count: n)) }
-                producedBytes += UInt64(n)
-                pulled += n
-            }
+            let pulled = NGHTTP2.pull(session, into: &outbound) { producedBytes += UInt64($0) }
+            if pulled < 0 { return "HTTP/2 session error: \(NGHTTP2.errorText(pulled))" }
             if pulled == 0 { return nil }
         }
     }

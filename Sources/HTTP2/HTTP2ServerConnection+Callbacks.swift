@@ -50,16 +50,7 @@ extension HTTP2ServerConnection {
 
     /// DATA source for response bodies.
     static let readResponse: nghttp2_data_source_read_callback = { _, streamID, buffer, length, flags, _, user in
-        guard let buffer, let flags, let stream = HTTP2ServerConnection.from(user).streams[streamID] else {
-            return Int(NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE.rawValue)
-        }
-        let count = min(length, stream.response.count - stream.responseOffset)
-        stream.response.withUnsafeBytes { source in
-            if count > 0 { UnsafeMutableRawPointer(buffer).copyMemory(from: source.baseAddress! + stream.responseOffset, byteCount: count) }
-        }
-        stream.responseOffset += count
-        if stream.responseOffset == stream.response.count { flags.pointee |= NGHTTP2_DATA_FLAG_EOF.rawValue }
-        return count
+        NGHTTP2.readChunk(HTTP2ServerConnection.from(user).streams[streamID]?.response, buffer, length, flags)
     }
 
     /// A new request stream: apply GOAWAY / refusal faults, else start collecting it.

@@ -12,8 +12,7 @@ final class ServerStream {
     var path = ""
     var headers: [(String, String)] = []
     var body: [UInt8] = []
-    var response: [UInt8] = []
-    var responseOffset = 0
+    var response = OutgoingBody([])
 }
 
 /// One accepted connection of `HTTP2Server`: TLS handshake, nghttp2 server session and the
@@ -66,19 +65,9 @@ final class HTTP2ServerConnection: @unchecked Sendable {
             }
             submitCompletions()
             guard flush() else { break }
-            if nghttp2_session_want_read(session) == 0 && nghttp2_session_want_write(session) == 0
-                && outboundHead == outbound.count
-            {
-                break
-            }
-            var fds = [
-                pollfd(fd: transport.fd, events: Int16(POLLIN), revents: 0),
-                pollfd(fd: wake.readFD, events: Int16(POLLIN), revents: 0)
-            ]
-            if outboundHead < outbound.count { fds[0].events |= Int16(POLLOUT) }
-            _ = poll(&fds, 2, 1000)
-            if fds[1].revents != 0 { wake.drain() }
-            if fds[0].revents != 0 && !readAvailable(&buffer) { break }
+            if NGHTTP2.isDone(session, unwritten: outbound.count - outboundHead) { break }
+            let ready = NGHTTP2.waitForIO(fd: transport.fd, wake: wake, wantsWrite: outboundHead < outbound.count, timeoutMilliseconds: 1000)
+            if ready && !readAvailable(&buffer) { break }
         }
         if abortNow { transport.abort() } else { transport.close() }
     }
@@ -118,7 +107,7 @@ final class HTTP2ServerConnection: @unchecked Sendable {
         }
         for (id, response) in done {
             guard let stream = streams[id] else { continue }
-            stream.response = response.body
+            stream.response = OutgoingBody(response.body)
             var fields = [(":status", String(response.status))]
             fields.append(contentsOf: response.headers)
             if response.header("content-length") == nil { fields.append(("content-length", String(response.body.count))) }
@@ -157,15 +146,8 @@ final class HTTP2ServerConnection: @unchecked Sendable {
             }
             outbound.removeAll(keepingCapacity: true)
             outboundHead = 0
-            var pulled = 0
-            while true {
-                var data: UnsafePointer<UInt8>? = nil
-                let n = nghttp2_session_mem_send(session, &data)
-                if n < 0 { return false }
-                if n == 0 { break }
-                if let data { outbound.append(contentsOf: UnsafeBufferPointer(start: data, count: n)) }
-                pulled += n
-            }
+            let pulled = NGHTTP2.pull(session, into: &outbound)
+            if pulled < 0 { return false }
             if pulled == 0 { return true }
         }
     }

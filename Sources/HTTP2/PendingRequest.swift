@@ -55,8 +55,7 @@ final class PendingRequest: Sendable {
 /// Client-side state of one open stream; touched only by the I/O thread.
 final class ClientStream {
     let pending: PendingRequest
-    let body: [UInt8]
-    var bodyOffset = 0
+    let body: OutgoingBody
     /// Outbound byte offset at which this stream's HEADERS frame ends, once serialized.
     var headersEnd: UInt64?
     var status = 0
@@ -68,6 +67,6 @@ final class ClientStream {
 
     init(_ pending: PendingRequest) {
         self.pending = pending
-        self.body = pending.request.body
+        self.body = OutgoingBody(pending.request.body)
     }
 }

@@ -125,11 +125,12 @@ public final class HTTPServer: @unchecked Sendable {
             maxConnectionsInEffect.store(soft, ordering: .relaxed)
             let hard = UInt32(clamping: descriptors > soft + 128 ? soft + 64 : soft)
             pool.start()
+            var callbacks = lr_mhd_callbacks(
+                access_handler: mhdAccessHandler, completed: mhdCompletedCallback, uri_log: mhdURILogCallback,
+                notify_fn: mhdConnectionNotify, log_fn: mhdLogCallback, cls: me)
             let daemon = lr_mhd_start(
                 fd, hard, UInt32(clamping: max(0, c.maxConnectionsPerAddress)),
-                UInt32(clamping: max(0, c.connectionTimeoutSeconds)),
-                mhdAccessHandler, me, mhdCompletedCallback, me, mhdURILogCallback, me,
-                mhdConnectionNotify, me, mhdLogCallback, me, &logState)
+                UInt32(clamping: max(0, c.connectionTimeoutSeconds)), &callbacks, &logState)
             guard let daemon else {
                 close(fd)
                 pool.stop()

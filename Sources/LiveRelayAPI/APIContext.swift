@@ -136,6 +136,54 @@ enum Endpoint {
         .json(200, .object(["data": .array(page.items.map(encode)), "next_cursor": page.nextCursor.map(JSONValue.string) ?? .null]))
     }
 
+    /// The page a master-key list endpoint answers: checks the key is a master key, reads
+    /// `listParameters` and runs `fetch(connection, tenant, limit, cursor id)` in the tenant's
+    /// transaction.
+    static func masterPage<T>(
+        _ ctx: APIContext, _ req: HTTPRequest,
+        _ fetch: (PostgresConnection, _ tenant: String, _ limit: Int, _ cursor: String?) throws -> Page<T>
+    ) throws -> Page<T> {
+        let (tenant, _) = try requireMaster(ctx.auth.authenticate(req))
+        let (limit, cursor) = try listParameters(req)
+        return try ctx.db.tenant(tenant) { c in try fetch(c, tenant, limit, cursor) }
+    }
+
+    /// `POST …/{id}/revoke` of a credential for a master key: the body is empty or
+    /// `{idempotency_key?}` (accepted and unused: revoking is idempotent). Runs `revoke(connection,
+    /// tenant, id)` in the tenant's transaction, audits `<objectType>.revoke`, announces the
+    /// invalidation to every node (`CredentialLookup`) and returns the revoked record.
+    /// - Throws: `404 NOT_FOUND` naming `what` when `revoke` finds no such credential.
+    static func revokeCredential<R>(
+        _ ctx: APIContext, _ req: HTTPRequest, what: String, objectType: String,
+        _ revoke: (PostgresConnection, _ tenant: String, _ id: String) throws -> R?
+    ) throws -> R {
+        let (tenant, actor) = try requireMaster(ctx.auth.authenticate(req))
+        let id = req.pathParameters["id"] ?? ""
+        var (r, _) = try reader(req, allowEmpty: true)
+        _ = try r.optionalString("idempotency_key", maxLength: 255)
+        try r.finish()
+        return try ctx.db.tenant(tenant) { c -> R in
+            guard let k = try revoke(c, tenant, id) else { throw notFound(what) }
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "\(objectType).revoke", objectType: objectType,
+                objectId: id, requestId: req.requestId)
+            try CredentialLookup.announceInvalidation(c, subject: id)
+            return k
+        }
+    }
+
+    /// Runs `work` once per idempotency key when the request sent one (`idempotent`; `seal`
+    /// stores the response encrypted), else once in the tenant's transaction without storing
+    /// anything; answers `work`'s status and body.
+    static func idempotentIfKeyed(
+        _ ctx: APIContext, _ req: HTTPRequest, tenantId: String, key: String?, body: JSONValue, seal: Bool,
+        work: (PostgresConnection) throws -> (Int, JSONValue)
+    ) throws -> HTTPResponse {
+        if let key { return try idempotent(ctx, req, tenantId: tenantId, key: key, body: body, seal: seal, work: work) }
+        let (status, value) = try ctx.db.tenant(tenantId, work)
+        return .json(status, value)
+    }
+
     /// The request body as an object reader, or an empty object when there is no body.
     static func reader(_ req: HTTPRequest, allowEmpty: Bool = false) throws -> (RequestReader, JSONValue) {
         if allowEmpty && req.body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {

@@ -216,27 +216,18 @@ public final class Authenticator: Sendable {
         listenerStarted.store(true, ordering: .relaxed)
         let t = Thread { [self] in
             defer { listenerDone.signal() }
-            var conn: PostgresConnection?
-            while !stopping.load(ordering: .relaxed) {
-                do {
-                    if conn == nil {
-                        let c = try PostgresConnection(conninfo)
-                        try c.listen(CredentialLookup.invalidationChannel)
-                        conn = c
-                        invalidate("*")  // anything may have been missed while not listening
-                        listenerConnected.store(true, ordering: .releasing)
-                    }
-                    for n in try conn!.waitForNotifications(timeoutSeconds: 0.25) { invalidate(n.payload) }
-                } catch {
+            PostgresConnection.listenLoop(
+                conninfo: conninfo, channel: CredentialLookup.invalidationChannel, isStopping: { stopping.load(ordering: .relaxed) },
+                connected: {
+                    invalidate("*")  // anything may have been missed while not listening
+                    listenerConnected.store(true, ordering: .releasing)
+                },
+                received: { for n in $0 { invalidate(n.payload) } },
+                lost: { error in
                     listenerConnected.store(false, ordering: .releasing)
-                    conn?.close()
-                    conn = nil
                     invalidate("*")
                     log.warning("auth invalidation listener lost its connection; retrying", ["error": .string("\(error)")])
-                    Thread.sleep(forTimeInterval: 1)
-                }
-            }
-            conn?.close()
+                })
         }
         t.name = "auth-invalidation"
         t.start()

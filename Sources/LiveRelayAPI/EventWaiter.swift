@@ -70,23 +70,10 @@ public final class EventWaiter: Sendable {
         started.store(true, ordering: .relaxed)
         let t = Thread { [self] in
             defer { done.signal() }
-            var conn: PostgresConnection?
-            while !stopping.load(ordering: .relaxed) {
-                do {
-                    if conn == nil {
-                        let c = try PostgresConnection(conninfo)
-                        try c.listen(OperationStore.eventsChannel)
-                        conn = c
-                    }
-                    for n in try conn!.waitForNotifications(timeoutSeconds: 0.25) { wake(n.payload) }
-                } catch {
-                    conn?.close()
-                    conn = nil
-                    log.warning("event listener lost its connection; retrying", ["error": .string("\(error)")])
-                    Thread.sleep(forTimeInterval: 1)
-                }
-            }
-            conn?.close()
+            PostgresConnection.listenLoop(
+                conninfo: conninfo, channel: OperationStore.eventsChannel, isStopping: { stopping.load(ordering: .relaxed) },
+                received: { for n in $0 { wake(n.payload) } },
+                lost: { error in log.warning("event listener lost its connection; retrying", ["error": .string("\(error)")]) })
         }
         t.name = "event-waiter"
         t.start()

@@ -128,9 +128,7 @@ enum InstallationHandlers {
             }
             return (201, Encode.installation(inst, credential: minted.token))
         }
-        if let key { return try Endpoint.idempotent(ctx, req, tenantId: me.tenant, key: key, body: json, seal: true, work: work) }
-        let (s, v) = try ctx.db.tenant(me.tenant, work)
-        return .json(s, v)
+        return try Endpoint.idempotentIfKeyed(ctx, req, tenantId: me.tenant, key: key, body: json, seal: true, work: work)
     }
 
     /// `POST /v1/installations/{id}/disconnect`: retires the installation, its bindings and

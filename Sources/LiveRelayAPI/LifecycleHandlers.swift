@@ -281,6 +281,42 @@ enum LifecycleHandlers {
         return try c.pipeline(reads)
     }
 
+    /// What round trip 1 of an update or an end established (`lockForWrite`): its results, the
+    /// locked target and its platform, the validated request and its idempotency claim.
+    struct LockedWrite<Request> {
+        let reads: PostgresPipelineOutcome
+        let target: TargetRecord
+        let platform: String
+        let request: Request
+        let idem: Idempotency
+    }
+
+    /// How an update or an end goes on after `lockForWrite`.
+    enum WriteStart<Request> {
+        /// The key's stored response: answer it as it is.
+        case replay(HTTPResponse)
+        /// A new write on the locked target.
+        case locked(LockedWrite<Request>)
+    }
+
+    /// Round trip 1 of an update or an end (`readTarget`) and the checks that come first, in
+    /// order: rule 1 (the target exists and `scope` covers `action`), rule 2 (the body's `shape`
+    /// error, raised only now), the replay of a stored response, and the refusal of a channel
+    /// member's target (`ChannelJoin.checkNotMember`).
+    static func lockForWrite<Request>(
+        _ c: PostgresConnection, tenant: String, targetId: String, scope: SenderScope?, action: TargetAction,
+        shape: Result<Request, Error>, idem: Idempotency?, day: String
+    ) throws -> WriteStart<Request> {
+        let r1 = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
+        let locked = try WritePath.target(result(r1, 0))
+        let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: action)
+        let request = try shape.get()
+        guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
+        if let replay = try idem.replay(r1, at: 2) { return .replay(replay) }
+        try ChannelJoin.checkNotMember(t)
+        return .locked(LockedWrite(reads: r1, target: t, platform: locked!.platform, request: request, idem: idem))
+    }
+
     // MARK: update
 
     static func update(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
@@ -300,20 +336,19 @@ enum LifecycleHandlers {
         var exactQuota = false
         let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
             c.transactionLabel = "update"
-            let r1 = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
-            let locked = try WritePath.target(result(r1, 0))
-            let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: .update)
-            let u = try shape.get()
-            guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
-            if let replay = try idem.replay(r1, at: 2) { return replay }
-            try ChannelJoin.checkNotMember(t)
+            let w: LockedWrite<UpdateRequest>
+            switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: .update, shape: shape, idem: idem, day: day) {
+            case .replay(let stored): return stored
+            case .locked(let locked): w = locked
+            }
+            let (r1, t, u) = (w.reads, w.target, w.request)
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: u.expectedRevision, current: t.revision)
             try WriteRules.checkSourceVersion(u.sourceVersion, last: t.sourceVersion)
             try checkState(c, tenant: tenant, target: t, state: u.state)
             let revision = t.revision + 1
             try DeliveryPayload.check(
-                platform: locked!.platform,
+                platform: w.platform,
                 DeliveryPayload.Content(
                     event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
                     staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
@@ -331,7 +366,7 @@ enum LifecycleHandlers {
                 operation: OperationStore.New(
                     id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
                     consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
-                victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false, idem: idem)
+                victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false, idem: w.idem)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
@@ -379,13 +414,12 @@ enum LifecycleHandlers {
         var exactQuota = false
         let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
             c.transactionLabel = "end"
-            let r1 = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
-            let locked = try WritePath.target(result(r1, 0))
-            let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: .end)
-            let e = try shape.get()
-            guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
-            if let replay = try idem.replay(r1, at: 2) { return replay }
-            try ChannelJoin.checkNotMember(t)
+            let w: LockedWrite<EndRequest>
+            switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: .end, shape: shape, idem: idem, day: day) {
+            case .replay(let stored): return stored
+            case .locked(let locked): w = locked
+            }
+            let (r1, t, e) = (w.reads, w.target, w.request)
             let opId = Identifier.make(.operation)
             let queued = try WritePath.queued(result(r1, 1))
             guard let state = e.state else {
@@ -401,24 +435,24 @@ enum LifecycleHandlers {
                                 consumesQuota: false, quotaDay: nil, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey))
                         // Further statements of this write (e.g. event rows) join here.
                     ]).get()
-                    return try finish(c, tenant: tenant, idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
+                    return try finish(c, tenant: tenant, w.idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
                 }
                 return try queueEnd(
                     c, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
-                    day: nil, recheck: false, exactNext: &exactQuota, idem: idem)
+                    day: nil, recheck: false, exactNext: &exactQuota, idem: w.idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: e.expectedRevision!, current: t.revision)
             try checkState(c, tenant: tenant, target: t, state: state)
             try DeliveryPayload.check(
-                platform: locked!.platform,
+                platform: w.platform,
                 DeliveryPayload.Content(
                     event: .end, targetId: t.id, revision: t.revision + 1, templateVersion: t.templateVersion ?? "", state: state, alert: nil,
                     staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
             return try queueEnd(
                 c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
-                day: day, recheck: recheck, exactNext: &exactQuota, idem: idem)
+                day: day, recheck: recheck, exactNext: &exactQuota, idem: w.idem)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }

@@ -38,11 +38,10 @@ enum MasterKeyHandlers {
     }
 
     static func listMaster(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let (limit, after) = try Endpoint.listParameters(req)
-        let page = try ctx.db.tenant(tenant) { c in try KeyStore.listMasterKeys(c, tenantId: tenant, limit: limit, after: after) }
-        let now = ctx.now()
-        return Endpoint.list(page) { Encode.masterKey($0, now: now) }
+        let page = try Endpoint.masterPage(ctx, req) { c, tenant, limit, after in
+            try KeyStore.listMasterKeys(c, tenantId: tenant, limit: limit, after: after)
+        }
+        return Endpoint.list(page) { [now = ctx.now()] in Encode.masterKey($0, now: now) }
     }
 
     /// `POST /v1/master-keys/{id}/revoke {expires_in_seconds?}`: now, or after a grace period
@@ -101,42 +100,28 @@ enum MasterKeyHandlers {
                 objectId: k.id, requestId: req.requestId, details: ["app_id": .string(appId), "platform": .string(platform)])
             return (201, Encode.publishableKey(k, credential: minted.token))
         }
-        if let key {
-            return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: body, seal: true, work: work)
-        }
-        let (status, value) = try ctx.db.tenant(tenant, work)
-        return .json(status, value)
+        return try Endpoint.idempotentIfKeyed(ctx, req, tenantId: tenant, key: key, body: body, seal: true, work: work)
     }
 
     static func listPublishable(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let (limit, after) = try Endpoint.listParameters(req)
-        let page = try ctx.db.tenant(tenant) { c in try KeyStore.listPublishableKeys(c, tenantId: tenant, limit: limit, after: after) }
+        let page = try Endpoint.masterPage(ctx, req) { c, tenant, limit, after in
+            try KeyStore.listPublishableKeys(c, tenantId: tenant, limit: limit, after: after)
+        }
         return Endpoint.list(page) { Encode.publishableKey($0) }
     }
 
     static func revokePublishable(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let id = req.pathParameters["id"] ?? ""
-        var (r, _) = try Endpoint.reader(req, allowEmpty: true)
-        _ = try r.optionalString("idempotency_key", maxLength: 255)
-        try r.finish()
-        let k = try ctx.db.tenant(tenant) { c -> PublishableKeyRecord in
-            guard let k = try KeyStore.revokePublishableKey(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("publishable key") }
-            try AuditStore.record(
-                c, tenantId: tenant, actorId: actor, action: "publishable_key.revoke", objectType: "publishable_key",
-                objectId: id, requestId: req.requestId)
-            try CredentialLookup.announceInvalidation(c, subject: id)
-            return k
+        let k = try Endpoint.revokeCredential(ctx, req, what: "publishable key", objectType: "publishable_key") { c, tenant, id in
+            try KeyStore.revokePublishableKey(c, tenantId: tenant, id: id)
         }
         return .json(200, Encode.publishableKey(k))
     }
 
     /// `GET /v1/audit-events`: newest first, keyset-paginated.
     static func listAudit(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let (limit, before) = try Endpoint.listParameters(req)
-        let page = try ctx.db.tenant(tenant) { c in try AuditStore.list(c, tenantId: tenant, limit: limit, before: before) }
+        let page = try Endpoint.masterPage(ctx, req) { c, tenant, limit, before in
+            try AuditStore.list(c, tenantId: tenant, limit: limit, before: before)
+        }
         return Endpoint.list(page, Encode.auditEvent)
     }
 }

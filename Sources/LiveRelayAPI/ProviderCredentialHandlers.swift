@@ -121,29 +121,20 @@ enum ProviderCredentialHandlers {
         let sealed = try ProviderCredentialStore.sealPrivateKey(
             key.pkcs8PEM, kek: ctx.kek, tenantId: tenant, provider: "apns",
             environment: environment)
-        let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
+        let audited: [String: JSONValue] = [
+            "environment": .string(environment), "team_id": .string(teamId), "key_id": .string(keyId),
+            "topics": J.strs(topics), "fingerprint": .string(fingerprint)
+        ]
+        return try store(
+            ctx, req, tenant: tenant, actor: actor, provider: "apns", objectId: "apns_\(environment)", idempotencyKey: idem,
+            body: body, audit: audited, log: ["environment": .string(environment), "fingerprint": .string(fingerprint)]
+        ) { c in
             let (rec, created) = try ProviderCredentialStore.upsertAPNs(
                 c, tenantId: tenant, environment: environment, teamId: teamId,
                 keyId: keyId, topics: topics, privateKeySealed: sealed,
                 fingerprint: fingerprint, actorId: actor)
-            try AuditStore.record(
-                c, tenantId: tenant, actorId: actor, action: "provider_credential.apns.put", objectType: "provider_credential",
-                objectId: "apns_\(environment)", requestId: req.requestId,
-                details: [
-                    "environment": .string(environment), "team_id": .string(teamId), "key_id": .string(keyId),
-                    "topics": J.strs(topics), "fingerprint": .string(fingerprint), "created": .bool(created)
-                ])
-            try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
-            return (created ? 201 : 200, encodeAPNs(rec))
+            return (encodeAPNs(rec), created)
         }
-        let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
-        ctx.log.info(
-            "apns credential stored",
-            [
-                "tenant_id": .string(tenant), "environment": .string(environment),
-                "fingerprint": .string(fingerprint)
-            ])
-        return response
     }
 
     static func putFCM(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
@@ -182,29 +173,19 @@ enum ProviderCredentialHandlers {
         }
         let fingerprint = key.publicKey.fingerprint
         let sealed = try ProviderCredentialStore.sealPrivateKey(key.pkcs8PEM, kek: ctx.kek, tenantId: tenant, provider: "fcm", environment: nil)
-        let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
+        let audited: [String: JSONValue] = [
+            "project_id": .string(projectId), "client_email": .string(clientEmail),
+            "private_key_id": .string(privateKeyId), "fingerprint": .string(fingerprint)
+        ]
+        return try store(
+            ctx, req, tenant: tenant, actor: actor, provider: "fcm", objectId: "fcm", idempotencyKey: idem, body: body,
+            audit: audited, log: ["project_id": .string(projectId), "fingerprint": .string(fingerprint)]
+        ) { c in
             let (rec, created) = try ProviderCredentialStore.upsertFCM(
-                c, tenantId: tenant, projectId: projectId, clientEmail: clientEmail,
-                privateKeyId: privateKeyId, tokenURI: tokenURI, privateKeySealed: sealed,
-                fingerprint: fingerprint, actorId: actor)
-            try AuditStore.record(
-                c, tenantId: tenant, actorId: actor, action: "provider_credential.fcm.put", objectType: "provider_credential",
-                objectId: "fcm", requestId: req.requestId,
-                details: [
-                    "project_id": .string(projectId), "client_email": .string(clientEmail),
-                    "private_key_id": .string(privateKeyId), "fingerprint": .string(fingerprint), "created": .bool(created)
-                ])
-            try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
-            return (created ? 201 : 200, encodeFCM(rec))
+                c, tenantId: tenant, projectId: projectId, clientEmail: clientEmail, privateKeyId: privateKeyId,
+                tokenURI: tokenURI, privateKeySealed: sealed, fingerprint: fingerprint, actorId: actor)
+            return (encodeFCM(rec), created)
         }
-        let response = try respond(ctx, req, tenant: tenant, idempotencyKey: idem, body: body, work: work)
-        ctx.log.info(
-            "fcm credential stored",
-            [
-                "tenant_id": .string(tenant), "project_id": .string(projectId),
-                "fingerprint": .string(fingerprint)
-            ])
-        return response
     }
 
     /// `GET /v1/provider-credentials` → `{"data": [apns_production?, apns_sandbox?, fcm?], "next_cursor": null}`.
@@ -220,16 +201,27 @@ enum ProviderCredentialHandlers {
 
     // MARK: - helpers
 
-    static func respond(
-        _ ctx: APIContext, _ req: HTTPRequest, tenant: String, idempotencyKey: String?, body: JSONValue,
-        work: (PostgresConnection) throws -> (Int, JSONValue)
+    /// Runs a credential PUT of `provider` (`apns` or `fcm`) in the tenant's transaction, once
+    /// per `idempotencyKey` when one was sent: `upsert` (the encoded credential and whether it
+    /// was created), the audit event `provider_credential.<provider>.put` (`audit` plus
+    /// `created`) and the change NOTIFY. Answers 201 when created, else 200, and logs
+    /// `<provider> credential stored` with the tenant id and `log`.
+    static func store(
+        _ ctx: APIContext, _ req: HTTPRequest, tenant: String, actor: String, provider: String, objectId: String,
+        idempotencyKey: String?, body: JSONValue, audit: [String: JSONValue], log: [String: JSONValue],
+        upsert: (PostgresConnection) throws -> (credential: JSONValue, created: Bool)
     ) throws -> HTTPResponse {
-        if let idempotencyKey {
-            // The stored replay holds no secret (fingerprints only), so it is kept in clear.
-            return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: idempotencyKey, body: body, seal: false, work: work)
+        // The stored replay holds no secret (fingerprints only), so it is kept in clear.
+        let response = try Endpoint.idempotentIfKeyed(ctx, req, tenantId: tenant, key: idempotencyKey, body: body, seal: false) { c in
+            let (credential, created) = try upsert(c)
+            try AuditStore.record(
+                c, tenantId: tenant, actorId: actor, action: "provider_credential.\(provider).put", objectType: "provider_credential",
+                objectId: objectId, requestId: req.requestId, details: audit.merging(["created": .bool(created)]) { _, new in new })
+            try ProviderCredentialStore.notifyChanged(c, tenantId: tenant)
+            return (created ? 201 : 200, credential)
         }
-        let (status, value) = try ctx.db.tenant(tenant, work)
-        return .json(status, value)
+        ctx.log.info("\(provider) credential stored", log.merging(["tenant_id": .string(tenant)]) { _, new in new })
+        return response
     }
 
     static func optionalIdempotencyKey(_ r: inout RequestReader) throws -> String? {

@@ -84,14 +84,6 @@ enum SenderKeyHandlers {
         }
     }
 
-    static func list(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let (limit, after) = try Endpoint.listParameters(req)
-        let page = try ctx.db.tenant(tenant) { c in try KeyStore.listSenderKeys(c, tenantId: tenant, limit: limit, after: after) }
-        let now = ctx.now()
-        return Endpoint.list(page) { Encode.senderKey($0, now: now) }
-    }
-
     static func get(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
         let id = req.pathParameters["id"] ?? ""
@@ -101,20 +93,17 @@ enum SenderKeyHandlers {
         return .json(200, Encode.senderKey(k, now: ctx.now()))
     }
 
+    static func list(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let page = try Endpoint.masterPage(ctx, req) { c, tenant, limit, after in
+            try KeyStore.listSenderKeys(c, tenantId: tenant, limit: limit, after: after)
+        }
+        return Endpoint.list(page) { [now = ctx.now()] in Encode.senderKey($0, now: now) }
+    }
+
     /// `POST /v1/remote-updates/sender-keys/{id}/revoke`: stops working on every node within 1 s.
     static func revoke(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let id = req.pathParameters["id"] ?? ""
-        var (r, _) = try Endpoint.reader(req, allowEmpty: true)
-        _ = try r.optionalString("idempotency_key", maxLength: 255)
-        try r.finish()
-        let k = try ctx.db.tenant(tenant) { c -> SenderKeyRecord in
-            guard let k = try KeyStore.revokeSenderKey(c, tenantId: tenant, id: id) else { throw Endpoint.notFound("sender key") }
-            try AuditStore.record(
-                c, tenantId: tenant, actorId: actor, action: "sender_key.revoke", objectType: "sender_key",
-                objectId: id, requestId: req.requestId)
-            try CredentialLookup.announceInvalidation(c, subject: id)
-            return k
+        let k = try Endpoint.revokeCredential(ctx, req, what: "sender key", objectType: "sender_key") { c, tenant, id in
+            try KeyStore.revokeSenderKey(c, tenantId: tenant, id: id)
         }
         return .json(200, Encode.senderKey(k, now: ctx.now()))
     }

@@ -46,9 +46,9 @@ enum WebhookHandlers {
     }
 
     static func list(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
-        let (limit, after) = try Endpoint.listParameters(req)
-        let page = try ctx.db.tenant(tenant) { c in try WebhookStore.listEndpoints(c, tenantId: tenant, limit: limit, after: after) }
+        let page = try Endpoint.masterPage(ctx, req) { c, tenant, limit, after in
+            try WebhookStore.listEndpoints(c, tenantId: tenant, limit: limit, after: after)
+        }
         return Endpoint.list(page) { Encode.webhookEndpoint($0) }
     }
 
@@ -131,11 +131,7 @@ enum WebhookHandlers {
                 objectId: e.id, requestId: req.requestId, details: ["expires_in_seconds": .int(overlap)])
             return (200, Encode.webhookEndpoint(e, secret: secret))
         }
-        if let key {
-            return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true, work: work)
-        }
-        let (status, body) = try ctx.db.tenant(tenant, work)
-        return .json(status, body)
+        return try Endpoint.idempotentIfKeyed(ctx, req, tenantId: tenant, key: key, body: json, seal: true, work: work)
     }
 
     /// `POST …/{we}/test` → 202 the `webhook.test` event, queued for this endpoint alone (also

@@ -120,23 +120,7 @@ enum AdminCommand {
     }
 
     /// `--key value` and `--key=value` pairs.
-    static func options(_ args: [String]) throws -> [String: String] {
-        var out: [String: String] = [:]
-        var i = 0
-        while i < args.count {
-            let a = args[i]
-            guard a.hasPrefix("--") else { throw UsageError("unexpected argument \(a.debugDescription)") }
-            if let eq = a.firstIndex(of: "=") {
-                out[String(a[a.index(a.startIndex, offsetBy: 2)..<eq])] = String(a[a.index(after: eq)...])
-            } else {
-                guard i + 1 < args.count else { throw UsageError("\(a) needs a value") }
-                out[String(a.dropFirst(2))] = args[i + 1]
-                i += 1
-            }
-            i += 1
-        }
-        return out
-    }
+    static func options(_ args: [String]) throws -> [String: String] { try UsageError.options(args, flags: []) }
 
     static func required(_ opts: [String: String], _ name: String) throws -> String {
         guard let v = opts[name], !v.isEmpty else { throw UsageError("--\(name) is required") }

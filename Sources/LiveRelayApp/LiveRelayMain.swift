@@ -31,6 +31,19 @@ public enum LiveRelayMain {
         without DATABASE_URL an embedded PostgreSQL cluster runs under ./.liverelay/.
         """
 
+    /// Runs subcommand `name` and exits: 0 when `body` returns, 2 after a `UsageError` (its
+    /// message and a pointer to `--help` on stderr), 1 after any other error (on stderr).
+    static func exitAfter(_ name: String, _ body: () throws -> Void) -> Never {
+        do { try body() } catch let e as UsageError {
+            FileHandle.standardError.write(Data("liverelay \(name): \(e.message)\nsee `liverelay \(name) --help`\n".utf8))
+            exit(2)
+        } catch {
+            FileHandle.standardError.write(Data("liverelay \(name): \(error)\n".utf8))
+            exit(1)
+        }
+        exit(0)
+    }
+
     /// Runs the command line `args` (program name first) and exits the process with
     /// 0 (success), 1 (failure) or 2 (usage error).
     public static func run(_ args: [String]) -> Never {
@@ -51,23 +64,9 @@ public enum LiveRelayMain {
         case "serve", "api", "worker", "migrate", "admin", "gc":
             break
         case "sandbox":
-            do { try SandboxCommand.run(rest) } catch let e as UsageError {
-                FileHandle.standardError.write(Data("liverelay sandbox: \(e.message)\nsee `liverelay sandbox --help`\n".utf8))
-                exit(2)
-            } catch {
-                FileHandle.standardError.write(Data("liverelay sandbox: \(error)\n".utf8))
-                exit(1)
-            }
-            exit(0)
+            exitAfter(command) { try SandboxCommand.run(rest) }
         case "simulate-device":
-            do { try SimulateDeviceCommand.run(rest) } catch let e as UsageError {
-                FileHandle.standardError.write(Data("liverelay simulate-device: \(e.message)\nsee `liverelay simulate-device --help`\n".utf8))
-                exit(2)
-            } catch {
-                FileHandle.standardError.write(Data("liverelay simulate-device: \(error)\n".utf8))
-                exit(1)
-            }
-            exit(0)
+            exitAfter(command) { try SimulateDeviceCommand.run(rest) }
         default:
             FileHandle.standardError.write(Data("liverelay: unknown command \(command.debugDescription)\n\n\(usage)\n".utf8))
             exit(2)
@@ -163,4 +162,28 @@ public enum LiveRelayMain {
 struct UsageError: Error {
     let message: String
     init(_ m: String) { message = m }
+
+    /// Parses a subcommand's options: `--key value`, `--key=value`, and bare `--flag` for the
+    /// names in `flags` (value `"true"`); keyed by the name without `--`, a repeated key keeps
+    /// the last value.
+    /// - Throws: `UsageError` for an argument not starting with `--` or a last `--key` without a value.
+    static func options(_ args: [String], flags: Set<String>) throws -> [String: String] {
+        var out: [String: String] = [:]
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            guard a.hasPrefix("--") else { throw UsageError("unexpected argument \(a.debugDescription)") }
+            if let eq = a.firstIndex(of: "=") {
+                out[String(a[a.index(a.startIndex, offsetBy: 2)..<eq])] = String(a[a.index(after: eq)...])
+            } else if flags.contains(String(a.dropFirst(2))) {
+                out[String(a.dropFirst(2))] = "true"
+            } else {
+                guard i + 1 < args.count else { throw UsageError("\(a) needs a value") }
+                out[String(a.dropFirst(2))] = args[i + 1]
+                i += 1
+            }
+            i += 1
+        }
+        return out
+    }
 }

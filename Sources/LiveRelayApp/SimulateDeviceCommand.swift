@@ -66,7 +66,7 @@ enum SimulateDeviceCommand {
 
     static func run(_ args: [String]) throws {
         guard let task = args.first, !task.hasPrefix("-") else { throw UsageError("missing task (register, prepare, run, local-start, show)") }
-        let opts = try parse(Array(args.dropFirst()), flags: ["once", "force"])
+        let opts = try UsageError.options(Array(args.dropFirst()), flags: ["once", "force"])
         let env = ProcessInfo.processInfo.environment
         let out: @Sendable (String) -> Void = emit
 
@@ -229,27 +229,6 @@ enum SimulateDeviceCommand {
     struct SimulatorFailure: Error, CustomStringConvertible { let message: String; var description: String { message } }
 
     static func trimmed(_ url: String) -> String { url.hasSuffix("/") ? String(url.dropLast()) : url }
-
-    /// `--key value`, `--key=value` and bare `flags`.
-    static func parse(_ args: [String], flags: Set<String>) throws -> [String: String] {
-        var out: [String: String] = [:]
-        var i = 0
-        while i < args.count {
-            let a = args[i]
-            guard a.hasPrefix("--") else { throw UsageError("unexpected argument \(a.debugDescription)") }
-            if let eq = a.firstIndex(of: "=") {
-                out[String(a[a.index(a.startIndex, offsetBy: 2)..<eq])] = String(a[a.index(after: eq)...])
-            } else if flags.contains(String(a.dropFirst(2))) {
-                out[String(a.dropFirst(2))] = "true"
-            } else {
-                guard i + 1 < args.count else { throw UsageError("\(a) needs a value") }
-                out[String(a.dropFirst(2))] = args[i + 1]
-                i += 1
-            }
-            i += 1
-        }
-        return out
-    }
 
     static func check(_ opts: [String: String], _ allowed: Set<String>) throws {
         if let bad = opts.keys.sorted().first(where: { !allowed.contains($0) }) { throw UsageError("unknown option --\(bad)") }

@@ -93,13 +93,7 @@ extension Sandbox {
         if let problem = inputPushChannelProblem(request.body, bundle: bundle) { return answer(400, "BadPayload", problem) }
 
         if state.withLock({ $0.deadTokens.contains(token) }) { return answer(410, "Unregistered") }
-        if let f = takeFault(provider: "apns", token: token), f.status != 0 {
-            noteInjectedExpiry(f, request)
-            if (200..<300).contains(f.status) { return answer(f.status, nil) }
-            return answer(
-                f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
-                extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
-        }
+        if let injected = injectedFault(provider: "apns", token: token, request, { answer($0, $1, $2, extra: $3) }) { return injected }
         return answer(200, nil)
     }
 
@@ -170,6 +164,22 @@ extension Sandbox {
             s.verified[token] = v
         }
         return .verified(v)
+    }
+
+    /// The answer to an APNs-style request (a push or a broadcast) when a fault is armed for
+    /// `provider` and `token`: takes the fault (one with status 0 is taken and ignored: nil),
+    /// notes an injected expiry, and builds the answer through `answer(status, reason, detail,
+    /// extra headers)`: a 2xx without a reason, else the fault's reason (default
+    /// `defaultAPNsReason`) with `retry-after` when set. Nil when no fault applies.
+    func injectedFault(
+        provider: String, token: String, _ request: HTTP2Request,
+        _ answer: (Int, String?, String?, [(String, String)]) -> HTTP2Response
+    ) -> HTTP2Response? {
+        guard let f = takeFault(provider: provider, token: token), f.status != 0 else { return nil }
+        noteInjectedExpiry(f, request)
+        if (200..<300).contains(f.status) { return answer(f.status, nil, nil, []) }
+        return answer(
+            f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault", f.retryAfter.map { [("retry-after", String($0))] } ?? [])
     }
 
     /// An injected `403 ExpiredProviderToken` counts like a real one, and its token's successor

@@ -184,13 +184,7 @@ extension Sandbox {
         if channel.storagePolicy == 0 && expiration != 0 {
             return answer(400, "BadExpirationDate", "a channel with message-storage-policy 0 takes apns-expiration 0")
         }
-        if let f = takeFault(provider: "broadcast", token: channelId), f.status != 0 {
-            noteInjectedExpiry(f, request)
-            if (200..<300).contains(f.status) { return answer(f.status, nil) }
-            return answer(
-                f.status, f.reason ?? Sandbox.defaultAPNsReason(f.status), "injected fault",
-                extra: f.retryAfter.map { [("retry-after", String($0))] } ?? [])
-        }
+        if let injected = injectedFault(provider: "broadcast", token: channelId, request, { answer($0, $1, $2, extra: $3) }) { return injected }
         return answer(200, nil)
     }
 

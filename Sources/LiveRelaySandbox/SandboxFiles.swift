@@ -17,12 +17,9 @@ enum SandboxFiles {
     struct Loaded {
         let ca: X509.Identity
         let apnsKey: P256PrivateKey
-        let teamId: String
-        let keyId: String
+        let teamId, keyId: String
         let serviceAccountKey: RSAPrivateKey
-        let projectId: String
-        let clientEmail: String
-        let privateKeyId: String
+        let projectId, clientEmail, privateKeyId: String
     }
 
     static func load(_ dir: URL) -> Loaded? {

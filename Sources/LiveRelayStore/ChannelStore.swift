@@ -275,13 +275,9 @@ public enum ChannelStore {
     public static func listOperations(
         _ c: PostgresConnection, tenantId: String, channelId: String, limit: Int, before: String?
     ) throws -> Page<ChannelOperationRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(opColumns) FROM channel_operations WHERE tenant_id = $1 AND channel_id = $2 AND ($3::text IS NULL OR id < $3)
-             ORDER BY id DESC LIMIT $4
-            """, [tenantId, channelId, before, limit + 1]
-        ).map(ChannelOperationRecord.init(row:))
-        return Page.from(rows, limit: limit, id: \.id)
+        try Page.descendingById(
+            c, table: "channel_operations", columns: opColumns, tenantId: tenantId, parentColumn: "channel_id", parentId: channelId,
+            before: before, limit: limit, id: \.id, decode: ChannelOperationRecord.init(row:))
     }
 
     /// The per-target operations of each of `ids` by status (the channel operations' `fanout` counts).

@@ -139,6 +139,38 @@ public struct Page<T: Sendable>: Sendable {
     public let nextCursor: String?
     public init(items: [T], nextCursor: String?) { self.items = items; self.nextCursor = nextCursor }
 
+    /// One page of a tenant's rows of `table` in ascending `id` order, after cursor id `after`:
+    /// fetches `limit + 1` rows (`columns`, decoded by `decode`) and builds the page with `from`.
+    /// `table` and `columns` are SQL text of this module, never input; the values are bound.
+    static func ascendingById(
+        _ c: PostgresConnection, table: String, columns: String, tenantId: String, after: String?, limit: Int,
+        id: (T) -> String, decode: (PostgresRow) throws -> T
+    ) throws -> Page<T> {
+        let rows = try c.query(
+            """
+            SELECT \(columns) FROM \(table) WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
+            """, [tenantId, after, limit + 1]
+        ).map(decode)
+        return from(rows, limit: limit, id: id)
+    }
+
+    /// One page of a tenant's rows of `table` whose `parentColumn` is `parentId`, newest first
+    /// (descending `id`, before cursor id `before`): fetches `limit + 1` rows (`columns`, decoded
+    /// by `decode`). `table`, `parentColumn` and `columns` are SQL text of this module, never
+    /// input; the values are bound.
+    static func descendingById(
+        _ c: PostgresConnection, table: String, columns: String, tenantId: String, parentColumn: String, parentId: String,
+        before: String?, limit: Int, id: (T) -> String, decode: (PostgresRow) throws -> T
+    ) throws -> Page<T> {
+        let rows = try c.query(
+            """
+            SELECT \(columns) FROM \(table) WHERE tenant_id = $1 AND \(parentColumn) = $2 AND ($3::text IS NULL OR id < $3)
+             ORDER BY id DESC LIMIT $4
+            """, [tenantId, parentId, before, limit + 1]
+        ).map(decode)
+        return from(rows, limit: limit, id: id)
+    }
+
     /// Builds a page from `limit + 1` fetched rows: the extra row only says another page exists.
     public static func from(_ rows: [T], limit: Int, id: (T) -> String) -> Page<T> {
         if rows.count > limit {

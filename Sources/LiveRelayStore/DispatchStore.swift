@@ -68,10 +68,7 @@ public struct DispatchOperation: Sendable, Equatable {
         kind = k
         revision = try r.int64("revision"); hasState = try r.bool("has_state")
         state = try r.optionalString("state").map { try JSONValue.parse($0, maxDepth: 128) }
-        alert = try r.optionalString("alert").flatMap { text -> PushAlert? in
-            guard let o = try? JSONValue.parse(text), let t = o["title"]?.stringValue, let b = o["body"]?.stringValue else { return nil }
-            return PushAlert(title: t, body: b, sound: o["sound"]?.stringValue)
-        }
+        alert = try r.optionalString("alert").flatMap(PushAlert.init(jsonText:))
         staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score"); priority = try r.int("priority")
         expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
         consumesQuota = try r.bool("consumes_quota"); quotaDay = try r.optionalString("quota_day")

@@ -25,6 +25,21 @@ public enum IdempotencyStore {
     /// How long a request waits for a concurrent holder of its key before `409 IDEMPOTENCY_KEY_IN_USE`.
     public static let waitSeconds = 10
 
+    /// Runs a claim's `INSERT … RETURNING`: true when it inserted (or took over) the record,
+    /// false when the key is held by an earlier request.
+    /// - Throws: `DomainError` 409 `IDEMPOTENCY_KEY_IN_USE` when the wait for a concurrent
+    ///   holder ran out (`lock_timeout`, SQLSTATE 55P03); other errors as thrown by `insert`.
+    static func insertedClaim(_ insert: () throws -> [PostgresRow]) throws -> Bool {
+        do {
+            return try !insert().isEmpty
+        } catch let e as PostgresError where e.sqlState == "55P03" {
+            throw DomainError(
+                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
+                message: "another request with this idempotency_key is still being processed; retry shortly",
+                details: ["field": "idempotency_key"])
+        }
+    }
+
     /// Claims the key. Returns nil when this transaction must do the work, or the stored
     /// response to replay.
     /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request),
@@ -34,11 +49,10 @@ public enum IdempotencyStore {
         kek: AESGCM, retentionSeconds: Double = retentionSeconds
     ) throws -> StoredResponse? {
         // lock_timeout (Database.lockTimeout, 10 s) bounds the wait for a concurrent holder.
-        let inserted: Bool
-        do {
-            // A record past its retention is gone, purged or not: it is taken over as new,
-            // so a stored (sealed) response is never replayed after 24 h.
-            inserted = try !c.query(
+        // A record past its retention is gone, purged or not: it is taken over as new,
+        // so a stored (sealed) response is never replayed after 24 h.
+        let inserted = try insertedClaim {
+            try c.query(
                 """
                 INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, expires_at)
                 VALUES ($1, $2, $3, $4, 0, now() + make_interval(secs => $5))
@@ -47,13 +61,7 @@ public enum IdempotencyStore {
                        created_at = now(), expires_at = EXCLUDED.expires_at
                  WHERE idempotency_records.expires_at < now()
                 RETURNING 1 AS one
-                """, [tenantId, endpoint, key, requestHash, retentionSeconds]
-            ).isEmpty
-        } catch let e as PostgresError where e.sqlState == "55P03" {
-            throw DomainError(
-                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                message: "another request with this idempotency_key is still being processed; retry shortly",
-                details: ["field": "idempotency_key"])
+                """, [tenantId, endpoint, key, requestHash, retentionSeconds])
         }
         if inserted { return nil }
         guard
@@ -162,19 +170,12 @@ public enum IdempotencyStore {
     public static func claimOperator(
         _ c: PostgresConnection, endpoint: String, key: String, requestHash: String, kek: AESGCM
     ) throws -> StoredResponse? {
-        let inserted: Bool
-        do {
-            inserted = try !c.query(
+        let inserted = try insertedClaim {
+            try c.query(
                 """
                 INSERT INTO operator_idempotency_records (key, endpoint, request_hash, status_code, expires_at)
                 VALUES ($1, $2, $3, 0, now() + make_interval(secs => $4)) ON CONFLICT DO NOTHING RETURNING 1 AS one
-                """, ["\(endpoint)|\(key)", endpoint, requestHash, retentionSeconds]
-            ).isEmpty
-        } catch let e as PostgresError where e.sqlState == "55P03" {
-            throw DomainError(
-                status: 409, code: "IDEMPOTENCY_KEY_IN_USE",
-                message: "another request with this idempotency_key is still being processed; retry shortly",
-                details: ["field": "idempotency_key"])
+                """, ["\(endpoint)|\(key)", endpoint, requestHash, retentionSeconds])
         }
         if inserted { return nil }
         guard

@@ -102,12 +102,9 @@ public enum KeyStore {
     }
 
     public static func listMasterKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<MasterKeyRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(masterColumns) FROM master_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]
-        ).map(MasterKeyRecord.init(row:))
-        return Page.from(rows, limit: limit, id: \.id)
+        try Page.ascendingById(
+            c, table: "master_keys", columns: masterColumns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: MasterKeyRecord.init(row:))
     }
 
     /// Master keys of the tenant that work now and are not scheduled to stop, locked
@@ -138,6 +135,17 @@ public enum KeyStore {
         ).first.map(MasterKeyRecord.init(row:))
     }
 
+    /// Sets `revoked_at` of key `id` in `table` (sender or publishable keys) to now unless it
+    /// is set already (an earlier revocation time is kept); returns the row's `columns`, nil
+    /// when there is no such key.
+    static func revokeNow(_ c: PostgresConnection, table: String, columns: String, tenantId: String, id: String) throws -> PostgresRow? {
+        try c.query(
+            """
+            UPDATE \(table) SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(columns)
+            """, [tenantId, id]
+        ).first
+    }
+
     // MARK: sender keys
 
     public static func insertSenderKey(
@@ -162,21 +170,14 @@ public enum KeyStore {
     }
 
     public static func listSenderKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<SenderKeyRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(senderColumns) FROM sender_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]
-        ).map(SenderKeyRecord.init(row:))
-        return Page.from(rows, limit: limit, id: \.id)
+        try Page.ascendingById(
+            c, table: "sender_keys", columns: senderColumns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: SenderKeyRecord.init(row:))
     }
 
     /// Revokes sender key `id` now (idempotent: an earlier revocation time is kept).
     public static func revokeSenderKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> SenderKeyRecord? {
-        try c.query(
-            """
-            UPDATE sender_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(senderColumns)
-            """, [tenantId, id]
-        ).first.map(SenderKeyRecord.init(row:))
+        try revokeNow(c, table: "sender_keys", columns: senderColumns, tenantId: tenantId, id: id).map(SenderKeyRecord.init(row:))
     }
 
     // MARK: publishable keys
@@ -200,20 +201,13 @@ public enum KeyStore {
 
     public static func listPublishableKeys(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<PublishableKeyRecord>
     {
-        let rows = try c.query(
-            """
-            SELECT \(publishableColumns) FROM publishable_keys WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]
-        ).map(PublishableKeyRecord.init(row:))
-        return Page.from(rows, limit: limit, id: \.id)
+        try Page.ascendingById(
+            c, table: "publishable_keys", columns: publishableColumns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: PublishableKeyRecord.init(row:))
     }
 
     public static func revokePublishableKey(_ c: PostgresConnection, tenantId: String, id: String) throws -> PublishableKeyRecord? {
-        try c.query(
-            """
-            UPDATE publishable_keys SET revoked_at = COALESCE(revoked_at, now()) WHERE tenant_id = $1 AND id = $2 RETURNING \(publishableColumns)
-            """, [tenantId, id]
-        ).first.map(PublishableKeyRecord.init(row:))
+        try revokeNow(c, table: "publishable_keys", columns: publishableColumns, tenantId: tenantId, id: id).map(PublishableKeyRecord.init(row:))
     }
 }
 

@@ -45,10 +45,7 @@ public struct OperationRecord: Sendable, Equatable {
         kind = k; status = s
         pendingReason = try r.optionalString("pending_reason"); revision = try r.int64("revision"); hasState = try r.bool("has_state")
         state = try r.optionalString("state").map { try JSONValue.parse($0, maxDepth: 128) }
-        alert = try r.optionalString("alert").flatMap { text -> PushAlert? in
-            guard let o = try? JSONValue.parse(text), let t = o["title"]?.stringValue, let b = o["body"]?.stringValue else { return nil }
-            return PushAlert(title: t, body: b, sound: o["sound"]?.stringValue)
-        }
+        alert = try r.optionalString("alert").flatMap(PushAlert.init(jsonText:))
         staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score"); priority = try r.int("priority")
         sentPriority = try r.optionalInt("sent_priority")
         expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
@@ -172,13 +169,9 @@ public enum OperationStore {
     public static func listForTarget(
         _ c: PostgresConnection, tenantId: String, targetId: String, limit: Int, before: String?
     ) throws -> Page<OperationRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(columns) FROM operations WHERE tenant_id = $1 AND target_id = $2 AND ($3::text IS NULL OR id < $3)
-             ORDER BY id DESC LIMIT $4
-            """, [tenantId, targetId, before, limit + 1]
-        ).map(OperationRecord.init(row:))
-        return Page.from(rows, limit: limit, id: \.id)
+        try Page.descendingById(
+            c, table: "operations", columns: columns, tenantId: tenantId, parentColumn: "target_id", parentId: targetId,
+            before: before, limit: limit, id: \.id, decode: OperationRecord.init(row:))
     }
 }
 

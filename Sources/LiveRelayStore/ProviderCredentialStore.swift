@@ -108,6 +108,18 @@ public enum ProviderCredentialStore {
         return String(decoding: bytes, as: UTF8.self)
     }
 
+    /// The tail of both upserts' `ON CONFLICT … DO UPDATE SET` for the existing row `alias`: the
+    /// new creator and `updated_at`, and the last success/failure kept only when the key is the
+    /// same (its fingerprint), else cleared.
+    static func replacedKeyColumns(alias: String) -> String {
+        """
+        created_by = EXCLUDED.created_by, updated_at = now(),
+          last_success_at = CASE WHEN \(alias).fingerprint = EXCLUDED.fingerprint THEN \(alias).last_success_at END,
+          last_failure_at = CASE WHEN \(alias).fingerprint = EXCLUDED.fingerprint THEN \(alias).last_failure_at END,
+          last_failure_reason = CASE WHEN \(alias).fingerprint = EXCLUDED.fingerprint THEN \(alias).last_failure_reason END
+        """
+    }
+
     /// Creates or replaces the tenant's APNs credential for `environment`. A new key
     /// (different fingerprint) clears the last success/failure. Returns the row and whether it
     /// was created (true) or replaced (false).
@@ -123,10 +135,7 @@ public enum ProviderCredentialStore {
             ON CONFLICT (tenant_id, environment) DO UPDATE SET
               team_id = EXCLUDED.team_id, key_id = EXCLUDED.key_id, topics = EXCLUDED.topics,
               private_key_sealed = EXCLUDED.private_key_sealed, fingerprint = EXCLUDED.fingerprint,
-              created_by = EXCLUDED.created_by, updated_at = now(),
-              last_success_at = CASE WHEN a.fingerprint = EXCLUDED.fingerprint THEN a.last_success_at END,
-              last_failure_at = CASE WHEN a.fingerprint = EXCLUDED.fingerprint THEN a.last_failure_at END,
-              last_failure_reason = CASE WHEN a.fingerprint = EXCLUDED.fingerprint THEN a.last_failure_reason END
+              \(replacedKeyColumns(alias: "a"))
             RETURNING \(apnsColumns), (xmax = 0) AS created
             """, [tenantId, environment, teamId, keyId, PostgresTextArray(topics), privateKeySealed, fingerprint, actorId])[0]
         return (try APNsCredentialRecord(row: row), try row.bool("created"))
@@ -146,10 +155,7 @@ public enum ProviderCredentialStore {
             ON CONFLICT (tenant_id) DO UPDATE SET
               project_id = EXCLUDED.project_id, client_email = EXCLUDED.client_email, private_key_id = EXCLUDED.private_key_id,
               token_uri = EXCLUDED.token_uri, private_key_sealed = EXCLUDED.private_key_sealed, fingerprint = EXCLUDED.fingerprint,
-              created_by = EXCLUDED.created_by, updated_at = now(),
-              last_success_at = CASE WHEN f.fingerprint = EXCLUDED.fingerprint THEN f.last_success_at END,
-              last_failure_at = CASE WHEN f.fingerprint = EXCLUDED.fingerprint THEN f.last_failure_at END,
-              last_failure_reason = CASE WHEN f.fingerprint = EXCLUDED.fingerprint THEN f.last_failure_reason END
+              \(replacedKeyColumns(alias: "f"))
             RETURNING \(fcmColumns), (xmax = 0) AS created
             """, [tenantId, projectId, clientEmail, privateKeyId, tokenURI, privateKeySealed, fingerprint, actorId])[0]
         return (try FCMCredentialRecord(row: row), try row.bool("created"))

@@ -157,12 +157,9 @@ public enum WebhookStore {
     }
 
     public static func listEndpoints(_ c: PostgresConnection, tenantId: String, limit: Int, after: String?) throws -> Page<WebhookEndpointRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(columns) FROM webhook_endpoints WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]
-        ).map(WebhookEndpointRecord.init(row:))
-        return Page.from(rows, limit: limit, id: \.id)
+        try Page.ascendingById(
+            c, table: "webhook_endpoints", columns: columns, tenantId: tenantId, after: after, limit: limit, id: \.id,
+            decode: WebhookEndpointRecord.init(row:))
     }
 
     /// Changes the given fields (nil: unchanged). Enabling clears `disabled_reason` and the

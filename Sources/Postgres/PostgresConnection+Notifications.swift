@@ -7,6 +7,37 @@ import Darwin
 #endif
 
 extension PostgresConnection {
+    /// A listener's loop, on the calling thread until `isStopping()` returns true (checked at
+    /// least every 0.25 s): opens a connection of its own to `conninfo`, `LISTEN`s on `channel`
+    /// and calls `connected()` (notifications may have been missed before it), then `received`
+    /// with each non-empty batch of notifications. When the connection fails it is closed,
+    /// `lost(error)` is called and, unless stopping, the loop waits `retrySeconds` (seconds)
+    /// before reconnecting. The connection is closed when the loop ends.
+    public static func listenLoop(
+        conninfo: String, channel: String, retrySeconds: Double = 1, isStopping: () -> Bool, connected: () -> Void = {},
+        received: ([PostgresNotification]) -> Void, lost: (any Error) -> Void = { _ in }
+    ) {
+        var conn: PostgresConnection?
+        while !isStopping() {
+            do {
+                if conn == nil {
+                    let c = try PostgresConnection(conninfo)
+                    try c.listen(channel)
+                    conn = c
+                    connected()
+                }
+                let batch = try conn!.waitForNotifications(timeoutSeconds: 0.25)
+                if !batch.isEmpty { received(batch) }
+            } catch {
+                conn?.close()
+                conn = nil
+                lost(error)
+                if !isStopping() { Thread.sleep(forTimeInterval: retrySeconds) }
+            }
+        }
+        conn?.close()
+    }
+
     /// `LISTEN "channel"`: subscribes this session to `channel` (exact, case-sensitive name;
     /// quoted as an identifier, so any characters are safe). Throws as `query`.
     public func listen(_ channel: String) throws {

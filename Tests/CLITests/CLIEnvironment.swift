@@ -126,3 +126,11 @@ extension ChildProcessResult {
     /// Standard output parsed as one JSON document (`.null` when it is not one).
     var json: JSONValue { (try? JSONValue.parse(stdout)) ?? .null }
 }
+
+/// A test class whose every test gets its own `CLIEnvironment` (`env`, made in `setUpWithError`,
+/// torn down in `tearDown`).
+class CLITestCase: XCTestCase {
+    var env: CLIEnvironment!
+    override func setUpWithError() throws { env = try CLIEnvironment.make() }
+    override func tearDown() { env?.tearDown() }
+}

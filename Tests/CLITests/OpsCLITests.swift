@@ -11,10 +11,7 @@ import LiveRelayTestSupport
 /// Operations commands through the real executable (docs/operations.md): a worker's metrics
 /// listener (`LIVERELAY_METRICS_LISTEN`), `liverelay doctor` on a healthy deployment and on the
 /// mistakes it exists to catch (a superuser role, another KEK).
-final class OpsCLITests: XCTestCase {
-    var env: CLIEnvironment!
-    override func setUpWithError() throws { env = try CLIEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class OpsCLITests: CLITestCase {
 
     var kekBase64: String { Data(env.kek).base64EncodedString() }
 

@@ -68,13 +68,13 @@ final class RemoteCLITests: XCTestCase {
 
     func testSeedFlowStartUpdateEnd() throws {
         let w = try env.world()
-        let start = try env.remote(
-            [
-                "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
-                "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
-                "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
-                "--priority", "5", "--idempotency-key", "cli-start-1"
-            ], key: w.sender)
+        let startArguments = [
+            "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
+            "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
+            "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
+            "--priority", "5", "--idempotency-key", "cli-start-1"
+        ]
+        let start = try env.remote(startArguments, key: w.sender)
         XCTAssertEqual(start.status, 0, start.stderr)
         XCTAssertFalse(start.stderr.contains("idempotency_key:"), "an explicit key is not printed")
         let tgt = try XCTUnwrap(start.json["target"]?["id"]?.stringValue, start.stdout)
@@ -84,13 +84,7 @@ final class RemoteCLITests: XCTestCase {
         XCTAssertEqual(start.json["target"]?["business_key"]?.stringValue, "delivery:42")
 
         // The same command again replays (exit 0, same operation).
-        let replay = try env.remote(
-            [
-                "start", "--start-target-id", w.startTarget, "--template-version", w.templateVersion,
-                "--state", #"{"eta":"12:40"}"#, "--alert-title", "Preparing", "--alert-body", "Your order is being prepared",
-                "--business-key", "delivery:42", "--business-generation", "1", "--relevance-score", "0.5",
-                "--priority", "5", "--idempotency-key", "cli-start-1"
-            ], key: w.sender)
+        let replay = try env.remote(startArguments, key: w.sender)
         XCTAssertEqual(replay.status, 0, replay.stderr)
         XCTAssertEqual(replay.json["operation"]?["id"]?.stringValue, op)
 

@@ -10,10 +10,7 @@ import XCTest
 
 /// `APNsChannelClient` (channel management and broadcasts) against the sandbox over real TLS
 /// and HTTP/2 (docs/channels.md "APNs wire").
-final class APNsChannelClientTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class APNsChannelClientTests: ProviderTestCase {
 
     var client: APNsChannelClient { h.sender.channels }
     let app = "com.example.app"
@@ -226,13 +223,7 @@ final class APNsChannelClientTests: XCTestCase {
                 storagePolicy: .noMessageStored, timeoutSeconds: 10
             ).get())
         // An unknown key → 403 InvalidProviderToken, reported as a credential failure.
-        let unknown = P256PrivateKey.generate()
-        h.source.set(
-            "ten_unknown",
-            TenantProviderCredentials(apns: [
-                "production": APNsCredential(
-                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
-            ]))
+        h.setUnknownAPNsKey(tenant: "ten_unknown")
         let denied = client.createChannel(
             tenantId: "ten_unknown", appId: app, environment: "production", storagePolicy: .noMessageStored,
             timeoutSeconds: 10)

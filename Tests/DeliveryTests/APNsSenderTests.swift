@@ -9,10 +9,7 @@ import XCTest
 import LiveRelayTestSupport
 
 /// `ProviderSender` → APNs against the sandbox over real TLS and HTTP/2 (docs/providers.md).
-final class APNsSenderTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class APNsSenderTests: ProviderTestCase {
 
     func testAcceptedPushCarriesSpecHeadersAndReturnsApnsId() throws {
         let push = h.iosPush()
@@ -72,13 +69,7 @@ final class APNsSenderTests: XCTestCase {
         let big = h.iosPush(
             body: APNsPayload(event: .update, timestamp: Date(), contentState: ["s": .string(String(repeating: "x", count: 5000))]).bytes())
         XCTAssertEqual(h.sender.send(big), .outcome(.failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: "PayloadTooLarge")))
-        let unknown = P256PrivateKey.generate()
-        h.source.set(
-            "ten_other",
-            TenantProviderCredentials(apns: [
-                "production": APNsCredential(
-                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
-            ]))
+        let unknown = h.setUnknownAPNsKey(tenant: "ten_other")
         XCTAssertEqual(
             h.sender.send(h.iosPush(tenant: "ten_other")),
             .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken")))

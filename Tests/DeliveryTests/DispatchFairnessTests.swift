@@ -10,10 +10,7 @@ import LiveRelayTestSupport
 /// Fair claims (docs/delivery.md "Claims"): one candidate per target, claims shared across
 /// tenants, a never-sendable target parks once and stays out of the way, duplicate cleanups
 /// collapse. Real PostgreSQL; the end-to-end case also the sandbox over real HTTP/2.
-final class DispatchFairnessTests: XCTestCase {
-    var h: DispatchHarness!
-    override func setUpWithError() throws { h = try DispatchHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class DispatchFairnessTests: DispatchTestCase {
 
     /// Tenant A's backlog: 1,000 ready iOS targets with 100 queued updates each (100,000 queued
     /// operations), plus an `ending` local target that never registered its update token and

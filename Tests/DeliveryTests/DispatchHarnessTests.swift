@@ -327,3 +327,11 @@ final class Shared<T: Sendable>: Sendable {
     let m: Mutex<T>
     init(_ v: T) { m = Mutex(v) }
 }
+
+/// A test class whose every test gets its own `DispatchHarness` (`h`, made in `setUpWithError`,
+/// torn down in `tearDown`).
+class DispatchTestCase: XCTestCase {
+    var h: DispatchHarness!
+    override func setUpWithError() throws { h = try DispatchHarness.make() }
+    override func tearDown() { h?.tearDown() }
+}

@@ -11,10 +11,7 @@ import LiveRelayTestSupport
 /// docs/write-semantics.md ordering and coalescing, §9 workers: commit order per target, at most one in
 /// flight per target, strictly increasing APNs timestamps, coalescing, lease rescue, several
 /// dispatchers on one database.
-final class DispatchOrderingTests: XCTestCase {
-    var h: DispatchHarness!
-    override func setUpWithError() throws { h = try DispatchHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class DispatchOrderingTests: DispatchTestCase {
 
     /// Ops of each target in commit (seq) order.
     func opsByTarget(_ tenant: String) throws -> [String: [String]] {

@@ -10,10 +10,7 @@ import LiveRelayTestSupport
 /// Every result class of a send and its effect on operation, target, start target,
 /// installation and quota (docs/write-semantics.md, docs/providers.md), through a real dispatcher, real PostgreSQL and a
 /// scripted fake sender.
-final class DispatchOutcomeTests: XCTestCase {
-    var h: DispatchHarness!
-    override func setUpWithError() throws { h = try DispatchHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class DispatchOutcomeTests: DispatchTestCase {
 
     func testAcceptedUpdateStoresApnsIdConsumesQuotaAndSendsTheSnapshot() throws {
         let t = try h.tenant(), inst = try h.installation(t)

@@ -11,10 +11,7 @@ import LiveRelayTestSupport
 /// Event-driven sending (docs/delivery.md "Sending", "Wake-ups"): streams in flight are bounded
 /// by the provider connection, not by threads; a write in the same process reaches the
 /// dispatcher as COMMIT returns. Real PostgreSQL and the sandbox over real HTTP/2.
-final class DispatchStreamingTests: XCTestCase {
-    var h: DispatchHarness!
-    override func setUpWithError() throws { h = try DispatchHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class DispatchStreamingTests: DispatchTestCase {
 
     func testOneSubmitterThreadKeepsEveryClaimedPushInFlight() throws {
         let t = try h.tenant(), inst = try h.installation(t)

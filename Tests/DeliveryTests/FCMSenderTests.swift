@@ -8,10 +8,7 @@ import XCTest
 import LiveRelayTestSupport
 
 /// `ProviderSender` → FCM HTTP v1 + OAuth2 against the sandbox over real TLS and HTTP/2 (docs/providers.md).
-final class FCMSenderTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class FCMSenderTests: ProviderTestCase {
 
     func testHundredSendsNeedExactlyOneTokenRequest() {
         let pushes = (0..<100).map { _ in h.androidPush() }

@@ -13,10 +13,7 @@ import LiveRelayTestSupport
 /// FCM OAuth hardening (docs/security.md "Provider credentials"), against the sandbox over real
 /// TLS and HTTP/2: single-flight token fetches with failures remembered briefly, and a stored
 /// `token_uri` off the allowed origins is never contacted.
-final class FCMTokenHardeningTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class FCMTokenHardeningTests: ProviderTestCase {
 
     func testAFailingTokenEndpointIsAskedOnceForManyConcurrentSendsThenAgainAfterTheFailureCache() {
         // A service account the sandbox ("Google") does not know: every token request is refused.

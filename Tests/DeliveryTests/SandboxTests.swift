@@ -37,6 +37,20 @@ final class ProviderHarness: @unchecked Sendable {
     let endpoints: ProviderEndpoints
     let logs = Locked<[String]>([])
 
+    /// Gives `tenant` a production APNs credential for `com.example.app` whose key the
+    /// sandbox does not know (team `TEAMOTHER1`, key `KEYOTHER01`) and returns that key.
+    @discardableResult
+    func setUnknownAPNsKey(tenant: String) -> P256PrivateKey {
+        let unknown = P256PrivateKey.generate()
+        source.set(
+            tenant,
+            TenantProviderCredentials(apns: [
+                "production": APNsCredential(
+                    teamId: "TEAMOTHER1", keyId: "KEYOTHER01", topics: ["com.example.app"], environment: "production", privateKey: unknown)
+            ]))
+        return unknown
+    }
+
     init(tokenUpdatesPer20Minutes: Int = 4, maxConnections: Int = 4, requestTimeout: Double = 5) throws {
         directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("lr-sandbox-\(UUID().uuidString)")
         let clock = self.clock, offset = self.sandboxOffset
@@ -124,10 +138,7 @@ final class ProviderHarness: @unchecked Sendable {
 }
 
 /// The sandbox by itself: files, the control endpoint, and its checks against raw requests.
-final class SandboxTests: XCTestCase {
-    var h: ProviderHarness!
-    override func setUpWithError() throws { h = try ProviderHarness() }
-    override func tearDown() { h?.tearDown() }
+final class SandboxTests: ProviderTestCase {
 
     func testWritesFilesThatDescribeTheDemoCredentials() throws {
         for name in ["ca.pem", "ca-key.pem", "apns-key.p8", "apns.json", "fcm-service-account.json", "env"] {
@@ -243,4 +254,12 @@ final class SandboxTests: XCTestCase {
         if case .outcome(.accepted) = h.sender.send(h.iosPush()) {} else { XCTFail("faults not cleared") }
         XCTAssertEqual(try call("POST", "/sandbox/faults", ["status": "x"]).0, 400)
     }
+}
+
+/// A test class whose every test gets its own `ProviderHarness` (`h`, made in `setUpWithError`,
+/// torn down in `tearDown`).
+class ProviderTestCase: XCTestCase {
+    var h: ProviderHarness!
+    override func setUpWithError() throws { h = try ProviderHarness() }
+    override func tearDown() { h?.tearDown() }
 }

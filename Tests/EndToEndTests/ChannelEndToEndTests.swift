@@ -10,10 +10,7 @@ import LiveRelaySandbox
 /// worker and the sandbox over HTTP/2 + TLS (docs/channels.md): an iOS 18 phone (served by one
 /// APNs broadcast per write), an iOS 17 phone and an Android phone (served by fan-out) join one
 /// channel; channel updates reach all three; the end ends every member and deletes the APNs channel.
-final class ChannelEndToEndTests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class ChannelEndToEndTests: EndToEndTestCase {
 
     static let appId = "com.example.delivery"
 

@@ -248,34 +248,22 @@ final class DeviceSimulatorTests: XCTestCase {
         XCTAssertNil(d.state.activity("tgt_1")?.updateToken)
         XCTAssertTrue(d.watchedTokens.contains { $0.provider == "broadcast" && $0.token == "Y2hhbm5lbA==" })
         XCTAssertTrue(LockScreen.render(d.state.activity("tgt_1")!, now: now).contains("(remote, channel)"))
+        // Applies a broadcast (`broadcast(…)`) to `d`; new tokens are never asked for here.
+        func applyBroadcast(_ seq: Int, channel: String, event: String, ts: Int64, state: JSONValue) -> DeviceEvent {
+            d.apply(broadcast(seq, channel: channel, event: event, ts: ts, state: state), now: now, newToken: { "x" })
+        }
 
-        XCTAssertEqual(
-            d.apply(
-                broadcast(2, channel: "Y2hhbm5lbA==", event: "update", ts: 101, state: ["message": "1-0"]), now: now,
-                newToken: { "x" }
-            ).kind, .updated)
+        XCTAssertEqual(applyBroadcast(2, channel: "Y2hhbm5lbA==", event: "update", ts: 101, state: ["message": "1-0"]).kind, .updated)
         XCTAssertEqual(d.state.activity("tgt_1")?.state, ["message": "1-0"])
         XCTAssertTrue(LockScreen.render(d.state.activity("tgt_1")!, now: now).contains("message: 1-0"))
         // Same rules as token pushes: older timestamps and invalid states do not apply.
-        XCTAssertEqual(
-            d.apply(
-                broadcast(3, channel: "Y2hhbm5lbA==", event: "update", ts: 101, state: ["message": "late"]), now: now,
-                newToken: { "x" }
-            ).kind, .ignored)
-        let bad = d.apply(broadcast(4, channel: "Y2hhbm5lbA==", event: "update", ts: 102, state: ["message": 7]), now: now, newToken: { "x" })
+        XCTAssertEqual(applyBroadcast(3, channel: "Y2hhbm5lbA==", event: "update", ts: 101, state: ["message": "late"]).kind, .ignored)
+        let bad = applyBroadcast(4, channel: "Y2hhbm5lbA==", event: "update", ts: 102, state: ["message": 7])
         XCTAssertEqual(bad.kind, .updated)
         XCTAssertNotNil(d.state.activity("tgt_1")?.placeholder)
         // Another channel, or a broadcast that tries to start: ignored.
-        XCTAssertEqual(
-            d.apply(
-                broadcast(5, channel: "b3RoZXI=", event: "update", ts: 103, state: ["message": "x"]), now: now,
-                newToken: { "x" }
-            ).kind, .ignored)
-        XCTAssertEqual(
-            d.apply(
-                broadcast(6, channel: "Y2hhbm5lbA==", event: "start", ts: 104, state: ["message": "x"]), now: now,
-                newToken: { "x" }
-            ).kind, .ignored)
+        XCTAssertEqual(applyBroadcast(5, channel: "b3RoZXI=", event: "update", ts: 103, state: ["message": "x"]).kind, .ignored)
+        XCTAssertEqual(applyBroadcast(6, channel: "Y2hhbm5lbA==", event: "start", ts: 104, state: ["message": "x"]).kind, .ignored)
         // The end broadcast ends it and honours the dismissal date; then the channel is no longer read.
         let end = d.apply(
             broadcast(

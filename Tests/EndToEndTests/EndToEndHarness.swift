@@ -26,8 +26,7 @@ final class EndToEndHarness: @unchecked Sendable {
     var conninfo: String { database.conninfo }
     var baseURL: String { api.baseURL }
     let sandbox: Sandbox
-    let sandboxDir: URL
-    let workDir: URL
+    let sandboxDir, workDir: URL
     let sender: ProviderSender
     let credentials: DatabaseProviderCredentialSource
     /// The key-encryption key of this API (webhook secrets are sealed under it).
@@ -112,6 +111,31 @@ final class EndToEndHarness: @unchecked Sendable {
         var description: String { "\(status) \(json.jsonString)" }
     }
 
+    /// Creates a sender key for start target `st` (its `targets` and `created_from`) with the
+    /// tour's four permissions (`TourTests.permissions`) as `master`; returns its credential.
+    func senderKey(startTarget st: String, idempotencyKey: String, as master: String) throws -> String {
+        let key = call(
+            "POST", "/v1/remote-updates/sender-keys",
+            [
+                "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions,
+                "idempotency_key": .string(idempotencyKey)
+            ], as: master)
+        return try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
+    }
+
+    /// Posts the demo start (`POST /v1/remote-updates/live-activities/start` plus `query`) as
+    /// `credential`: start target `st`, template version `tv`, state and alert "Preparing".
+    func startPreparing(
+        startTarget st: String, templateVersion tv: String, idempotencyKey: String, query: String = "", as credential: String
+    ) -> Reply {
+        call(
+            "POST", "/v1/remote-updates/live-activities/start" + query,
+            [
+                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
+                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": .string(idempotencyKey)
+            ], as: credential)
+    }
+
     func call(_ method: String, _ path: String, _ body: JSONValue? = nil, as credential: String? = nil) -> Reply {
         let r = TestHTTP.send(method, baseURL + path, body: body.map { $0.serialized() }, credential: credential, timeoutSeconds: 90)
         return Reply(status: r.status, headers: r.headers, json: (try? JSONValue.parse(r.body)) ?? .null)
@@ -173,4 +197,12 @@ final class EndToEndHarness: @unchecked Sendable {
     static func demoTemplate() throws -> JSONValue {
         try JSONValue.parse(try String(contentsOfFile: repoRoot + "/deploy/demo/delivery-template.json", encoding: .utf8))
     }
+}
+
+/// A test class whose every test gets its own `EndToEndHarness` (`h`, made in `setUpWithError`,
+/// torn down in `tearDown`).
+class EndToEndTestCase: XCTestCase {
+    var h: EndToEndHarness!
+    override func setUpWithError() throws { h = try EndToEndHarness.make() }
+    override func tearDown() { h?.tearDown() }
 }

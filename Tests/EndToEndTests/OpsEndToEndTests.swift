@@ -12,10 +12,7 @@ import LiveRelayTestSupport
 /// removed and changed on every node through NOTIFY, the simulated phone across a sandbox
 /// restart, one `--name` rule for every `simulate-device` task, and its output reaching a file
 /// line by line while it runs.
-final class OpsEndToEndTests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class OpsEndToEndTests: EndToEndTestCase {
 
     func testDeletingAndReplacingProviderCredentialsReachesTheCacheThroughNotify() throws {
         // The cache keeps entries for 60 s; only the NOTIFY path can make it see a change sooner.

@@ -6,10 +6,7 @@ import JSON
 /// `liverelay simulate-device` as a user runs it from the README: the built executable in
 /// subprocesses, its state in a file between invocations, `run` in the background until
 /// SIGTERM, against the harness's API and sandbox.
-final class SimulateDeviceCLITests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class SimulateDeviceCLITests: EndToEndTestCase {
 
     /// The `liverelay` executable next to the test bundle (both are built by `swift build --build-tests`).
     static func executable() throws -> String { try ChildProcess.liverelayExecutable() }
@@ -69,19 +66,8 @@ final class SimulateDeviceCLITests: XCTestCase {
         defer { if run.isRunning { run.terminate() } }
         func runLog() -> String { (try? String(contentsOf: logURL, encoding: .utf8)) ?? "" }
 
-        let key = h.call(
-            "POST", "/v1/remote-updates/sender-keys",
-            [
-                "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions, "idempotency_key": "cli-key"
-            ],
-            as: tenant.master)
-        let sender = try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
-        let started = h.call(
-            "POST", "/v1/remote-updates/live-activities/start",
-            [
-                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "cli-start"
-            ], as: sender)
+        let sender = try h.senderKey(startTarget: st, idempotencyKey: "cli-key", as: tenant.master)
+        let started = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "cli-start", as: sender)
         XCTAssertEqual(started.status, 202, "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)
         let ready = h.call("GET", "/v1/remote-updates/live-activities/targets/\(tgt)?wait_until_ready_ms=30000", as: sender)

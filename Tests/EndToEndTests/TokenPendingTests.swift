@@ -7,10 +7,7 @@ import LiveRelayTestSupport
 
 /// The seed's "starting shown ≠ update token registered": writes made before the iOS device
 /// registered its update token wait for it, coalesce, and reach the device in order.
-final class TokenPendingTests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class TokenPendingTests: EndToEndTestCase {
 
     func testUpdatesBeforeTheUpdateTokenWaitCoalesceAndArriveInOrder() throws {
         try h.requireDispatcher()
@@ -19,21 +16,10 @@ final class TokenPendingTests: XCTestCase {
         let device = try h.device(.ios, appId: TourTests.appId, publishable: tenant.publishable)
         let prepared = try device.prepare(template: try EndToEndHarness.demoTemplate())
         let st = try XCTUnwrap(prepared["start_target_id"]?.stringValue), tv = try XCTUnwrap(prepared["template_version"]?.stringValue)
-        let key = h.call(
-            "POST", "/v1/remote-updates/sender-keys",
-            [
-                "targets": [.string(st)], "created_from": [.string(st)], "permissions": TourTests.permissions, "idempotency_key": "k"
-            ],
-            as: tenant.master)
-        let sender = try XCTUnwrap(key["credential"]?.stringValue, "\(key)")
+        let sender = try h.senderKey(startTarget: st, idempotencyKey: "k", as: tenant.master)
 
         // The device is not reading pushes yet: the start is delivered, the update token is not registered.
-        let started = h.call(
-            "POST", "/v1/remote-updates/live-activities/start?wait_ms=10000",
-            [
-                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "s"
-            ], as: sender)
+        let started = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "s", query: "?wait_ms=10000", as: sender)
         XCTAssertEqual(started.status, 202, "\(started)")
         XCTAssertEqual(started["operation"]?["status"]?.stringValue, "accepted", "\(started)")
         let tgt = try XCTUnwrap(started["target"]?["id"]?.stringValue)

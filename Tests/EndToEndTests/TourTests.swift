@@ -12,10 +12,7 @@ import LiveRelayTestSupport
 /// required) → wait until ready → snapshot → update with expected_revision ("Updated from
 /// server") → end with dismiss_at now; then a local start with business key/generation and a
 /// duplicate remote start (BUSINESS_GENERATION_CONFLICT), and a remote update of the local one.
-final class TourTests: XCTestCase {
-    var h: EndToEndHarness!
-    override func setUpWithError() throws { h = try EndToEndHarness.make() }
-    override func tearDown() { h?.tearDown() }
+final class TourTests: EndToEndTestCase {
 
     static let appId = "com.example.delivery"
     static let permissions: JSONValue = ["activities:start", "activities:read-state", "activities:update", "activities:end"]

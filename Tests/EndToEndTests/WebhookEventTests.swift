@@ -91,28 +91,11 @@ final class WebhookEventTests: XCTestCase {
         device.startBackground(interval: 0.05)
 
         // Start → accepted by APNs, then the device registers its update token → target.ready.
-        let started = h.call(
-            "POST", "/v1/remote-updates/live-activities/start",
-            [
-                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"
-            ], as: tenant.master)
+        let started = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "start-1", as: tenant.master)
         // A master key cannot start (docs/credentials.md): use a sender key.
         XCTAssertEqual(started.status, 403, "\(started)")
-        let key = h.call(
-            "POST", "/v1/remote-updates/sender-keys",
-            [
-                "targets": [.string(st)], "created_from": [.string(st)],
-                "permissions": ["activities:start", "activities:update", "activities:end", "activities:read-state"],
-                "idempotency_key": "sk-1"
-            ], as: tenant.master)
-        let sender = try XCTUnwrap(key["credential"]?.stringValue)
-        let start = h.call(
-            "POST", "/v1/remote-updates/live-activities/start",
-            [
-                "start_target_id": .string(st), "template_version": .string(tv), "state": ["message": "Preparing"],
-                "alert": ["title": "Preparing", "body": "Your order is being prepared"], "idempotency_key": "start-1"
-            ], as: sender)
+        let sender = try h.senderKey(startTarget: st, idempotencyKey: "sk-1", as: tenant.master)
+        let start = h.startPreparing(startTarget: st, templateVersion: tv, idempotencyKey: "start-1", as: sender)
         XCTAssertEqual(start.status, 202, "\(start)")
         let tgt = try XCTUnwrap(start["target"]?["id"]?.stringValue)
         let startOp = try XCTUnwrap(start["operation"]?["id"]?.stringValue)

@@ -32,25 +32,20 @@ enum TestPKI {
 
 /// Every request the handler saw, by its `x-id` header, plus a gauge of concurrent handlers.
 final class Recorder: Sendable {
-    private let ids = Mutex<[String]>([])
-    private let inFlight = Atomic<Int>(0)
-    private let peak = Atomic<Int>(0)
+    private let state = Mutex<(ids: [String], inFlight: Int, peak: Int)>(([], 0, 0))
 
     func enter(_ request: HTTP2Request) {
-        ids.withLock { $0.append(request.header("x-id") ?? "?") }
-        let now = inFlight.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
-        var seen = peak.load(ordering: .sequentiallyConsistent)
-        while now > seen {
-            let (exchanged, original) = peak.compareExchange(expected: seen, desired: now, ordering: .sequentiallyConsistent)
-            if exchanged { break }
-            seen = original
+        state.withLock { s in
+            s.ids.append(request.header("x-id") ?? "?")
+            s.inFlight += 1
+            s.peak = max(s.peak, s.inFlight)
         }
     }
 
-    func leave() { inFlight.wrappingSubtract(1, ordering: .sequentiallyConsistent) }
+    func leave() { state.withLock { $0.inFlight -= 1 } }
 
-    var received: [String] { ids.withLock { $0 } }
-    var peakConcurrency: Int { peak.load(ordering: .sequentiallyConsistent) }
+    var received: [String] { state.withLock { $0.ids } }
+    var peakConcurrency: Int { state.withLock { $0.peak } }
 }
 
 /// A started server answering 200 with the request body echoed and `x-echo-path`, after

@@ -41,15 +41,11 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     /// Reads until the peer closes (or the receive timeout); the bytes read.
-    static func readAll(_ fd: Int32) -> [UInt8] {
-        var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            received.append(contentsOf: buffer[0..<n])
-        }
-        return received
+    static func readAll(_ fd: Int32) -> [UInt8] { RawHTTPClient.readAll(fd, bufferSize: 16_384) }
+
+    /// A server answering `GET /ping` with `200 pong`.
+    func startPingServer(_ configuration: HTTPServerConfiguration) throws -> RunningServer {
+        try startServer({ r in r.add("GET", "/ping") { _ in .text(200, "pong") } }, configuration: configuration)
     }
 
     /// One `Connection: close` request on a fresh connection from `source`.
@@ -61,9 +57,7 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testTwoThousandIdleConnectionsDoNotStopALegitimateRequest() throws {
-        let s = try startServer(
-            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-            configuration: .init(port: 0, threads: 2, maxThreads: 4))
+        let s = try startPingServer(.init(port: 0, threads: 2, maxThreads: 4))
         var held: [Int32] = []
         defer { for fd in held { close(fd) } }
         // 8 source addresses × 250 connections: under the per-address cap (256).
@@ -82,9 +76,7 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testPerAddressConnectionCap() throws {
-        let s = try startServer(
-            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-            configuration: .init(port: 0, threads: 2, maxConnectionsPerAddress: 4))
+        let s = try startPingServer(.init(port: 0, threads: 2, maxConnectionsPerAddress: 4))
         var held: [Int32] = []
         defer { for fd in held { close(fd) } }
         for _ in 0..<3 { held.append(try Self.connect(port: s.port, source: "127.0.0.3")) }
@@ -103,9 +95,7 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testSlowlorisIsCutOffAtTheReadDeadline() throws {
-        let s = try startServer(
-            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-            configuration: .init(port: 0, threads: 2, connectionTimeoutSeconds: 30, requestReadTimeoutSeconds: 1))
+        let s = try startPingServer(.init(port: 0, threads: 2, connectionTimeoutSeconds: 30, requestReadTimeoutSeconds: 1))
         let fd = try Self.connect(port: s.port)
         defer { close(fd) }
         let start = Date()
@@ -137,9 +127,7 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testFullServerAnswers503AtTheConnectionLimit() throws {
-        let s = try startServer(
-            { r in r.add("GET", "/ping") { _ in .text(200, "pong") } },
-            configuration: .init(port: 0, threads: 2, maxConnections: 3))
+        let s = try startPingServer(.init(port: 0, threads: 2, maxConnections: 3))
         var held: [Int32] = []
         defer { for fd in held { close(fd) } }
         for _ in 0..<2 { held.append(try Self.connect(port: s.port)) }

@@ -55,14 +55,20 @@ enum RawHTTPClient {
             if n <= 0 { break }
             offset += n
         }
+        return try parse(readAll(fd))
+    }
+
+    /// Reads `fd` until the peer closes (or the receive timeout), `bufferSize` bytes at a time;
+    /// the bytes read.
+    static func readAll(_ fd: Int32, bufferSize: Int = 65_536) -> [UInt8] {
         var received: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 65_536)
+        var buffer = [UInt8](repeating: 0, count: bufferSize)
         while true {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n <= 0 { break }
             received.append(contentsOf: buffer[0..<n])
         }
-        return try parse(received)
+        return received
     }
 
     static func request(

@@ -9,10 +9,7 @@ import LiveRelayConsole
 /// The tenant console's static files (docs/console.md): served from the binary at `/console/`
 /// without a credential, each with `Content-Security-Policy: default-src 'self'`, and written so
 /// that policy holds (no inline script or style, nothing from another origin).
-final class ConsoleTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class ConsoleTests: APITestCase {
 
     static var assetsDirectory: String { ContractRoutesTests.repoRoot + "/Sources/LiveRelayConsole/Assets" }
 

@@ -8,10 +8,8 @@ import Postgres
 
 /// docs/endpoints.md prepare (`POST /v1/installations/{id}/start-targets`), §6 version derivation, §7
 /// manifest limits, through the HTTP API over a real PostgreSQL.
-final class DevicePrepareTests: XCTestCase {
+final class DevicePrepareTests: APITestCase {
     func testPrepareIsIdempotentAndDerivesVersions() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let inst = try Fixtures.installation(env, publishable: t.publishable)
 
@@ -91,8 +89,6 @@ final class DevicePrepareTests: XCTestCase {
     }
 
     func testIdempotencyKeyReplays() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         let body = Fixtures.prepareBody { $0["idempotency_key"] = "prep-1" }
@@ -119,8 +115,6 @@ final class DevicePrepareTests: XCTestCase {
     }
 
     func testManifestBoundaries() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         func prep(_ edit: (inout [String: JSONValue]) -> Void) -> TestEnvironment.Reply {
@@ -169,8 +163,6 @@ final class DevicePrepareTests: XCTestCase {
     }
 
     func testPathTraversalIsRefused() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         let good: JSONValue = ["path": "ok.png", "sha256": .string(String(repeating: "d", count: 64)), "bytes": 1]
@@ -194,8 +186,6 @@ final class DevicePrepareTests: XCTestCase {
     }
 
     func testSchemaErrorsAndSampleState() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let inst = try Fixtures.installation(env, publishable: t.publishable)
         let cases: [(String, String)] = [
@@ -233,8 +223,6 @@ final class DevicePrepareTests: XCTestCase {
     }
 
     func testAccessRetiredInstallationAndAndroid() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let other = try env.tenant(name: "Other")
         let inst = try Fixtures.installation(env, publishable: t.publishable)

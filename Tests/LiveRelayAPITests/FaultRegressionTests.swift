@@ -5,10 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 
 /// Regressions found by the fault-injection suite (deploy/faults, issue 9).
-final class FaultRegressionTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class FaultRegressionTests: APITestCase {
 
     /// A remote start reaches the device, the sender ends the activity before the device has
     /// registered its update token: the end is queued (`ending`) and parked until a token

@@ -8,10 +8,7 @@ import Synchronization
 import LiveRelayTestSupport
 
 /// docs/write-semantics.md ordering under concurrency, coalescing and coverage, through the real API.
-final class LifecycleConcurrencyTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class LifecycleConcurrencyTests: APITestCase {
 
     /// Runs `n` calls on `n` threads at once and returns their replies.
     func concurrently(_ n: Int, _ call: @escaping @Sendable (Int) -> TestEnvironment.Reply) -> [TestEnvironment.Reply] {

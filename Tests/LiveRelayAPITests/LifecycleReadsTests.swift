@@ -5,10 +5,7 @@ import LiveRelayCore
 import LiveRelayStore
 
 /// docs/endpoints.md reads and the device target endpoints.
-final class LifecycleReadsTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class LifecycleReadsTests: APITestCase {
 
     func testWaitUntilReadyIsWokenByTokenRegistration() throws {
         let w = try LifecycleWorld.make(env)

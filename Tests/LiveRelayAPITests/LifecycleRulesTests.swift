@@ -6,10 +6,7 @@ import LiveRelayStore
 import Postgres
 
 /// docs/write-semantics.md rules, one per error code, each at its boundary, through the real API.
-final class LifecycleRulesTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class LifecycleRulesTests: APITestCase {
 
     func testStartCommitsTargetAndOperationBefore202() throws {
         let w = try LifecycleWorld.make(env)

@@ -11,10 +11,7 @@ import LiveRelayTestSupport
 #endif
 
 /// docs/http-limits.md, "Long-polls": waits hold no worker thread and are capped per credential.
-final class LongPollLimitTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class LongPollLimitTests: APITestCase {
 
     /// Sends one raw GET on a fresh connection; returns the socket (read the answer with `answer`).
     func send(_ path: String, as credential: String) throws -> Int32 {

@@ -4,10 +4,8 @@ import JSON
 
 /// docs/http-conventions.md for the operator's tenant creation: the same idempotency_key replays the same tenant
 /// and the same credentials (stored sealed), another body under it is 422.
-final class OperatorIdempotencyTests: XCTestCase {
+final class OperatorIdempotencyTests: APITestCase {
     func testTenantCreationReplaysTheSameCredentials() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let op = try env.operatorKey()
         let body: JSONValue = ["name": "Replay Inc", "daily_push_quota": 50, "idempotency_key": "tenant-1"]
         let a = env.call("POST", "/v1/operator/tenants", body, as: op)

@@ -5,10 +5,8 @@ import JSON
 
 /// A service account sent as JSON text is a second document: U+0000 inside it is a 400 naming
 /// `service_account`, never a 500 from PostgreSQL.
-final class ProviderCredentialNulTests: XCTestCase {
+final class ProviderCredentialNulTests: APITestCase {
     func testNulInsideServiceAccountTextIsRejected() throws {
-        let env = try TestEnvironment.make()
-        defer { env.tearDown() }
         let t = try env.tenant()
         let account: JSONValue = [
             "type": "service_account", "project_id": "demo-project", "private_key_id": "ab\u{0}cd",

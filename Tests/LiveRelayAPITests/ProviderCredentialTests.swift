@@ -6,10 +6,7 @@ import LiveRelayStore
 import Postgres
 
 /// docs/endpoints.md provider credentials: validation, sealing, fingerprints only, audit.
-final class ProviderCredentialTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class ProviderCredentialTests: APITestCase {
 
     static let p384 = """
         -----BEGIN PRIVATE KEY-----
@@ -134,23 +131,19 @@ final class ProviderCredentialTests: XCTestCase {
         XCTAssertEqual(audit.filter { $0["action"]?.stringValue == "provider_credential.fcm.put" }.count, 2)
         XCTAssertNil(env.logText.range(of: secretLine))
 
-        var sa = serviceAccount(P256PrivateKey.generate().pkcs8PEM).objectValue!
-        XCTAssertEqual(
+        // The `details.field` of the refusal of a PUT of service account `sa`.
+        func refusedField(_ sa: [String: JSONValue]) -> String? {
             env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
-                .stringValue,
-            "service_account.private_key")
+                .stringValue
+        }
+        var sa = serviceAccount(P256PrivateKey.generate().pkcs8PEM).objectValue!
+        XCTAssertEqual(refusedField(sa), "service_account.private_key")
         sa = serviceAccount(key.pkcs8PEM).objectValue!
         sa["type"] = "authorized_user"
-        XCTAssertEqual(
-            env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
-                .stringValue,
-            "service_account.type")
+        XCTAssertEqual(refusedField(sa), "service_account.type")
         sa = serviceAccount(key.pkcs8PEM).objectValue!
         sa["token_uri"] = "http://169.254.169.254/token"
-        XCTAssertEqual(
-            env.call("PUT", "/v1/provider-credentials/fcm", ["service_account": .object(sa)], as: t.master)["error"]?["details"]?["field"]?
-                .stringValue,
-            "service_account.token_uri")
+        XCTAssertEqual(refusedField(sa), "service_account.token_uri")
         XCTAssertEqual(
             env.call("PUT", "/v1/provider-credentials/fcm", [:], as: t.master)["error"]?["details"]?["field"]?.stringValue, "service_account")
     }

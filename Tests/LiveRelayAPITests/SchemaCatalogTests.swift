@@ -14,10 +14,7 @@ import Postgres
 ///   referenced `tenant_id` (a co-located join); foreign keys to deployment tables are allowed
 ///   (distributed → reference), the other way round is not;
 /// - every tenant table has row-level security enabled and forced, with at least one policy.
-final class SchemaCatalogTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class SchemaCatalogTests: APITestCase {
 
     /// Tables that belong to the deployment, not to a tenant (no `tenant_id`; reference tables
     /// on Citus). A new table without `tenant_id` fails the test until it is listed here, with

@@ -98,3 +98,11 @@ final class TestEnvironment: @unchecked Sendable {
     /// Every captured log line so far.
     var logText: String { logs.text }
 }
+
+/// A test class whose every test runs against its own `TestEnvironment` (`env`, made in
+/// `setUpWithError`, torn down in `tearDown`).
+class APITestCase: XCTestCase {
+    var env: TestEnvironment!
+    override func setUpWithError() throws { env = try TestEnvironment.make() }
+    override func tearDown() { env?.tearDown() }
+}

@@ -6,10 +6,7 @@ import LiveRelayStore
 
 /// `GET /v1/remote-updates/usage/daily` (docs/console.md "Outcomes per day"): operations per UTC
 /// day by status and the day's used quota, master key only, `days` 1…31.
-final class UsageDailyTests: XCTestCase {
-    var env: TestEnvironment!
-    override func setUpWithError() throws { env = try TestEnvironment.make() }
-    override func tearDown() { env?.tearDown() }
+final class UsageDailyTests: APITestCase {
 
     func testCountsPerDayByStatusZeroFilledAndTenantScoped() throws {
         let w = try LifecycleWorld.make(env)

@@ -29,6 +29,17 @@ final class MigratorTests: XCTestCase {
         if let directory { try? FileManager.default.removeItem(at: directory) }
     }
 
+    /// A one-connection pool on the test database, migrated with the files written so far
+    /// (closed again when migrating fails); the caller closes it.
+    private func migratedPool() throws -> PostgresPool {
+        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        do { try Migrator(directory: directory).migrate(pool: pool) } catch {
+            pool.close()
+            throw error
+        }
+        return pool
+    }
+
     private func write(_ name: String, _ text: String) throws {
         try Data(text.utf8).write(to: directory.appendingPathComponent(name))
     }
@@ -59,9 +70,8 @@ final class MigratorTests: XCTestCase {
     }
 
     func testNewFileIsAppliedOnNextRun() throws {
-        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        let pool = try migratedPool()
         defer { pool.close() }
-        try Migrator(directory: directory).migrate(pool: pool)
         try write("0011_next.sql", "INSERT INTO counter VALUES (2);")
         XCTAssertEqual(try Migrator(directory: directory).pending(pool: pool), ["0011_next"])
         XCTAssertEqual(try Migrator(directory: directory).migrate(pool: pool), ["0011_next"])
@@ -69,9 +79,8 @@ final class MigratorTests: XCTestCase {
     }
 
     func testEditedMigrationIsRefused() throws {
-        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        let pool = try migratedPool()
         defer { pool.close() }
-        try Migrator(directory: directory).migrate(pool: pool)
         try write("0002_insert.sql", "INSERT INTO counter VALUES (1), (1);\n")
         try write("0011_next.sql", "INSERT INTO counter VALUES (2);")
         let edited = try Migrator(directory: directory)
@@ -82,9 +91,8 @@ final class MigratorTests: XCTestCase {
     }
 
     func testMissingMigrationIsRefused() throws {
-        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        let pool = try migratedPool()
         defer { pool.close() }
-        try Migrator(directory: directory).migrate(pool: pool)
         try FileManager.default.removeItem(at: directory.appendingPathComponent("0010_more.sql"))
         XCTAssertThrowsError(try Migrator(directory: directory).migrate(pool: pool)) {
             XCTAssertEqual($0 as? MigrationError, .missing("0010_more"))

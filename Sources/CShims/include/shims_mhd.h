@@ -17,31 +17,30 @@ int lr_mhd_listen_ipv4(const char *host, int port, int backlog, int *bound_port_
 /// Message text for a negative `lr_mhd_listen_ipv4` error (getaddrinfo's gai_strerror).
 const char *lr_mhd_gai_strerror(int negative_error);
 
+/// The callbacks of a daemon started by `lr_mhd_start`; every one gets `cls` as its first
+/// argument. `notify_fn(cls, connection, socket_context, started)` is called with `started` = 1
+/// when a connection opens and 0 when it closes (before its socket is closed). Every message
+/// libmicrohttpd logs is formatted (≤ 1023 bytes, trailing newline removed) and handed to
+/// `log_fn(cls, message)`.
+struct lr_mhd_callbacks {
+    MHD_AccessHandlerCallback access_handler;
+    MHD_RequestCompletedCallback completed;
+    void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection);
+    void (*notify_fn)(void *cls, struct MHD_Connection *connection, void **socket_context, int started);
+    void (*log_fn)(void *cls, const char *message);
+    void *cls;
+};
+
 /// Starts a daemon on the already-listening `listen_fd`: one internal polling thread on epoll,
 /// suspend/resume allowed (handlers run elsewhere), inter-thread communication (needed by
 /// MHD_quiesce_daemon) and error logging; at most `connection_limit` connections in all and
 /// `per_address_limit` per client address (0 = no per-address limit; beyond either,
 /// libmicrohttpd closes the new connection at once), an idle `connection_timeout_seconds`,
-/// and the given callbacks. `notify_fn(notify_cls, connection, socket_context, started)` is
-/// called with `started` = 1 when a connection opens and 0 when it closes (before its socket
-/// is closed). Every message libmicrohttpd logs is formatted (≤ 1023 bytes, trailing newline
-/// removed) and handed to `log_fn(log_cls, message)`; `*log_state_out` receives state to free
-/// with `lr_mhd_free_log_state` after MHD_stop_daemon. Returns NULL on failure (nothing to
-/// free then).
-struct MHD_Daemon *lr_mhd_start(int listen_fd,
-                                unsigned int connection_limit,
-                                unsigned int per_address_limit,
-                                unsigned int connection_timeout_seconds,
-                                MHD_AccessHandlerCallback access_handler,
-                                void *access_cls,
-                                MHD_RequestCompletedCallback completed,
-                                void *completed_cls,
-                                void *(*uri_log)(void *cls, const char *uri, struct MHD_Connection *connection),
-                                void *uri_log_cls,
-                                void (*notify_fn)(void *cls, struct MHD_Connection *connection, void **socket_context, int started),
-                                void *notify_cls,
-                                void (*log_fn)(void *cls, const char *message),
-                                void *log_cls,
+/// and `callbacks` (copied; the pointer need not outlive the call). `*log_state_out` receives
+/// state to free with `lr_mhd_free_log_state` after MHD_stop_daemon. Returns NULL on failure
+/// (nothing to free then).
+struct MHD_Daemon *lr_mhd_start(int listen_fd, unsigned int connection_limit, unsigned int per_address_limit,
+                                unsigned int connection_timeout_seconds, const struct lr_mhd_callbacks *callbacks,
                                 void **log_state_out);
 
 /// Frees the logging state `lr_mhd_start` returned through `log_state_out`; call only after
