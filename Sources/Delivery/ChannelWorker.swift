@@ -268,10 +268,9 @@ public final class ChannelWorker: @unchecked Sendable {
                 switch r {
                 case .ok: break
                 case .refused(let s, _): transient = s == 429 || s >= 500
-                case .unavailable: transient = true
-                // The credential was removed after the channel was made: retry later (a new
-                // credential may come); the channel stays `ending` meanwhile.
-                case .noCredentials: transient = true
+                // No answer, or the credential was removed after the channel was made: retry
+                // later (a new credential may come); the channel stays `ending` meanwhile.
+                case .unavailable, .noCredentials: transient = true
                 }
                 if transient {
                     try db.system { c in try BroadcastStore.postpone(c, e, after: 30) }
