@@ -156,6 +156,16 @@ public enum DispatchStore {
         NOT EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = o.tenant_id AND p.target_id = o.target_id
                       AND p.status IN ('queued', 'sending') AND (p.seq < o.seq OR p.status = 'sending'))
         """
+    /// `o.status = '<status>'` for statements that join a batch (the `picked` heads of a claim, a
+    /// fan-out's members) to operations, written so that no partial index on `status`
+    /// (`operations_sending`, `operations_queue`) can serve it (docs/delivery.md "Applying
+    /// results"): with such an index, and statistics that saw few rows in that status,
+    /// PostgreSQL may scan every row in that status as the outer side of a nested loop and
+    /// rescan the batch for each (a bulk apply of 512 results beside 3,584 in flight compared
+    /// 1.8 million pairs, ~1 s), where the primary key finds each row once. The `|| ''` changes
+    /// nothing but the plan. Statements keyed by ids alone avoid the join instead (`= ANY`).
+    static func keyedStatus(_ alias: String, _ status: String) -> String { "\(alias).status || '' = '\(status)'" }
+
     /// The token the push needs is registered.
     static let tokenReady = """
         (CASE WHEN i.platform = 'android' THEN i.fcm_token IS NOT NULL
@@ -242,7 +252,7 @@ public enum DispatchStore {
               JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
               JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
               LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-             WHERE o.status = 'queued' AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
+             WHERE \(keyedStatus("o", "queued")) AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
                AND \(isHead)
                FOR UPDATE OF o, t SKIP LOCKED
         ), claimed AS (
@@ -281,6 +291,8 @@ public enum DispatchStore {
     }
 
     /// Extends the leases of `worker`'s in-flight sends (heartbeat). Returns how many it still holds.
+    /// Operation ids are unique across tenants (`Identifier`), so `tenant_id = ANY … AND id = ANY`
+    /// matches exactly the given pairs, without a join to the batch (see `keyedStatus`).
     @discardableResult
     public static func heartbeat(
         _ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)],
@@ -290,9 +302,12 @@ public enum DispatchStore {
         return try c.execute(
             """
             UPDATE operations o SET lease_expires_at = now() + make_interval(secs => $2)
-              FROM unnest($3::text[], $4::text[]) AS x(tenant_id, id)
-             WHERE o.tenant_id = x.tenant_id AND o.id = x.id AND o.status = 'sending' AND o.lease_owner = $1
-            """, [worker, leaseSeconds, PostgresTextArray(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
+             WHERE o.tenant_id = ANY($3::text[]) AND o.id = ANY($4::text[]) AND o.status = 'sending' AND o.lease_owner = $1
+            """,
+            [
+                worker, leaseSeconds, PostgresTextArray(Array(Set(operations.map(\.tenantId))).sorted()),
+                PostgresTextArray(operations.map(\.id))
+            ])
     }
 
     /// Puts claimed operations that were never sent back in the queue (graceful shutdown):
@@ -304,9 +319,11 @@ public enum DispatchStore {
             """
             UPDATE operations o SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
                    attempts = GREATEST(o.attempts - 1, 0), next_attempt_at = now(), updated_at = now()
-              FROM unnest($2::text[], $3::text[]) AS x(tenant_id, id)
-             WHERE o.tenant_id = x.tenant_id AND o.id = x.id AND o.status = 'sending' AND o.lease_owner = $1
-            """, [worker, PostgresTextArray(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
+             WHERE o.tenant_id = ANY($2::text[]) AND o.id = ANY($3::text[]) AND o.status = 'sending' AND o.lease_owner = $1
+            """,
+            [
+                worker, PostgresTextArray(Array(Set(operations.map(\.tenantId))).sorted()), PostgresTextArray(operations.map(\.id))
+            ])
     }
 
     // MARK: apply
@@ -523,18 +540,25 @@ public enum DispatchStore {
             }
         }
         let rows = results.map { OperationUpdate($0.op, $0.decision, apnsId: $0.apnsId) }
+        // One relation, no join (docs/delivery.md "Applying results"): each row finds its values by
+        // its position in the batch (`$12`: a JSON object id → 1-based index, a parameter, so
+        // nothing is recomputed per row), so no plan can rescan the batch per row in flight,
+        // whatever the statistics say about `sending` rows.
+        let at = "($12::jsonb ->> o.id)::int"
+        var positions: [String: JSONValue] = [:]
+        for (i, r) in results.enumerated() { positions[r.op.id] = .int(Int64(i + 1)) }
         let updated = try c.query(
             """
-            UPDATE operations o SET status = x.status, failure = COALESCE(NULLIF(x.failure, '')::jsonb, o.failure),
-                   apns_id = COALESCE(NULLIF(x.provider_id, ''), NULLIF(x.apns_id, ''), o.apns_id),
-                   accepted_at = CASE WHEN x.status = 'accepted' THEN now() ELSE o.accepted_at END,
-                   next_attempt_at = CASE WHEN x.status = 'queued' THEN now() + make_interval(secs => x.delay) ELSE o.next_attempt_at END,
-                   pending_reason = NULLIF(x.pending_reason, ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-              FROM unnest($2::text[], $3::text[], $4::text[]::int[], $5::text[], $6::text[], $7::text[], $8::text[],
-                          $9::text[]::float8[], $10::text[])
-                   AS x(tenant_id, id, attempts, status, failure, provider_id, apns_id, delay, pending_reason)
-             WHERE o.tenant_id = x.tenant_id AND o.id = x.id
-               AND o.status = 'sending' AND o.lease_owner = $1 AND o.attempts = x.attempts
+            UPDATE operations o SET status = ($5::text[])[\(at)],
+                   failure = COALESCE(NULLIF(($6::text[])[\(at)], '')::jsonb, o.failure),
+                   apns_id = COALESCE(NULLIF(($7::text[])[\(at)], ''), NULLIF(($8::text[])[\(at)], ''), o.apns_id),
+                   accepted_at = CASE WHEN ($5::text[])[\(at)] = 'accepted' THEN now() ELSE o.accepted_at END,
+                   next_attempt_at = CASE WHEN ($5::text[])[\(at)] = 'queued'
+                                          THEN now() + make_interval(secs => (($9::text[])[\(at)])::float8) ELSE o.next_attempt_at END,
+                   pending_reason = NULLIF(($10::text[])[\(at)], ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+             WHERE o.tenant_id = ANY($11::text[]) AND o.id = ANY($3::text[]) AND $12::jsonb ? o.id
+               AND o.tenant_id = ($2::text[])[\(at)] AND o.attempts::text = ($4::text[])[\(at)]
+               AND o.status = 'sending' AND o.lease_owner = $1
             RETURNING o.id
             """,
             [
@@ -542,7 +566,8 @@ public enum DispatchStore {
                 PostgresTextArray(results.map { String($0.op.attempts) }), PostgresTextArray(rows.map(\.status)),
                 PostgresTextArray(rows.map { $0.failure ?? "" }), PostgresTextArray(rows.map { $0.providerId ?? "" }),
                 PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
-                PostgresTextArray(rows.map { $0.pendingReason ?? "" })
+                PostgresTextArray(rows.map { $0.pendingReason ?? "" }), PostgresTextArray(Array(Set(results.map(\.op.tenantId))).sorted()),
+                JSONValue.object(positions).jsonString
             ])
         let applied = Set(try updated.map { try $0.string("id") })
         try recordPriority10Sends(c, results.filter { applied.contains($0.op.id) })

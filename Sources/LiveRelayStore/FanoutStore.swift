@@ -143,7 +143,7 @@ public enum FanoutStore {
                     UPDATE operations o SET status = 'superseded', superseded_by = x.last_op, updated_at = now()
                       FROM unnest($2::text[], $3::text[], $4::text[]::bigint[]) AS x(target_id, last_op, last_seq)
                       JOIN operations l ON l.tenant_id = $1 AND l.id = x.last_op
-                     WHERE o.tenant_id = $1 AND o.target_id = x.target_id AND o.status = 'queued' AND o.seq < x.last_seq
+                     WHERE o.tenant_id = $1 AND o.target_id = x.target_id AND \(DispatchStore.keyedStatus("o", "queued")) AND o.seq < x.last_seq
                        AND ((l.kind = 'end' AND o.kind IN ('update', 'end'))
                             OR (l.kind = 'update' AND l.has_state AND o.kind = 'update' AND o.alert IS NULL))
                     """, [p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tLastOp), PostgresTextArray(tLastSeq)])
