@@ -61,6 +61,7 @@ let package = Package(
         // The fixtures every suite shares (FixtureFailure, eventually, TestDatabase, child
         // processes, a blocking HTTP client) live in one target (CONTRIBUTING.md "Test").
         .target(name: "LiveRelayTestSupport", dependencies: ["Postgres", "Locking"], path: "Tests/LiveRelayTestSupport"),
+        .testTarget(name: "LockingTests", dependencies: ["LiveRelayTestSupport", "Locking"]),
         .testTarget(name: "JSONTests", dependencies: ["LiveRelayTestSupport", "JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["LiveRelayTestSupport", "Locking", "Postgres", "Crypto"]),
         .testTarget(name: "HTTPServerTests", dependencies: ["LiveRelayTestSupport", "Locking", "HTTPServer", "JSON", "Metrics"]),

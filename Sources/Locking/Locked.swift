@@ -12,27 +12,32 @@ import Darwin
 /// unsynchronized with the next and `deploy/local/tsan` drowned in false reports. `Locked`
 /// takes a `pthread_mutex_t` (IEEE Std 1003.1, "pthread_mutex_lock, pthread_mutex_trylock,
 /// pthread_mutex_unlock - lock and unlock a mutex"), which ThreadSanitizer intercepts, so the
-/// happens-before edge of each lock/unlock pair is visible to it and a report means a real race.
+/// happens-before edge of each lock/unlock pair is visible to it and a report about state behind
+/// a `Locked` points at a real race.
 /// `Atomic` stays as it is (ThreadSanitizer models atomics).
 ///
 /// Shape: `withLock(_:)` is the one way to reach the value, as in `Mutex.withLock` (Apple
 /// Developer Documentation, "Mutex"): the closure gets the value `inout`, may throw (the error
 /// passes through, the lock is released either way) and its result is returned. A class, so
-/// closures and objects share one lock by reference; the mutex lives in its own heap allocation
-/// (never a Swift stored `pthread_mutex_t`, which Swift may move) and is destroyed in `deinit`.
+/// closures and objects share one lock by reference. The mutex and the value each live in their
+/// own heap allocation, released in `deinit`: a Swift stored `pthread_mutex_t` may be moved, and
+/// a stored value of a zero-sized type (`Locked(())`) is tracked at the object's own address,
+/// where ThreadSanitizer paired the exclusivity check inside the lock with the unlocked read of
+/// the object's header before it (a false "Swift access race").
 /// Not recursive: `withLock` inside a `withLock` of the same instance is a programming error and
 /// traps (the mutex is `PTHREAD_MUTEX_ERRORCHECK`), where `Mutex` would also trap.
 ///
-/// Thread safety: `@unchecked Sendable` because `value` is read and written only between
+/// Thread safety: `@unchecked Sendable` because `value.pointee` is read and written only between
 /// `pthread_mutex_lock` and `pthread_mutex_unlock` of `mutex`; values go in and out as `sending`,
 /// as with `Mutex`, so a non-`Sendable` value cannot stay reachable from outside.
 public final class Locked<Value>: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
-    private var value: Value
+    private let value: UnsafeMutablePointer<Value>
 
     /// A lock holding `initialValue`.
     public init(_ initialValue: sending Value) {
-        value = initialValue
+        value = .allocate(capacity: 1)
+        value.initialize(to: initialValue)
         mutex = .allocate(capacity: 1)
         var attributes = pthread_mutexattr_t()
         pthread_mutexattr_init(&attributes)
@@ -45,6 +50,8 @@ public final class Locked<Value>: @unchecked Sendable {
     deinit {
         pthread_mutex_destroy(mutex)
         mutex.deallocate()
+        value.deinitialize(count: 1)
+        value.deallocate()
     }
 
     /// Runs `body` with exclusive access to the value and returns its result; rethrows what
@@ -56,6 +63,6 @@ public final class Locked<Value>: @unchecked Sendable {
         let status = pthread_mutex_lock(mutex)
         precondition(status == 0, "pthread_mutex_lock failed: \(status) (recursive withLock?)")
         defer { pthread_mutex_unlock(mutex) }
-        return try body(&value)
+        return try body(&value.pointee)
     }
 }
