@@ -22,17 +22,19 @@ let package = Package(
         .target(name: "CShims", dependencies: ["COpenSSL", "CMicroHTTPD", "CLibPQ"]),
 
         // Infrastructure (knows nothing of LiveRelay).
+        // The lock every target shares state behind (pthread-based, visible to ThreadSanitizer).
+        .target(name: "Locking"),
         .target(name: "JSON"),
-        .target(name: "Metrics"),
-        .target(name: "Logging", dependencies: ["JSON"]),
+        .target(name: "Metrics", dependencies: ["Locking"]),
+        .target(name: "Logging", dependencies: ["JSON", "Locking"]),
         .target(name: "Postgres", dependencies: ["CLibPQ", "CShims", "Crypto"]),
-        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON", "Metrics"]),
+        .target(name: "HTTPServer", dependencies: ["CMicroHTTPD", "CShims", "JSON", "Metrics", "Locking"]),
         .target(name: "Crypto", dependencies: ["COpenSSL", "CArgon2", "CShims", "JSON"]),
-        .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CShims", "Crypto"]),
+        .target(name: "HTTP2", dependencies: ["CNGHTTP2", "COpenSSL", "CShims", "Crypto", "Locking"]),
 
         // The product.
-        .target(name: "LiveRelayCore", dependencies: ["JSON"]),
-        .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON", "Logging"]),
+        .target(name: "LiveRelayCore", dependencies: ["JSON", "Locking"]),
+        .target(name: "LiveRelayStore", dependencies: ["LiveRelayCore", "Postgres", "Crypto", "JSON", "Logging", "Locking"]),
         // The tenant console's static files (Sources/LiveRelayConsole/Assets), compiled into the
         // binary by the EmbedConsoleAssets build-tool plugin (docs/console.md).
         .executableTarget(name: "ConsoleEmbedder"),
@@ -40,49 +42,57 @@ let package = Package(
         .target(name: "LiveRelayConsole", plugins: ["EmbedConsoleAssets"]),
         .target(
             name: "LiveRelayAPI",
-            dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "LiveRelayConsole"]),
+            dependencies: [
+                "LiveRelayCore", "LiveRelayStore", "HTTPServer", "Crypto", "JSON", "Postgres", "Logging", "Metrics", "LiveRelayConsole", "Locking"
+            ]),
         .target(
-            name: "Delivery", dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics", "Logging", "CCurl"]),
-        .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer", "Logging"]),
+            name: "Delivery",
+            dependencies: ["LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres", "Metrics", "Logging", "CCurl", "Locking"]),
+        .target(name: "LiveRelaySandbox", dependencies: ["HTTP2", "Crypto", "JSON", "HTTPServer", "Logging", "Locking"]),
         .target(
             name: "LiveRelayApp",
             dependencies: [
                 "LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON",
-                "Metrics", "Logging"
+                "Metrics", "Logging", "Locking"
             ]),
         .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
         // The fixtures every suite shares (FixtureFailure, eventually, TestDatabase, child
         // processes, a blocking HTTP client) live in one target (CONTRIBUTING.md "Test").
-        .target(name: "LiveRelayTestSupport", dependencies: ["Postgres"], path: "Tests/LiveRelayTestSupport"),
+        .target(name: "LiveRelayTestSupport", dependencies: ["Postgres", "Locking"], path: "Tests/LiveRelayTestSupport"),
+        .testTarget(name: "LockingTests", dependencies: ["LiveRelayTestSupport", "Locking"]),
         .testTarget(name: "JSONTests", dependencies: ["LiveRelayTestSupport", "JSON"]),
-        .testTarget(name: "PostgresTests", dependencies: ["LiveRelayTestSupport", "Postgres", "Crypto"]),
-        .testTarget(name: "HTTPServerTests", dependencies: ["LiveRelayTestSupport", "HTTPServer", "JSON", "Metrics"]),
+        .testTarget(name: "PostgresTests", dependencies: ["LiveRelayTestSupport", "Locking", "Postgres", "Crypto"]),
+        .testTarget(name: "HTTPServerTests", dependencies: ["LiveRelayTestSupport", "Locking", "HTTPServer", "JSON", "Metrics"]),
         .testTarget(name: "CryptoTests", dependencies: ["LiveRelayTestSupport", "Crypto", "JSON"]),
-        .testTarget(name: "HTTP2Tests", dependencies: ["LiveRelayTestSupport", "HTTP2", "Crypto", "JSON"]),
+        .testTarget(name: "HTTP2Tests", dependencies: ["LiveRelayTestSupport", "Locking", "HTTP2", "Crypto", "JSON"]),
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayTestSupport", "LiveRelayCore", "JSON"]),
         .testTarget(
             name: "DeliveryTests",
             dependencies: [
-                "LiveRelayTestSupport", "Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON", "Postgres"
+                "LiveRelayTestSupport", "Locking", "Delivery", "LiveRelaySandbox", "LiveRelayCore", "LiveRelayStore", "HTTP2", "Crypto", "JSON",
+                "Postgres"
             ]),
         .testTarget(
             name: "CLITests",
             dependencies: [
-                "LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer", "Crypto", "JSON",
+                "LiveRelayTestSupport", "Locking", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "Postgres", "HTTPServer",
+                "Crypto", "JSON",
                 "Metrics", "Logging"
             ]),
         .testTarget(
             name: "LiveRelayAPITests",
             dependencies: [
-                "LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore", "LiveRelayCore",
+                "LiveRelayTestSupport", "Locking", "LiveRelayApp", "LiveRelayAPI", "Delivery", "Metrics", "Logging", "LiveRelayStore",
+                "LiveRelayCore",
                 "Postgres", "HTTPServer", "Crypto", "JSON", "LiveRelayConsole"
             ]),
         .testTarget(
             name: "EndToEndTests",
             dependencies: [
-                "LiveRelayTestSupport", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery", "Postgres",
+                "LiveRelayTestSupport", "Locking", "LiveRelayApp", "LiveRelayAPI", "LiveRelayStore", "LiveRelayCore", "LiveRelaySandbox", "Delivery",
+                "Postgres",
                 "HTTPServer", "HTTP2", "Crypto", "JSON", "Metrics", "Logging"
             ])
     ]

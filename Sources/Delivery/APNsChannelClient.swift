@@ -4,7 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Metrics
-import Synchronization
+import Locking
 
 /// APNs broadcast channels (docs/channels.md "APNs wire"; Apple "Sending channel management
 /// requests to APNs" and "Sending broadcast push notification requests to APNs"):
@@ -402,7 +402,7 @@ public final class APNsChannelClient: Sendable {
         _ start: (@escaping @Sendable (Result<T, APNsChannelError>) -> Void) -> Void
     ) -> Result<T, APNsChannelError> {
         let done = DispatchSemaphore(value: 0)
-        let box = Mutex<Result<T, APNsChannelError>?>(nil)
+        let box = Locked<Result<T, APNsChannelError>?>(nil)
         start { v in
             box.withLock { if $0 == nil { $0 = v } }
             done.signal()

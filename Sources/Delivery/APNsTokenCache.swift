@@ -1,6 +1,7 @@
 import Foundation
 import Crypto
 import JSON
+import Locking
 import Synchronization
 
 /// APNs provider tokens (docs/providers.md; Apple "Establishing a token-based connection to APNs"): one
@@ -22,7 +23,7 @@ public final class APNsTokenCache: Sendable {
     /// Age (seconds of its `iat`) from which a token is replaced at its next use.
     public let refreshAfterSeconds: Int64
     let now: @Sendable () -> Date
-    private let tokens = Mutex<[Key: Token]>([:])
+    private let tokens = Locked<[Key: Token]>([:])
     private let minted = Atomic<Int>(0)
 
     /// - Parameter refreshAfterSeconds: clamped to 1200…3000 (20…50 min).

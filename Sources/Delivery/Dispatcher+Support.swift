@@ -5,22 +5,22 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
+import Locking
 import Synchronization
 
-/// A value behind a lock (gauges sampled from other threads).
-final class LockedValue<T: Sendable>: @unchecked Sendable {  // all access under `lock`
-    private var value: T
-    private let lock = NSLock()
-    init(_ v: T) { value = v }
-    func set(_ v: T) { lock.lock(); value = v; lock.unlock() }
-    func get() -> T { lock.lock(); defer { lock.unlock() }; return value }
+/// A value behind a lock (gauges sampled from other threads), read and replaced whole.
+final class LockedValue<T: Sendable>: Sendable {
+    private let locked: Locked<T>
+    init(_ v: T) { locked = Locked(v) }
+    func set(_ v: T) { locked.withLock { $0 = v } }
+    func get() -> T { locked.withLock { $0 } }
 }
 
 /// Commit times of operations committed in this process (`Dispatcher.noteCommitted`), kept
 /// until their first attempt is written; bounded (oldest half dropped beyond `limit`), so a
 /// hint for an operation another worker sends costs only memory for a while.
 final class CommitHints: Sendable {
-    private let state = Mutex<(times: [String: Date], order: [String])>(([:], []))
+    private let state = Locked<(times: [String: Date], order: [String])>(([:], []))
     let limit: Int
     init(limit: Int = 100_000) { self.limit = limit }
 
@@ -58,7 +58,7 @@ public struct DispatcherStats: Sendable, Equatable {
 
 /// `DispatcherStats` behind a mutex.
 final class DispatcherCounters: Sendable {
-    private let state = Mutex(DispatcherStats())
+    private let state = Locked(DispatcherStats())
     func claimed(_ n: Int, seconds: Double, named: Bool) {
         state.withLock { s in
             s.claims += 1; s.claimed += n; s.claimSeconds += seconds

@@ -5,7 +5,7 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
+import Locking
 
 /// The dispatcher service (docs/delivery.md; docs/write-semantics.md ordering and unknown outcomes, §8
 /// delivery, §9 workers): claims due operations fairly (`DispatchStore.claim`: one head per

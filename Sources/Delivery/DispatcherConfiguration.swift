@@ -5,7 +5,6 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
 
 /// Settings of one dispatcher (one worker identity).
 public struct DispatcherConfiguration: Sendable {

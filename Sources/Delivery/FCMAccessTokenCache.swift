@@ -3,6 +3,7 @@ import Crypto
 import HTTP2
 import JSON
 import LiveRelayCore
+import Locking
 import Synchronization
 import Dispatch
 
@@ -33,7 +34,7 @@ public final class FCMAccessTokenCache: Sendable {
     /// One fetch in progress; followers block on `done` (no lock held) until the leader finishes.
     final class Flight: Sendable {
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex<Result<String, Failure>?>(nil)
+        let result = Locked<Result<String, Failure>?>(nil)
         func finish(_ r: Result<String, Failure>) {
             result.withLock { $0 = r }
             done.signal()
@@ -58,7 +59,7 @@ public final class FCMAccessTokenCache: Sendable {
     let endpoints: ProviderEndpoints
     let metrics: ProviderMetrics
     let now: @Sendable () -> Date
-    private let state = Mutex(State())
+    private let state = Locked(State())
     private let pools = PoolSet<Origin>()
     private let requests = Atomic<Int>(0)
 

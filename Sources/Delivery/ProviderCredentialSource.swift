@@ -3,7 +3,7 @@ import Crypto
 import LiveRelayStore
 import Logging
 import Postgres
-import Synchronization
+import Locking
 
 /// A tenant's decrypted APNs token-auth key (docs/providers.md). Holds a private key: never log it;
 /// `description` shows the fingerprint only.
@@ -76,9 +76,9 @@ public protocol ProviderCredentialSource: Sendable {
 
 /// Fixed credentials (tests, tools). Keeps every report.
 public final class StaticProviderCredentialSource: ProviderCredentialSource {
-    private let state: Mutex<(creds: [String: TenantProviderCredentials], reports: [ProviderCredentialHealthReport])>
+    private let state: Locked<(creds: [String: TenantProviderCredentials], reports: [ProviderCredentialHealthReport])>
 
-    public init(_ credentials: [String: TenantProviderCredentials] = [:]) { state = Mutex((credentials, [])) }
+    public init(_ credentials: [String: TenantProviderCredentials] = [:]) { state = Locked((credentials, [])) }
 
     public func set(_ tenantId: String, _ credentials: TenantProviderCredentials) { state.withLock { $0.creds[tenantId] = credentials } }
 
@@ -114,14 +114,14 @@ public final class DatabaseProviderCredentialSource: ProviderCredentialSource, @
     public let ttlSeconds: Double
     let flushIntervalSeconds: Double
     let now: @Sendable () -> Date
-    private let cache = Mutex<[String: Entry]>([:])
-    private let pending = Mutex<[HealthKey: (success: Date?, failure: (Date, String)?)]>([:])
-    private let running = Mutex<Bool>(false)
+    private let cache = Locked<[String: Entry]>([:])
+    private let pending = Locked<[HealthKey: (success: Date?, failure: (Date, String)?)]>([:])
+    private let running = Locked<Bool>(false)
     private let stopped = DispatchSemaphore(value: 0)
     /// Bumped by every invalidation; a load that overlapped one is not cached (it may be stale).
-    private let epoch = Mutex<Int>(0)
+    private let epoch = Locked<Int>(0)
     private let invalidated = NSCondition()
-    private let listening = Mutex<(started: Bool, stopping: Bool)>((false, false))
+    private let listening = Locked<(started: Bool, stopping: Bool)>((false, false))
     private let listenerDone = DispatchSemaphore(value: 0)
 
     public init(

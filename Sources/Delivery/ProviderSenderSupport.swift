@@ -2,7 +2,7 @@ import Foundation
 import HTTP2
 import LiveRelayCore
 import Metrics
-import Synchronization
+import Locking
 
 /// Where the provider sender connects (docs/configuration.md configuration) and how.
 public struct ProviderEndpoints: Sendable {
@@ -65,8 +65,8 @@ func pushResult(_ failure: HTTP2Failure) -> PushResult {
 /// Pools by key, created on first use; `replace` swaps in a fresh pool and closes the old one
 /// once its in-flight requests must be over (after the request timeout).
 final class PoolSet<Key: Hashable & Sendable>: Sendable {
-    private let pools = Mutex<[Key: HTTP2ConnectionPool]>([:])
-    private let closed = Mutex(false)
+    private let pools = Locked<[Key: HTTP2ConnectionPool]>([:])
+    private let closed = Locked(false)
 
     func pool(_ key: Key, make: () -> HTTP2ConnectionPool) -> HTTP2ConnectionPool {
         pools.withLock { p in

@@ -1,6 +1,6 @@
 import Foundation
 import LiveRelayCore
-import Synchronization
+import Locking
 
 /// One push attempt, fully built by the dispatcher (docs/providers.md): who it is for, where it goes,
 /// and the exact bytes.
@@ -81,7 +81,7 @@ extension PushSender {
 /// event-driven senders).
 func waitForCompletion<T: Sendable>(_ start: (@escaping @Sendable (T) -> Void) -> Void) -> T {
     let done = DispatchSemaphore(value: 0)
-    let box = Mutex<T?>(nil)
+    let box = Locked<T?>(nil)
     start { v in
         box.withLock { $0 = v }
         done.signal()

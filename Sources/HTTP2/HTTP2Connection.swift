@@ -1,7 +1,7 @@
 import CNGHTTP2
 import COpenSSL
 import Foundation
-import Synchronization
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +16,7 @@ import Glibc
 /// The I/O thread opens a stream for a queued request only while fewer streams are open than
 /// the peer's `SETTINGS_MAX_CONCURRENT_STREAMS` (RFC 9113 §5.1.2); others wait in FIFO order.
 /// That is why the type is `@unchecked Sendable`: its mutable state is either behind `shared`
-/// (a `Mutex`) or confined to the I/O thread.
+/// (a `Locked`) or confined to the I/O thread.
 ///
 /// Lifetime: the I/O thread keeps the object alive until `close()` is called or the
 /// connection ends by itself (GOAWAY with no streams left, or connection loss). Call
@@ -34,7 +34,7 @@ public final class HTTP2Connection: @unchecked Sendable {
     }
 
     let configuration: HTTP2ClientConfiguration
-    let shared = Mutex(Shared())
+    let shared = Locked(Shared())
     let wake = WakePipe()
     let finishedSignal = DispatchSemaphore(value: 0)
     let settingsSignal = DispatchSemaphore(value: 0)

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -16,7 +16,7 @@ import Glibc
 /// they finish their open streams on their own. The pool never resends a request by itself:
 /// whether a failure is retried is the caller's decision (`HTTP2Failure`, docs/write-semantics.md).
 ///
-/// Thread-safe (`@unchecked Sendable`: the connection list is behind a `Mutex`). `submit`
+/// Thread-safe (`@unchecked Sendable`: the connection list is behind a `Locked`). `submit`
 /// never blocks; `send` blocks its caller like `HTTP2Connection.send`.
 public final class HTTP2ConnectionPool: @unchecked Sendable {
     private struct Waiting {
@@ -36,7 +36,7 @@ public final class HTTP2ConnectionPool: @unchecked Sendable {
     public let configuration: HTTP2ClientConfiguration
     /// Upper bound on simultaneously open connections (≥ 1).
     public let maxConnections: Int
-    private let state = Mutex(State())
+    private let state = Locked(State())
 
     /// Creates an empty pool; nothing connects until the first request.
     /// - Parameter maxConnections: connections opened at most at once (clamped to ≥ 1).
@@ -51,7 +51,7 @@ public final class HTTP2ConnectionPool: @unchecked Sendable {
     ///   connection; `.notProcessed` once the pool is closed.
     public func send(_ request: HTTP2Request) throws -> HTTP2Response {
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
+        let result = Locked<Result<HTTP2Response, HTTP2Failure>?>(nil)
         submit(request) { r in
             result.withLock { $0 = r }
             done.signal()

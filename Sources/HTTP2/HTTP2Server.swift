@@ -1,6 +1,6 @@
 import COpenSSL
 import Foundation
-import Synchronization
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -67,7 +67,7 @@ public typealias HTTP2Handler = @Sendable (HTTP2Request) -> HTTP2Response
 
 /// A small HTTP/2 server over TLS (ALPN "h2" only, TLS 1.2+), driven by nghttp2: the local
 /// APNs/FCM sandbox and tests. One accept thread, one I/O thread per connection, handlers on
-/// worker threads. `@unchecked Sendable`: mutable state is behind `state` (a `Mutex`);
+/// worker threads. `@unchecked Sendable`: mutable state is behind `state` (a `Locked`);
 /// `context` is written once in `start()` before any thread uses it.
 public final class HTTP2Server: @unchecked Sendable {
     struct State {
@@ -80,7 +80,7 @@ public final class HTTP2Server: @unchecked Sendable {
 
     let configuration: HTTP2ServerConfiguration
     let handler: HTTP2Handler
-    let state = Mutex(State())
+    let state = Locked(State())
     /// Threads that run `handler` (grow on demand; see `WorkerPool`).
     let workers = WorkerPool(name: "HTTP2Server handler")
     private let wake = WakePipe()

@@ -1,7 +1,7 @@
 import CNGHTTP2
 import COpenSSL
 import Foundation
-import Synchronization
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +23,7 @@ final class HTTP2ServerConnection: @unchecked Sendable {
     unowned let server: HTTP2Server
     let transport: Transport
     let wake = WakePipe()
-    let shared = Mutex<(completions: [(Int32, HTTP2Response)], stopping: Bool)>(([], false))
+    let shared = Locked<(completions: [(Int32, HTTP2Response)], stopping: Bool)>(([], false))
     var session: OpaquePointer?
     var streams: [Int32: ServerStream] = [:]
     var begunStreams = 0

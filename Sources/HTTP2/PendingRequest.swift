@@ -1,5 +1,5 @@
 import Dispatch
-import Synchronization
+import Locking
 
 /// A request handed from a caller thread to a connection's I/O thread. The first `complete`
 /// wins; a blocking caller waits in `wait` until then, an asynchronous one gets `completion`
@@ -13,7 +13,7 @@ final class PendingRequest: Sendable {
     let onWritten: (@Sendable () -> Void)?
     private let completion: (@Sendable (Result<HTTP2Response, HTTP2Failure>) -> Void)?
     private let done = DispatchSemaphore(value: 0)
-    private let outcome = Mutex<Result<HTTP2Response, HTTP2Failure>?>(nil)
+    private let outcome = Locked<Result<HTTP2Response, HTTP2Failure>?>(nil)
 
     init(
         _ request: HTTP2Request, deadline: Double, onWritten: (@Sendable () -> Void)? = nil,

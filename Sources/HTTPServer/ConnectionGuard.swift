@@ -1,5 +1,6 @@
 import CShims
 import Foundation
+import Locking
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -40,7 +41,7 @@ final class ConnectionState: @unchecked Sendable {
 final class ConnectionGuard: Sendable {
     let deadlineSeconds: Double
     let sweepSeconds: Double
-    let connections = Mutex<[ObjectIdentifier: ConnectionState]>([:])
+    let connections = Locked<[ObjectIdentifier: ConnectionState]>([:])
     let count = Atomic<Int>(0)
     let cutOff = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)

@@ -1,6 +1,7 @@
 import CMicroHTTPD
 import CShims
 import JSON
+import Locking
 import Synchronization
 
 // libmicrohttpd callbacks. They capture nothing (a capturing @convention(c) closure crashes
@@ -25,7 +26,7 @@ final class RequestContext: @unchecked Sendable {
     /// Set once the request went to the worker pool (the connection was suspended).
     var dispatched = false
     /// The answer, left by a worker for the polling thread after the resume.
-    let outcome = Mutex<RequestOutcome?>(nil)
+    let outcome = Locked<RequestOutcome?>(nil)
 
     init(target: String) { self.target = target }
 }

@@ -2,6 +2,7 @@ import CMicroHTTPD
 import CShims
 import Foundation
 import Metrics
+import Locking
 import Synchronization
 
 /// An HTTP/1.1 server on GNU libmicrohttpd: one internal polling thread on epoll owns every
@@ -20,7 +21,7 @@ import Synchronization
 /// `metrics` when given.
 ///
 /// `@unchecked Sendable`: the mutable lifecycle state (daemon handle, listening socket, phase)
-/// is behind a `Mutex`, counters are `Atomic`, everything else is immutable. While running,
+/// is behind a `Locked`, counters are `Atomic`, everything else is immutable. While running,
 /// the daemon holds a strong reference to the server (released by `shutdown`), so a running
 /// server never deallocates: call `shutdown` to stop it.
 public final class HTTPServer: @unchecked Sendable {
@@ -39,7 +40,7 @@ public final class HTTPServer: @unchecked Sendable {
     let observer: RequestObserver
     let log: @Sendable (String) -> Void
     let router: Router
-    private let state = Mutex(State())
+    private let state = Locked(State())
     let inFlightCount = Atomic<Int>(0)
     let isDraining = Atomic<Bool>(false)
     /// Runs handlers.
@@ -47,9 +48,9 @@ public final class HTTPServer: @unchecked Sendable {
     /// Open connections and the read deadline.
     let connectionGuard: ConnectionGuard
     /// Deferred responses not yet completed (forced at shutdown), by request context.
-    let pendingDeferred = Mutex<[ObjectIdentifier: ResponseCompletion]>([:])
+    let pendingDeferred = Locked<[ObjectIdentifier: ResponseCompletion]>([:])
     /// True once the daemon is stopping: no more `MHD_resume_connection` calls.
-    let resumeGate = Mutex<Bool>(false)
+    let resumeGate = Locked<Bool>(false)
     let maxConnectionsInEffect = Atomic<Int>(0)
     var effectiveMaxConnections: Int { maxConnectionsInEffect.load(ordering: .relaxed) }
 

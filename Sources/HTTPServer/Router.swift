@@ -1,7 +1,7 @@
-import Synchronization
+import Locking
 
 /// Maps `(method, path)` to a handler. Built before `HTTPServer.start()` and read-only after
-/// (`@unchecked Sendable` on that contract: routes live behind a `Mutex` anyway, so a late
+/// (`@unchecked Sendable` on that contract: routes live behind a `Locked` anyway, so a late
 /// `add` is safe, merely unusual).
 ///
 /// Patterns are absolute paths whose segments are literals or `{name}` placeholders; a
@@ -30,7 +30,7 @@ public final class Router: @unchecked Sendable {
         case notFound
     }
 
-    private let table = Mutex<[Route]>([])
+    private let table = Locked<[Route]>([])
 
     /// Creates an empty router.
     public init() {}

@@ -1,7 +1,6 @@
 import Dispatch
 import Foundation
 import Crypto
-import Synchronization
 
 /// The bounds `Authenticator` puts on credential verification, so forged credentials cannot
 /// buy argon2 runs without limit (docs/http-limits.md, "Credential verification").

@@ -7,6 +7,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Logging
 import Postgres
+import Locking
 import Synchronization
 
 /// Verifies `Authorization: Bearer <credential>` (docs/credentials.md).
@@ -35,7 +36,7 @@ public final class Authenticator: Sendable {
         var entries: [String: Entry] = [:]
         var generation: UInt64 = 0
     }
-    let cache = Mutex<CacheState>(CacheState())
+    let cache = Locked<CacheState>(CacheState())
     let now: @Sendable () -> Date
     let stopping = Atomic<Bool>(false)
     let listenerDone = DispatchSemaphore(value: 0)
@@ -48,9 +49,9 @@ public final class Authenticator: Sendable {
     /// Bounds on verifications that miss the cache.
     let limits: AuthLimits
     /// Remembered failures and per-address failure buckets.
-    let failures: Mutex<FailureTracker>
+    let failures: Locked<FailureTracker>
     /// Verifications in progress, by token HMAC (single flight).
-    let flights = Mutex<[String: VerificationFlight]>([:])
+    let flights = Locked<[String: VerificationFlight]>([:])
 
     /// Maximum cached verifications; past it the cache is cleared (bounded memory).
     static let maxEntries = 100_000
@@ -67,7 +68,7 @@ public final class Authenticator: Sendable {
         self.log = log
         self.cacheSeconds = cacheSeconds
         self.limits = limits
-        self.failures = Mutex(FailureTracker(limits: limits))
+        self.failures = Locked(FailureTracker(limits: limits))
         self.now = now
     }
 

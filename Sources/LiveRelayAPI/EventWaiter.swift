@@ -3,6 +3,7 @@ import Foundation
 import LiveRelayStore
 import Logging
 import Postgres
+import Locking
 import Synchronization
 
 /// Wakes requests that wait for something another node may cause (docs/endpoints.md
@@ -17,13 +18,13 @@ import Synchronization
 /// "Long-polls").
 public final class EventWaiter: Sendable {
     let log: Logger
-    let waiters = Mutex<[String: [DispatchSemaphore]]>([:])
+    let waiters = Locked<[String: [DispatchSemaphore]]>([:])
     let stopping = Atomic<Bool>(false)
     let done = DispatchSemaphore(value: 0)
     let started = Atomic<Bool>(false)
     /// Concurrent `waitAsync` calls allowed per credential.
     public let maxWaitsPerCredential: Int
-    let asyncState = Mutex<AsyncState>(AsyncState())
+    let asyncState = Locked<AsyncState>(AsyncState())
     let tickerStarted = Atomic<Bool>(false)
 
     /// Asynchronous waiters and the per-credential counts.

@@ -1,6 +1,6 @@
 import Foundation
 import Crypto
-import Synchronization
+import Locking
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -524,7 +524,7 @@ enum LifecycleHandlers {
             let targetId = v["target"]?["id"]?.stringValue
         else { return response }
         let request = req ?? HTTPRequest(method: "POST", path: "/")
-        let latest = Mutex<OperationRecord?>(nil)
+        let latest = Locked<OperationRecord?>(nil)
         return LongPoll.respond(
             ctx, request, key: opId, timeoutSeconds: Double(waitMs) / 1000,
             check: {

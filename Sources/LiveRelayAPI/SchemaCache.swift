@@ -1,6 +1,6 @@
 import JSON
 import LiveRelayCore
-import Synchronization
+import Locking
 
 /// Compiled state schemas by template version, and installation platforms. Template versions are immutable (docs/templates.md:
 /// same id, same content), so a compiled schema never goes stale; the cache is only bounded
@@ -8,9 +8,9 @@ import Synchronization
 final class SchemaCache: Sendable {
     static let shared = SchemaCache()
     static let maxEntries = 10_000
-    private let entries = Mutex<[String: StateSchema]>([:])
-    private let missing = Mutex<Set<String>>([])
-    private let platforms = Mutex<[String: String]>([:])
+    private let entries = Locked<[String: StateSchema]>([:])
+    private let missing = Locked<Set<String>>([])
+    private let platforms = Locked<[String: String]>([:])
 
     /// The compiled schema of `(tenant, installation, templateVersion)`; `load` fetches its
     /// JSON on a miss (nil: the version declares no schema, also remembered).

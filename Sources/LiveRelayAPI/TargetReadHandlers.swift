@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 import HTTPServer
 import JSON
 import LiveRelayCore
@@ -67,7 +67,7 @@ enum TargetReadHandlers {
         if t.status == .ready { return .json(200, Encode.target(t, now: ctx.now())) }
         if t.status.isTerminal || waitMs == 0 { throw pending(t) }
         // Long-poll without holding a worker thread (docs/http-limits.md, "Long-polls").
-        let latest = Mutex<TargetRecord>(t)
+        let latest = Locked<TargetRecord>(t)
         return LongPoll.respond(
             ctx, req, key: id, timeoutSeconds: Double(waitMs) / 1000,
             check: {

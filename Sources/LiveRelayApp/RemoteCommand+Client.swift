@@ -3,7 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import JSON
-import Synchronization
+import Locking
 
 /// A synchronous JSON client for `liverelay remote` (URLSession, one request at a time).
 struct RemoteClient {
@@ -45,7 +45,7 @@ struct RemoteClient {
             req.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
         let done = DispatchSemaphore(value: 0)
-        let result = Mutex<(Int, [UInt8], String?, String?)>((-1, [], nil, nil))
+        let result = Locked<(Int, [UInt8], String?, String?)>((-1, [], nil, nil))
         let task = URLSession.shared.dataTask(with: req) { data, resp, err in
             let http = resp as? HTTPURLResponse
             let rid = http?.value(forHTTPHeaderField: "X-Request-Id")

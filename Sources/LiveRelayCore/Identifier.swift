@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 
 /// Kinds of resource id and their type prefixes (docs/http-conventions.md "Ids are opaque strings with a
 /// type prefix"). Ids are `<prefix>_<26 chars>`: the 26 characters are the lowercase Crockford
@@ -81,7 +81,7 @@ public enum Identifier {
     }
 
     /// The 8 most recently seen milliseconds, oldest first.
-    static let sequences = Mutex([Sequence]())
+    static let sequences = Locked([Sequence]())
 
     /// True when `id` has the form `<kind prefix>_<26 lowercase Crockford base32 chars>`.
     public static func isValid(_ id: String, kind: IdKind) -> Bool {

@@ -4,7 +4,7 @@ import HTTP2
 import HTTPServer
 import JSON
 import Logging
-import Synchronization
+import Locking
 
 /// Settings of a `Sandbox`.
 public struct SandboxConfiguration: Sendable {
@@ -73,7 +73,7 @@ public struct SandboxConfiguration: Sendable {
 /// are generated (or reused from `directory`) and trusted automatically; more keys can be
 /// registered with `registerAPNsKey` / `registerServiceAccount` or the control endpoint.
 public final class Sandbox: @unchecked Sendable {
-    // @unchecked: mutable state is behind `state` (a Mutex); servers are set once in `start()`.
+    // @unchecked: mutable state is behind `state` (a `Locked`); servers are set once in `start()`.
     public let configuration: SandboxConfiguration
     /// The CA every sandbox server certificate chains to (PEM; trust it via
     /// `LIVERELAY_EXTRA_CA_FILE`).
@@ -115,7 +115,7 @@ public final class Sandbox: @unchecked Sendable {
         var stats = SandboxStats()
         var connectionFaults = HTTP2ServerFaults()
     }
-    let state = Mutex(State())
+    let state = Locked(State())
     let log: Logger
     private var h2: HTTP2Server?
     private var control: HTTPServer?

@@ -1,6 +1,6 @@
 import Foundation
 import Postgres
-import Synchronization
+import Locking
 
 /// The one door to PostgreSQL for the product: every transaction declares whose rows it may
 /// see, so row-level security (migration 0001) is a second wall behind the `tenant_id`
@@ -10,7 +10,7 @@ public final class Database: Sendable {
     public let pool: PostgresPool
 
     let notifier: Notifier
-    private let commitObservers = Mutex<[@Sendable ([(channel: String, payload: String)], Date) -> Void]>([])
+    private let commitObservers = Locked<[@Sendable ([(channel: String, payload: String)], Date) -> Void]>([])
     /// Transaction-local settings added to every transaction (e.g. `PriorityBudgetSQL.settings`:
     /// the deployment's default budgets, read by SQL that builds event objects).
     public let settings: [(String, String)]

@@ -1,6 +1,6 @@
 import Foundation
 import JSON
-import Synchronization
+import Locking
 
 /// Log severities, lowest first (`LIVERELAY_LOG_LEVEL`, docs/configuration.md: `debug`…`error`).
 public enum LogLevel: Int, Sendable, Comparable, CaseIterable {
@@ -82,7 +82,7 @@ public struct Logger: Sendable {
         if level >= minimum { sink(line) }
     }
 
-    static let lock = Mutex(())
+    static let lock = Locked(())
     /// Writes `line` + newline to standard error atomically with respect to other log lines.
     public static let stderrSink: @Sendable (String) -> Void = { line in
         let data = Array((line + "\n").utf8)

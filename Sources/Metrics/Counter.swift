@@ -1,15 +1,15 @@
-import Synchronization
+import Locking
 
 /// A Prometheus counter family: one monotonically increasing total per combination of label
 /// values. Created by `MetricsRegistry.counter(_:help:labels:)`.
 ///
-/// Thread safety: `@unchecked Sendable` because the series dictionary sits behind a `Mutex`;
+/// Thread safety: `@unchecked Sendable` because the series dictionary sits behind a `Locked`;
 /// `increment` may be called from any thread.
 public final class Counter: @unchecked Sendable {
     let name: String
     let help: String
     let labelNames: [String]
-    private let series = Mutex<[[String]: Double]>([:])
+    private let series = Locked<[[String]: Double]>([:])
 
     init(name: String, help: String, labelNames: [String]) {
         self.name = name

@@ -1,10 +1,10 @@
-import Synchronization
+import Locking
 
 /// A Prometheus histogram family: per combination of label values, cumulative bucket counts,
 /// the sum and the count of observations. Created by
 /// `MetricsRegistry.histogram(_:help:labels:buckets:)`.
 ///
-/// Thread safety: `@unchecked Sendable` because the series sit behind a `Mutex`; `observe` may
+/// Thread safety: `@unchecked Sendable` because the series sit behind a `Locked`; `observe` may
 /// be called from any thread.
 public final class Histogram: @unchecked Sendable {
     struct Series {
@@ -18,7 +18,7 @@ public final class Histogram: @unchecked Sendable {
     let labelNames: [String]
     /// Finite upper bounds, ascending, without duplicates (+Inf is implicit).
     let bounds: [Double]
-    private let series = Mutex<[[String]: Series]>([:])
+    private let series = Locked<[[String]: Series]>([:])
 
     init(name: String, help: String, labelNames: [String], buckets: [Double]) {
         self.name = name

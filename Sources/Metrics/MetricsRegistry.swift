@@ -1,11 +1,11 @@
-import Synchronization
+import Locking
 
 /// A small, thread-safe registry of metrics rendered in the Prometheus text exposition
 /// format 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/), served by
 /// `GET /metrics` (docs/endpoints.md "Service").
 ///
 /// Thread safety: `@unchecked Sendable` because every piece of mutable state sits behind a
-/// `Mutex` from `Synchronization` — the registry's list of families here, and each counter's or
+/// `Locked` (module `Locking`) — the registry's list of families here, and each counter's or
 /// histogram's series in its own lock — so registration, recording and `render()` may run
 /// concurrently from any thread. Gauge sample closures run during `render()` outside every
 /// registry lock, so they may take their own locks (pool gauges, queue depth).
@@ -35,7 +35,7 @@ public final class MetricsRegistry: @unchecked Sendable {
         let sample: @Sendable () -> [([String], Double)]
     }
 
-    private let families = Mutex<[Family]>([])
+    private let families = Locked<[Family]>([])
 
     /// Creates an empty registry.
     public init() {}

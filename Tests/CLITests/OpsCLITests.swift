@@ -5,7 +5,6 @@ import FoundationNetworking
 import XCTest
 import Crypto
 import JSON
-import Synchronization
 import LiveRelayTestSupport
 
 /// Operations commands through the real executable (docs/operations.md): a worker's metrics

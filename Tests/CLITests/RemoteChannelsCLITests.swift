@@ -1,7 +1,7 @@
 import Foundation
 import HTTPServer
 import JSON
-import Synchronization
+import Locking
 import XCTest
 
 /// `liverelay remote channels …` (docs/channels.md) run as the real binary: usage errors, and the
@@ -135,7 +135,7 @@ final class RemoteChannelsCLITests: XCTestCase {
 /// What the loopback server received, in order.
 final class Recorded: Sendable {
     struct Call: Sendable { let method: String; let path: String; let query: [String: String]; let body: JSONValue; let key: String? }
-    let calls = Mutex<[Call]>([])
+    let calls = Locked<[Call]>([])
 
     func record(_ req: HTTPRequest) {
         let call = Call(method: req.method, path: req.path, query: req.query, body: (try? req.jsonBody()) ?? .null, key: req.header("authorization"))

@@ -5,7 +5,7 @@ import HTTP2
 import JSON
 import LiveRelayCore
 import LiveRelaySandbox
-import Synchronization
+import Locking
 import XCTest
 
 /// `APNsChannelClient` (channel management and broadcasts) against the sandbox over real TLS
@@ -287,7 +287,7 @@ final class APNsChannelClientTests: ProviderTestCase {
         h.sandbox.addFault(SandboxFault(provider: "broadcast", token: ch.channelId, times: 1, delaySeconds: 1))
         let done = expectation(description: "completion")
         let written = expectation(description: "written")
-        let returned = Mutex(false)
+        let returned = Locked(false)
         client.submitBroadcast(broadcast(ch.channelId), written: { written.fulfill() }) { r in
             XCTAssertEqual(r.status, 200)
             XCTAssertTrue(returned.withLock { $0 }, "submit returned before the (delayed) answer")

@@ -8,7 +8,7 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
+import Locking
 import LiveRelayTestSupport
 
 /// A fresh PostgreSQL database per test case (migrated), plus helpers that make tenants,
@@ -322,10 +322,10 @@ extension DispatchHarness {
     }
 }
 
-/// A Mutex in a class, so closures and other objects can share it.
+/// A `Locked` value under a name (`m`), shared by closures and other objects.
 final class Shared<T: Sendable>: Sendable {
-    let m: Mutex<T>
-    init(_ v: T) { m = Mutex(v) }
+    let m: Locked<T>
+    init(_ v: T) { m = Locked(v) }
 }
 
 /// A test class whose every test gets its own `DispatchHarness` (`h`, made in `setUpWithError`,

@@ -5,7 +5,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
-import Synchronization
+import Locking
 import LiveRelayTestSupport
 
 /// docs/write-semantics.md ordering and coalescing, §9 workers: commit order per target, at most one in
@@ -194,7 +194,7 @@ final class DispatchOrderingTests: DispatchTestCase {
 }
 
 /// Records which dispatcher sent what, then delegates.
-final class TagLog: Sendable { let m = Mutex<[String: [String]]>([:]) }
+final class TagLog: Sendable { let m = Locked<[String: [String]]>([:]) }
 
 struct TaggingSender: PushSender {
     let tag: String

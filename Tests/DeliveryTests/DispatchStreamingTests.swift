@@ -5,7 +5,7 @@ import JSON
 import LiveRelayCore
 import LiveRelaySandbox
 import LiveRelayStore
-import Synchronization
+import Locking
 import LiveRelayTestSupport
 
 /// Event-driven sending (docs/delivery.md "Sending", "Wake-ups"): streams in flight are bounded
@@ -39,7 +39,7 @@ final class DispatchStreamingTests: DispatchTestCase {
     func testAWriteInThisProcessIsSeenAtCommitWithItsOperationId() throws {
         let t = try h.tenant(), inst = try h.installation(t)
         let tgt = try h.target(t, installation: inst, token: "tok")
-        let seen = Mutex<[(String, String, Date)]>([])
+        let seen = Locked<[(String, String, Date)]>([])
         h.db.addCommitObserver { list, at in seen.withLock { s in for n in list { s.append((n.channel, n.payload, at)) } } }
         let before = Date()
         let op = try h.update(t, target: tgt, state: ["eta": 5])

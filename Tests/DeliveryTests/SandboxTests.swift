@@ -10,14 +10,14 @@ import LiveRelayCore
 import LiveRelaySandbox
 import Logging
 import Metrics
-import Synchronization
+import Locking
 import XCTest
 import LiveRelayTestSupport
 
 /// A settable clock shared by the sender and (optionally offset) the sandbox.
 final class SimClock: Sendable {
-    private let value: Mutex<Date>
-    init(_ start: Date = Date()) { value = Mutex(start) }
+    private let value: Locked<Date>
+    init(_ start: Date = Date()) { value = Locked(start) }
     func now() -> Date { value.withLock { $0 } }
     func advance(_ seconds: Double) { value.withLock { $0 = $0.addingTimeInterval(seconds) } }
 }
@@ -126,7 +126,7 @@ final class ProviderHarness: @unchecked Sendable {
         req.httpMethod = method
         if let body { req.httpBody = Data(body.serialized()); req.setValue("application/json", forHTTPHeaderField: "Content-Type") }
         let done = DispatchSemaphore(value: 0)
-        let out = Mutex<(Int, [UInt8])>((0, []))
+        let out = Locked<(Int, [UInt8])>((0, []))
         URLSession.shared.dataTask(with: req) { d, r, _ in
             out.withLock { $0 = ((r as? HTTPURLResponse)?.statusCode ?? -1, Array(d ?? Data())) }
             done.signal()

@@ -4,7 +4,7 @@ import LiveRelayTestSupport
 import JSON
 import LiveRelayApp
 import LiveRelayCore
-import Synchronization
+import Locking
 
 /// docs/priority-budget.md end to end: real PostgreSQL, the real write path and dispatcher, the
 /// APNs/FCM sandbox over HTTP/2, and one injected clock shared by the API and the dispatcher so
@@ -12,7 +12,7 @@ import Synchronization
 final class PriorityBudgetEndToEndTests: XCTestCase {
     /// A settable clock (starts at the wall clock, moves only when told).
     final class Clock: Sendable {
-        private let value = Mutex<Date>(Date())
+        private let value = Locked<Date>(Date())
         func now() -> Date { value.withLock { $0 } }
         func advance(_ seconds: Double) { value.withLock { $0 = $0.addingTimeInterval(seconds) } }
     }

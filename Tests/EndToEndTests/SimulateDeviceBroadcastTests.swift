@@ -6,7 +6,7 @@ import LiveRelayCore
 import LiveRelaySandbox
 import Logging
 import Metrics
-import Synchronization
+import Locking
 import XCTest
 
 /// A simulated iOS 18 phone subscribed to a channel reads the sandbox's broadcast log and shows
@@ -45,7 +45,7 @@ final class SimulateDeviceBroadcastTests: XCTestCase {
         _ = sim.localStart(
             targetId: "tgt_m", activityType: "match", templateVersion: nil, businessKey: "match:1", state: ["score": "0-0"],
             now: Date(), updateToken: nil, channelId: channel.channelId)
-        let lines = Mutex<[String]>([])
+        let lines = Locked<[String]>([])
         let phone = DeviceSimulatorRunner(state: sim.state, stateFile: nil, output: { l in lines.withLock { $0.append(l) } })
 
         let now = Int64(Date().timeIntervalSince1970)

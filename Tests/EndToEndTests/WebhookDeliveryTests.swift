@@ -9,13 +9,13 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
+import Locking
 import LiveRelayTestSupport
 
 /// A clock the test moves by hand.
 final class ManualClock: Sendable {
-    private let value: Mutex<Date>
-    init(_ d: Date) { value = Mutex(d) }
+    private let value: Locked<Date>
+    init(_ d: Date) { value = Locked(d) }
     var now: Date { value.withLock { $0 } }
     func set(_ d: Date) { value.withLock { $0 = d } }
     func advance(_ s: Double) { value.withLock { $0 = $0.addingTimeInterval(s) } }

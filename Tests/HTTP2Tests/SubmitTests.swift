@@ -1,5 +1,6 @@
 import Foundation
 import HTTP2
+import Locking
 import Synchronization
 import XCTest
 
@@ -8,9 +9,9 @@ import XCTest
 /// completes each exactly once.
 final class SubmitTests: XCTestCase {
     final class Outcomes: Sendable {
-        let results = Mutex<[String: Result<HTTP2Response, HTTP2Failure>]>([:])
-        let written = Mutex<Set<String>>([])
-        let writtenBeforeCompletion = Mutex<Int>(0)
+        let results = Locked<[String: Result<HTTP2Response, HTTP2Failure>]>([:])
+        let written = Locked<Set<String>>([])
+        let writtenBeforeCompletion = Locked<Int>(0)
         let completions = Atomic<Int>(0)
         let all = DispatchSemaphore(value: 0)
         let expected: Int

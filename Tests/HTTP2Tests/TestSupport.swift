@@ -1,7 +1,7 @@
 import Crypto
 import Foundation
 import HTTP2
-import Synchronization
+import Locking
 import XCTest
 import LiveRelayTestSupport
 
@@ -32,7 +32,7 @@ enum TestPKI {
 
 /// Every request the handler saw, by its `x-id` header, plus a gauge of concurrent handlers.
 final class Recorder: Sendable {
-    private let state = Mutex<(ids: [String], inFlight: Int, peak: Int)>(([], 0, 0))
+    private let state = Locked<(ids: [String], inFlight: Int, peak: Int)>(([], 0, 0))
 
     func enter(_ request: HTTP2Request) {
         state.withLock { s in

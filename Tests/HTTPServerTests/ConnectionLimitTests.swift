@@ -1,6 +1,6 @@
 import Foundation
 import HTTPServer
-import Synchronization
+import Locking
 import XCTest
 #if canImport(Glibc)
 import Glibc
@@ -153,7 +153,7 @@ final class ConnectionLimitTests: XCTestCase {
             }, configuration: .init(port: 0, threads: 1, maxThreads: 1, maxQueuedRequests: 1))
         let port = s.port
         let group = DispatchGroup()
-        let statuses = Mutex<[Int]>([])
+        let statuses = Locked<[Int]>([])
         for _ in 0..<2 {  // one runs (and blocks), one waits in the queue
             DispatchQueue.global().async(group: group) {
                 let status = (try? Self.get(port: port, path: "/block").status) ?? -1
@@ -173,7 +173,7 @@ final class ConnectionLimitTests: XCTestCase {
     }
 
     func testDeferredResponseHoldsNoWorker() throws {
-        let pending = Mutex<[ResponseCompletion]>([])
+        let pending = Locked<[ResponseCompletion]>([])
         let s = try startServer(
             { r in
                 r.add("GET", "/wait") { _ in .deferred { c in pending.withLock { $0.append(c) } } }
@@ -181,7 +181,7 @@ final class ConnectionLimitTests: XCTestCase {
             }, configuration: .init(port: 0, threads: 1, maxThreads: 1))
         let port = s.port
         let group = DispatchGroup()
-        let bodies = Mutex<[String]>([])
+        let bodies = Locked<[String]>([])
         for _ in 0..<5 {
             DispatchQueue.global().async(group: group) {
                 let text = (try? Self.get(port: port, path: "/wait").text) ?? "error"

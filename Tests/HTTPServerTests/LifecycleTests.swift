@@ -1,11 +1,11 @@
 import Foundation
 import HTTPServer
-import Synchronization
+import Locking
 import XCTest
 
 final class LifecycleTests: XCTestCase {
     final class Outcome: Sendable {
-        let value = Mutex<Result<RawResponse, Error>?>(nil)
+        let value = Locked<Result<RawResponse, Error>?>(nil)
     }
 
     func testShutdownDrainsInFlightRequestAndRefusesNewConnections() throws {
@@ -85,7 +85,7 @@ final class ConcurrencyTests: XCTestCase {
             }
         }
         let port = s.port
-        let failures = Mutex<[String]>([])
+        let failures = Locked<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { worker in
             for i in 0..<50 {
                 let body = Array(repeating: UInt8(ascii: "x"), count: (worker * 50 + i) * 37 % 9000)

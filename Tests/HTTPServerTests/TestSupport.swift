@@ -1,7 +1,6 @@
 import Foundation
 import HTTPServer
 import Metrics
-import Synchronization
 import XCTest
 import LiveRelayTestSupport
 

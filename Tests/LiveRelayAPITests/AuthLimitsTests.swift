@@ -8,6 +8,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Logging
 import Postgres
+import Locking
 import Synchronization
 
 /// docs/http-limits.md, "Credential verification": forged credentials (a public key id, a
@@ -16,7 +17,7 @@ import Synchronization
 final class AuthLimitsTests: TenancyTestCase {
     /// A settable clock for the rate-limit tests.
     final class Clock: Sendable {
-        let value = Mutex(Date())
+        let value = Locked(Date())
         var now: @Sendable () -> Date { { [self] in value.withLock { $0 } } }
         func advance(_ seconds: Double) { value.withLock { $0 = $0.addingTimeInterval(seconds) } }
     }
@@ -61,7 +62,7 @@ final class AuthLimitsTests: TenancyTestCase {
         XCTAssertNil(Self.outcome(auth, Self.request(t.publishable, from: address)), "the legitimate credential verifies (and is cached)")
 
         let stop = Atomic<Bool>(false)
-        let statuses = Mutex<[Int: Int]>([:])
+        let statuses = Locked<[Int: Int]>([:])
         let forgers = DispatchGroup()
         for _ in 0..<32 {
             DispatchQueue.global().async(group: forgers) {
@@ -163,7 +164,7 @@ final class AuthLimitsTests: TenancyTestCase {
         let t = try tenant()
         let limiter = Argon2idLimiter(maxConcurrent: 4, maxWaitSeconds: 5)
         let (auth, _) = authenticator(AuthLimits(argon2: limiter))
-        let failures = Mutex<[String]>([])
+        let failures = Locked<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 16) { _ in
             if let e = Self.outcome(auth, Self.request(t.master, from: "127.0.0.1")) { failures.withLock { $0.append(e.code) } }
         }

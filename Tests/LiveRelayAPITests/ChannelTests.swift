@@ -8,18 +8,18 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
-import Synchronization
+import Locking
 
 /// APNs channel management and broadcasts recorded in memory (the API tests' stand-in for the
 /// sandbox; the end-to-end tests use the real sandbox over HTTP/2).
 final class RecordingChannels: ChannelManaging, BroadcastSending, Sendable {
-    let created = Mutex<[String]>([])
-    let deleted = Mutex<[String]>([])
-    let broadcasts = Mutex<[BroadcastRequest]>([])
-    let refuseCreate = Mutex<(Int, String)?>(nil)
+    let created = Locked<[String]>([])
+    let deleted = Locked<[String]>([])
+    let broadcasts = Locked<[BroadcastRequest]>([])
+    let refuseCreate = Locked<(Int, String)?>(nil)
     /// When set, every create answers this (no channel is made).
-    let answerCreate = Mutex<ChannelManagementResult?>(nil)
-    let broadcastAnswer = Mutex<BroadcastResult?>(nil)
+    let answerCreate = Locked<ChannelManagementResult?>(nil)
+    let broadcastAnswer = Locked<BroadcastResult?>(nil)
 
     func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: Int) -> ChannelManagementResult {
         if let (s, r) = refuseCreate.withLock({ $0 }) { return .refused(status: s, reason: r) }

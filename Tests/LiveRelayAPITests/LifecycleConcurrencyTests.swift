@@ -4,7 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
-import Synchronization
+import Locking
 import LiveRelayTestSupport
 
 /// docs/write-semantics.md ordering under concurrency, coalescing and coverage, through the real API.
@@ -12,7 +12,7 @@ final class LifecycleConcurrencyTests: APITestCase {
 
     /// Runs `n` calls on `n` threads at once and returns their replies.
     func concurrently(_ n: Int, _ call: @escaping @Sendable (Int) -> TestEnvironment.Reply) -> [TestEnvironment.Reply] {
-        let out = Mutex<[TestEnvironment.Reply]>([])
+        let out = Locked<[TestEnvironment.Reply]>([])
         DispatchQueue.concurrentPerform(iterations: n) { i in
             let r = call(i)
             out.withLock { $0.append(r) }

@@ -4,7 +4,6 @@ import HTTPServer
 import JSON
 import LiveRelayAPI
 import Logging
-import Synchronization
 #if canImport(Glibc)
 import Glibc
 import LiveRelayTestSupport

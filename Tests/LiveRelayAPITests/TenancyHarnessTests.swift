@@ -7,7 +7,7 @@ import LiveRelayCore
 import LiveRelayStore
 import Logging
 import Postgres
-import Synchronization
+import Locking
 
 /// Base of the tenancy tests: one `TestEnvironment` per test, and a record of every
 /// credential the test was handed (by the API or by a fixture). At tear-down it asserts that
@@ -15,7 +15,7 @@ import Synchronization
 /// a secret is shown exactly once, in the response that creates it).
 class TenancyTestCase: XCTestCase {
     var env: TestEnvironment!
-    let received = Mutex<Set<String>>([])
+    let received = Locked<Set<String>>([])
 
     override func setUpWithError() throws {
         try super.setUpWithError()

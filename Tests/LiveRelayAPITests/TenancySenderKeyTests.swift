@@ -4,7 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
-import Synchronization
+import Locking
 
 /// docs/http-conventions.md idempotency on sender-key creation (the same credential is replayed, stored
 /// sealed) and docs/credentials.md/docs/endpoints.md validation of a sender key's fields.
@@ -54,7 +54,7 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let t = try tenant()
         let st = try Fixtures.startTarget(env, tenant: t.id)
         let body: JSONValue = ["targets": [.string(st)], "created_from": [], "permissions": ["activities:start"], "idempotency_key": "conc-1"]
-        let replies = Mutex<[TestEnvironment.Reply]>([])
+        let replies = Locked<[TestEnvironment.Reply]>([])
         let env = self.env!
         DispatchQueue.concurrentPerform(iterations: 10) { _ in
             let r = env.call("POST", "/v1/remote-updates/sender-keys", body, as: t.master)

@@ -1,5 +1,5 @@
 import Foundation
-import Synchronization
+import Locking
 import XCTest
 import JSON
 import LiveRelayCore
@@ -19,7 +19,7 @@ final class WritePathTests: XCTestCase {
 
     /// Round trips of the transactions labelled `label` that `body` ran (the write's own).
     func roundTrips(_ label: String, _ body: () -> Void) -> [Int] {
-        let seen = Mutex<[Int]>([])
+        let seen = Locked<[Int]>([])
         PostgresInstrumentation.setObserver { r in
             if r.label == label && r.committed { seen.withLock { $0.append(r.roundTrips) } }
         }
@@ -87,7 +87,7 @@ final class WritePathTests: XCTestCase {
     func testConcurrentStartsNeverOvershootTheQuota() throws {
         let quota = 90
         let w = try LifecycleWorld.make(env, quota: Int64(quota))
-        let statuses = Mutex<[Int]>([])
+        let statuses = Locked<[Int]>([])
         let env = self.env!
         DispatchQueue.concurrentPerform(iterations: 12) { _ in
             for _ in 0..<10 {
@@ -151,7 +151,7 @@ final class WritePathTests: XCTestCase {
                     [tenant])[0].int("n")
             }
         }
-        let started = Mutex<[String]>([])
+        let started = Locked<[String]>([])
         DispatchQueue.concurrentPerform(iterations: 8) { _ in
             let t = w.start()
             started.withLock { $0.append(t) }

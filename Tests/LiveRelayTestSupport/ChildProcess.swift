@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 
 /// What a finished child process left: its exit status and everything it printed.
 public struct ChildProcessResult: Sendable {

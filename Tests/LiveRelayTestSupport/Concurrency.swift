@@ -1,27 +1,15 @@
 import Foundation
+import Locking
 import Synchronization
 
-/// A value shared between test threads, guarded by a lock (a class, so closures and other
-/// objects can capture it).
-public final class Locked<Value>: @unchecked Sendable {  // `value` only under `lock`
-    private let lock = NSLock()
-    private var value: Value
-    public init(_ value: Value) { self.value = value }
-
-    /// Runs `body` with exclusive access to the value.
-    public func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
-
-    /// A copy of the value now.
+extension Locked {
+    /// A copy of the value now (tests read results this way once the threads are done).
     public var current: Value { withLock { $0 } }
 }
 
 /// Lines written from any thread (a log sink, a child process's output), read by the test.
 public final class LineCapture: Sendable {
-    private let stored = Mutex<[String]>([])
+    private let stored = Locked<[String]>([])
     public init() {}
 
     /// Appends one line.
@@ -40,7 +28,7 @@ public final class LineCapture: Sendable {
 /// Runs `count` calls of `body` on `threads` real threads at once (Dispatch's pool on Linux is
 /// capped at the CPU count) and returns the results by index.
 public func concurrently<T: Sendable>(_ count: Int, threads: Int, _ body: @Sendable @escaping (Int) -> T) -> [T] {
-    let results = Mutex<[Int: T]>([:])
+    let results = Locked<[Int: T]>([:])
     let next = Atomic<Int>(0)
     let group = DispatchGroup()
     for _ in 0..<threads {

@@ -1,6 +1,6 @@
 import Foundation
 import Postgres
-import Synchronization
+import Locking
 
 /// A PostgreSQL database made for one test (or test class) on the throwaway cluster that
 /// `deploy/local/test` starts, dropped by `drop()`. A migrated database is a clone
@@ -84,7 +84,7 @@ public final class TestDatabase: Sendable {
         prefix + "_" + UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "").prefix(12)
     }
 
-    private static let template = Mutex<String?>(nil)
+    private static let template = Locked<String?>(nil)
 
     /// One migrated database per test process (made on first use), the template of every
     /// migrated `TestDatabase`.

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import Crypto
 import XCTest
 @testable import Postgres

@@ -1,4 +1,5 @@
 import Foundation
+import Locking
 import XCTest
 @testable import Postgres
 import LiveRelayTestSupport
