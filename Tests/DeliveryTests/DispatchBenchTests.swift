@@ -258,16 +258,17 @@ final class DispatchBenchTests: XCTestCase {
         }
 
         // Phase 6: where a claim and an apply of 512 spend their time (EXPLAIN ANALYZE, BUFFERS:
-        // trigger lines and totals; rolled back). BENCH_PROFILE=0 skips.
+        // trigger lines and totals; rolled back). BENCH_PROFILE=0 skips, =2 prints every plan line.
         var profile: [String] = []
-        if env("BENCH_PROFILE", 1) == 1 {
+        if env("BENCH_PROFILE", 1) >= 1 {
             let tp = try h.tenant(quota: 100_000_000), ip = try h.installation(tp)
             try loadQueue(h, tenant: tp, installation: ip, prefix: "prof", count: 512)
+            let wholePlans = env("BENCH_PROFILE", 1) == 2  // every plan line, not only triggers and totals
             func keep(_ rows: [PostgresRow], _ label: String) throws {
                 var first = true
                 for r in rows {
                     let line = try r.string("QUERY PLAN").trimmingCharacters(in: .whitespaces)
-                    if line.hasPrefix("Trigger") || line.hasPrefix("Execution Time") || (first && line.hasPrefix("Buffers:")) {
+                    if wholePlans || line.hasPrefix("Trigger") || line.hasPrefix("Execution Time") || (first && line.hasPrefix("Buffers:")) {
                         if line.hasPrefix("Buffers:") { first = false }
                         profile.append("profile \(label): \(line)")
                     }
