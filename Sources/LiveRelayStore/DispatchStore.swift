@@ -271,9 +271,12 @@ public enum DispatchStore {
               FROM locked l
              WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
             RETURNING o.id
+        ), stamps AS (  -- id -> timestamp in one object: a join of two CTEs estimated at one row each was a nested loop (n^2)
+            SELECT jsonb_object_agg(c.id, c.claimed_ts) AS m FROM claimed c
         )
-        SELECT l.*, c.claimed_ts, (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
-          FROM locked l LEFT JOIN claimed c ON c.tenant_id = l.tenant_id AND c.id = l.id
+        SELECT l.*, ((SELECT m FROM stamps) ->> l.id)::bigint AS claimed_ts,
+               (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
+          FROM locked l
         """
 
     /// Rows of a claim statement → the claimed operations; targets found over get their queued work cancelled.
