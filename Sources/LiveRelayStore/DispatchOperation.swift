@@ -1,0 +1,128 @@
+import Foundation
+import JSON
+import LiveRelayCore
+import Postgres
+
+/// An operation as the dispatcher sees it: the operation row plus everything needed to build
+/// its push (target snapshot, tokens, installation, template `attributes-type`).
+public struct DispatchOperation: Sendable, Equatable {
+    public let tenantId: String
+    public let id: String
+    public let targetId: String
+    public let seq: Int64
+    public let kind: PushEvent
+    public let revision: Int64
+    public let hasState: Bool
+    /// The operation's own committed snapshot (nil for a stateless end).
+    public let state: JSONValue?
+    public let alert: PushAlert?
+    public let staleAt: Date?
+    public let relevanceScore: Double?
+    public let priority: Int
+    public let expiresAt: Date?
+    public let dismissAt: Date?
+    public let consumesQuota: Bool
+    public let quotaDay: String?
+    /// Attempts including the current one (after a claim), or so far (rescue, expiry).
+    public let attempts: Int
+    public let createdAt: Date
+    /// The APNs `timestamp` (epoch s) of this operation: assigned on the first claim, kept for resends.
+    public let providerTimestamp: Int64?
+
+    public let installationId: String
+    public let startTargetId: String?
+    public let templateVersion: String?
+    public let businessKey: String?
+    /// The target's current committed state (sent by a stateless end).
+    public let targetState: JSONValue
+    public let targetStatus: String
+    public let pushToken: String?
+    public let lastTimestamp: Int64
+    /// `ios` or `android`.
+    public let platform: String
+    /// `sandbox` or `production`.
+    public let environment: String
+    public let appId: String
+    public let fcmToken: String?
+    public let pushToStartToken: String?
+    public let attributesType: String?
+    /// The channel of a member (FCM `data.channel_id`, docs/channels.md), and — for an iOS 18+
+    /// member's start — the APNs channel id sent as `input-push-channel`.
+    public let channelId: String?
+    public let inputPushChannel: String?
+    /// Priority budget (docs/priority-budget.md): `sent_priority` as stored, the target's
+    /// window (epoch ms) and budget (nil: Android) as claimed, and the decision the claim took
+    /// (`DispatchStore.decidePriorities`) with its time in epoch ms.
+    public let sentPriority: Int?
+    public let priority10Sends: [Int64]
+    public let priority10Budget: Int?
+    public internal(set) var budgetDecision: PriorityBudget.Decision?
+    public internal(set) var budgetDecidedAtMs: Int64?
+
+    /// The `apns-priority` to send: the budget decision's, else the requested `priority`.
+    public var sendPriority: Int { budgetDecision?.priority ?? priority }
+
+    init(row r: PostgresRow) throws {
+        tenantId = try r.string("tenant_id"); id = try r.string("id"); targetId = try r.string("target_id"); seq = try r.int64("seq")
+        guard let k = PushEvent(rawValue: try r.string("kind")) else { throw PostgresError(kind: .decoding, message: "bad operation kind") }
+        kind = k
+        revision = try r.int64("revision"); hasState = try r.bool("has_state")
+        state = try r.optionalString("state").map { try JSONValue.parse($0, maxDepth: 128) }
+        alert = try r.optionalString("alert").flatMap(PushAlert.init(jsonText:))
+        staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score"); priority = try r.int("priority")
+        expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
+        consumesQuota = try r.bool("consumes_quota"); quotaDay = try r.optionalString("quota_day")
+        attempts = try r.int("attempts"); createdAt = try r.date("created_at"); providerTimestamp = try r.optionalInt64("provider_timestamp")
+        installationId = try r.string("installation_id"); startTargetId = try r.optionalString("start_target_id")
+        templateVersion = try r.optionalString("template_version"); businessKey = try r.optionalString("business_key")
+        targetState = try JSONValue.parse(try r.string("target_state"), maxDepth: 128)
+        targetStatus = try r.string("target_status"); pushToken = try r.optionalString("push_token")
+        lastTimestamp = try r.int64("last_timestamp")
+        platform = try r.string("platform"); environment = try r.string("environment"); appId = try r.string("app_id")
+        fcmToken = try r.optionalString("fcm_token"); pushToStartToken = try r.optionalString("push_to_start_token")
+        attributesType = try r.optionalString("attributes_type")
+        channelId = try r.optionalString("channel_id"); inputPushChannel = try r.optionalString("input_push_channel")
+        sentPriority = try r.optionalInt("sent_priority"); priority10Sends = try r.stringArray("priority10_sends").compactMap { Int64($0) }
+        priority10Budget = try r.optionalInt("priority10_budget")
+    }
+
+    private init(copy o: DispatchOperation, attempts: Int, providerTimestamp: Int64) {
+        tenantId = o.tenantId; id = o.id; targetId = o.targetId; seq = o.seq; kind = o.kind; revision = o.revision; hasState = o.hasState
+        state = o.state; alert = o.alert; staleAt = o.staleAt; relevanceScore = o.relevanceScore; priority = o.priority
+        expiresAt = o.expiresAt; dismissAt = o.dismissAt; consumesQuota = o.consumesQuota; quotaDay = o.quotaDay
+        self.attempts = attempts; createdAt = o.createdAt; self.providerTimestamp = providerTimestamp
+        installationId = o.installationId; startTargetId = o.startTargetId; templateVersion = o.templateVersion; businessKey = o.businessKey
+        targetState = o.targetState; targetStatus = o.targetStatus; pushToken = o.pushToken; lastTimestamp = max(o.lastTimestamp, providerTimestamp)
+        platform = o.platform; environment = o.environment; appId = o.appId; fcmToken = o.fcmToken
+        pushToStartToken = o.pushToStartToken; attributesType = o.attributesType
+        channelId = o.channelId; inputPushChannel = o.inputPushChannel
+        sentPriority = o.sentPriority; priority10Sends = o.priority10Sends; priority10Budget = o.priority10Budget
+        budgetDecision = o.budgetDecision; budgetDecidedAtMs = o.budgetDecidedAtMs
+    }
+
+    func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }
+
+    /// The token this operation's push goes to: Android → the installation's FCM token; iOS
+    /// start → the start target's push-to-start token; iOS update/end → the activity's update token.
+    public var deviceToken: String? {
+        if platform == "android" { return fcmToken }
+        return kind == .start ? pushToStartToken : pushToken
+    }
+
+    /// The facts the transition table needs.
+    public var facts: DispatchOperationFacts {
+        DispatchOperationFacts(
+            kind: kind, hasState: hasState, hasAlert: alert != nil, consumesQuota: consumesQuota,
+            attempts: attempts, expiresAt: expiresAt, platform: platform)
+    }
+}
+
+/// Which row state an apply must still find (fencing against a worker that lost its lease).
+public enum DispatchApplyGuard: Sendable, Equatable {
+    /// `sending`, leased by `owner`, on attempt `attempts` (a normal result).
+    case lease(owner: String, attempts: Int)
+    /// `sending` with an expired lease (rescue of a dead worker's send).
+    case expiredLease
+    /// `queued` (expiry of an operation never sent).
+    case queued
+}
