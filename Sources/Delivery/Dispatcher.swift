@@ -36,6 +36,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
     private let lastUnpark = LockedValue<Date>(.distantPast)
+    private let lastStatistics = LockedValue<Date>(.distantPast)
     private let lastTenantSample = LockedValue<Date>(.distantPast)
     private let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
     private let commitHints = CommitHints()
@@ -592,6 +593,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             if Date().timeIntervalSince(lastUnpark.get()) >= configuration.unparkSweepSeconds {
                 lastUnpark.set(Date())
                 if try db.system({ c in try DispatchStore.unparkTokenPending(c) }) > 0 { wake() }
+            }
+            if Date().timeIntervalSince(lastStatistics.get()) >= configuration.statisticsSweepSeconds {
+                lastStatistics.set(Date())
+                let analyzed = try db.system { c in try PlannerStatistics.refresh(c) }
+                if !analyzed.isEmpty { log.info("refreshed planner statistics", ["tables": .string(analyzed.joined(separator: ","))]) }
             }
             if Date().timeIntervalSince(lastTenantSample.get()) >= configuration.tenantGaugeSeconds {
                 lastTenantSample.set(Date())

@@ -42,6 +42,9 @@ public struct DispatcherConfiguration: Sendable {
     /// Rescue of expired leases, expiry of queued operations, queue depth.
     public var maintenanceSeconds: Double
     /// The token-pending safety net (the 0005 triggers un-park at once).
+    /// Seconds between checks of the hot tables' planner statistics (`PlannerStatistics.refresh`,
+    /// docs/delivery.md "Planner statistics").
+    public var statisticsSweepSeconds: Double = 5
     public var unparkSweepSeconds: Double
     /// The 8 h lifetime sweep.
     public var lifetimeSweepSeconds: Double

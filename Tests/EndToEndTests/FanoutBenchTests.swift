@@ -15,7 +15,8 @@ import Postgres
 ///    the `202` latency p50/p99 of each and their ratio;
 /// 2. after the queue drained, one write to the large channel: seconds from its commit to the
 ///    last fan-out request (`max(sent_at)` of its per-target operations), fan-out pushes/s over
-///    the walk, and the broadcast requests the sandbox received for that write.
+///    the walk, seconds from the commit to the first fan-out request and to the end of the walk
+///    (`fanout_done_at`: the expander's share), and the broadcast requests the sandbox received.
 final class FanoutBenchTests: XCTestCase {
     func env(_ k: String, _ d: Int) -> Int { ProcessInfo.processInfo.environment[k].flatMap(Int.init) ?? d }
 
@@ -138,7 +139,9 @@ final class FanoutBenchTests: XCTestCase {
                 """
                 SELECT count(*) AS n, EXTRACT(EPOCH FROM max(o.sent_at) - min(k.created_at))::float8 AS to_last,
                        EXTRACT(EPOCH FROM max(o.sent_at) - min(o.sent_at))::float8 AS spread,
-                       count(*) FILTER (WHERE o.status = 'accepted') AS accepted
+                       count(*) FILTER (WHERE o.status = 'accepted') AS accepted,
+                       EXTRACT(EPOCH FROM max(k.fanout_done_at) - min(k.created_at))::float8 AS expanded,
+                       EXTRACT(EPOCH FROM min(o.sent_at) - min(k.created_at))::float8 AS to_first
                   FROM operations o JOIN channel_operations k ON k.tenant_id = o.tenant_id AND k.id = o.channel_operation_id
                  WHERE o.channel_operation_id = $1
                 """, [cop])[0]
@@ -148,6 +151,8 @@ final class FanoutBenchTests: XCTestCase {
             "fanout_members=\(fanout)", "fanout_operations=\(n)", "fanout_accepted=\(try row.int("accepted"))",
             String(format: "fanout_commit_to_last_request_seconds=%.2f", toLast),
             String(format: "fanout_pushes_per_second=%.0f", spread > 0 ? Double(n) / spread : 0),
+            String(format: "fanout_commit_to_first_request_seconds=%.2f", try row.optionalDouble("to_first") ?? 0),
+            String(format: "fanout_commit_to_expanded_seconds=%.2f", try row.optionalDouble("expanded") ?? 0),
             "broadcast_requests_per_write=\(h.sandbox.stats.broadcastRequests - broadcastsBefore)",
             String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart))
         ]
