@@ -10,18 +10,6 @@ import Postgres
 /// channel operation and never touches member rows: the broadcaster and the fan-out expander
 /// (in the dispatcher process) deliver it.
 enum ChannelHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/remote-updates/channels") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}/snapshot") { req in try Endpoint.run(ctx, req) { try snapshot(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/channels/{ch}/update") { req in try Endpoint.run(ctx, req) { try update(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/channels/{ch}/end") { req in try Endpoint.run(ctx, req) { try end(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}/operations") { req in try Endpoint.run(ctx, req) { try operations(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}/members") { req in try Endpoint.run(ctx, req) { try members(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channel-operations/{cop}") { req in try Endpoint.run(ctx, req) { try operation(ctx, req) } }
-    }
-
     // MARK: access
 
     /// Rule 1 for a channel: absent or another tenant's → 404; a sender key must name it in

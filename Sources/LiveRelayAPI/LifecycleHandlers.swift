@@ -11,12 +11,6 @@ import Postgres
 /// queue entry) in one transaction before the `202 {operation, target}` answer, with the rules
 /// checked in the documented rule order (docs/write-semantics.md).
 enum LifecycleHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/remote-updates/live-activities/start") { req in try Endpoint.run(ctx, req) { try start(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/live-activities/update") { req in try Endpoint.run(ctx, req) { try update(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/live-activities/end") { req in try Endpoint.run(ctx, req) { try end(ctx, req) } }
-    }
-
     /// Idempotency keys of writes are kept as long as their operation (docs/write-path.md); ten years here.
     static let writeKeyRetentionSeconds: Double = 10 * 365 * 86400
 
