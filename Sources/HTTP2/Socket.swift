@@ -29,7 +29,7 @@ enum Socket {
     static func connect(host: String, port: Int, deadline: Double) throws(HTTP2Failure) -> Int32 {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_family = AF_UNSPEC
+        hints.ai_family = 0  // any address family: IPv4 and IPv6 (getaddrinfo(3))
         var list: UnsafeMutablePointer<addrinfo>? = nil
         let rc = getaddrinfo(host, String(port), &hints, &list)
         guard rc == 0, let first = list else {

@@ -38,9 +38,8 @@ public final class Authenticator: Sendable {
     }
     let cache = Locked<CacheState>(CacheState())
     let now: @Sendable () -> Date
-    let stopping = Atomic<Bool>(false)
-    let listenerDone = DispatchSemaphore(value: 0)
-    let listenerStarted = Atomic<Bool>(false)
+    /// The invalidation listener's thread (`startInvalidationListener`).
+    let listener = NotificationListener()
     private let listenerConnected = Atomic<Bool>(false)
 
     /// True while the invalidation listener holds a connection that LISTENs (from then on a
@@ -214,30 +213,23 @@ public final class Authenticator: Sendable {
     /// Starts the background thread that LISTENs for invalidations on its own connection
     /// to `conninfo`, reconnecting every second after a loss (and clearing the cache then).
     public func startInvalidationListener(conninfo: String) {
-        listenerStarted.store(true, ordering: .relaxed)
-        let t = Thread { [self] in
-            defer { listenerDone.signal() }
-            PostgresConnection.listenLoop(
-                conninfo: conninfo, channel: CredentialLookup.invalidationChannel, isStopping: { stopping.load(ordering: .relaxed) },
-                connected: {
-                    invalidate("*")  // anything may have been missed while not listening
-                    listenerConnected.store(true, ordering: .releasing)
-                },
-                received: { for n in $0 { invalidate(n.payload) } },
-                lost: { error in
-                    listenerConnected.store(false, ordering: .releasing)
-                    invalidate("*")
-                    log.warning("auth invalidation listener lost its connection; retrying", ["error": .string("\(error)")])
-                })
-        }
-        t.name = "auth-invalidation"
-        t.start()
+        listener.start(
+            name: "auth-invalidation", conninfo: conninfo, channel: CredentialLookup.invalidationChannel,
+            connected: { [self] in
+                invalidate("*")  // anything may have been missed while not listening
+                listenerConnected.store(true, ordering: .releasing)
+            },
+            received: { [self] in for n in $0 { invalidate(n.payload) } },
+            lost: { [self] error in
+                listenerConnected.store(false, ordering: .releasing)
+                invalidate("*")
+                log.warning("auth invalidation listener lost its connection; retrying", ["error": .string("\(error)")])
+            })
     }
 
     /// Stops the listener thread and waits for it (about 0.25 s, at most 2 s).
     public func stop() {
-        stopping.store(true, ordering: .relaxed)
-        if listenerStarted.load(ordering: .relaxed) { _ = listenerDone.wait(timeout: .now() + 2) }
+        listener.stop()
     }
 
     static func unauthenticated(_ why: String) -> HTTPError {

@@ -10,18 +10,6 @@ import Postgres
 /// channel operation and never touches member rows: the broadcaster and the fan-out expander
 /// (in the dispatcher process) deliver it.
 enum ChannelHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/remote-updates/channels") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}/snapshot") { req in try Endpoint.run(ctx, req) { try snapshot(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/channels/{ch}/update") { req in try Endpoint.run(ctx, req) { try update(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/channels/{ch}/end") { req in try Endpoint.run(ctx, req) { try end(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}/operations") { req in try Endpoint.run(ctx, req) { try operations(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channels/{ch}/members") { req in try Endpoint.run(ctx, req) { try members(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/channel-operations/{cop}") { req in try Endpoint.run(ctx, req) { try operation(ctx, req) } }
-    }
-
     // MARK: access
 
     /// Rule 1 for a channel: absent or another tenant's → 404; a sender key must name it in
@@ -226,42 +214,51 @@ enum ChannelHandlers {
         return .object(["channel_operation": Encode.channelOperation(op, FanoutCounts()), "channel": Encode.channel(updated)])
     }
 
-    /// The skeleton of a channel write (docs/write-semantics.md rule order): inside one transaction the
-    /// channel is locked and rule 1 decided (404/403), then the body's shape (rule 2, `shape`),
-    /// idempotency (rule 3, `Endpoint.idempotent`), then `work` with the locked channel.
+    /// The skeleton of a channel write (docs/write-semantics.md rule order) for `tenant` and
+    /// `scope`, already authenticated: reads the body and decides its shape (rule 2,
+    /// `shape(body, now)`; its error is raised only after rule 1), then inside one transaction
+    /// the channel is locked and rule 1 decided (404/403), then rule 2, idempotency (rule 3,
+    /// `Endpoint.idempotent`), then `work(connection, locked channel, request, now)`.
+    /// - Throws: `400 INVALID_REQUEST` for a body that is not JSON; whatever the rules and
+    ///   `work` throw.
     static func write<Body>(
         _ ctx: APIContext, _ req: HTTPRequest, tenant: String, scope: SenderScope?, permission: Permission,
-        body: JSONValue, shape: Result<Body, any Error>, key: (Body) -> String,
-        work: @escaping (PostgresConnection, ChannelRecord, Body) throws -> JSONValue
+        key: (Body) -> String, shape: (JSONValue, Date) throws -> Body,
+        work: @escaping (PostgresConnection, ChannelRecord, Body, _ now: Date) throws -> JSONValue
     ) throws -> HTTPResponse {
+        let body = try req.jsonBody()
+        let now = ctx.now()
+        let request = Result { try shape(body, now) }
         let id = req.pathParameters["ch"] ?? ""
         var locked: ChannelRecord?
         return try Endpoint.idempotent(
-            ctx, req, tenantId: tenant, key: (try? shape.get()).map(key) ?? "", body: body, seal: false,
+            ctx, req, tenantId: tenant, key: (try? request.get()).map(key) ?? "", body: body, seal: false,
             retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds,
             before: { c in
                 let found = Identifier.isValid(id, kind: .channel) ? try ChannelStore.get(c, tenantId: tenant, id: id, lock: "update") : nil
                 locked = try check(found, scope: scope, id: id, permission: permission)
-                _ = try shape.get()
+                _ = try request.get()
             }
         ) { c in
             let ch = locked!
             try checkWritable(ch)
-            return (202, try work(c, ch, try shape.get()))
+            return (202, try work(c, ch, try request.get(), now))
         }
+    }
+
+    /// Rule 2 of a channel update (docs/channels.md): the body's shape (`ChannelRequests.update`),
+    /// then `expires_at` after `now`.
+    /// - Throws: `400 INVALID_REQUEST` naming the field.
+    static func updateRequest(_ body: JSONValue, now: Date) throws -> ChannelUpdateRequest {
+        let u = try ChannelRequests.update(body)
+        try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
+        return u
     }
 
     /// `POST …/channels/{ch}/update` (sender key with `activities:update` naming the channel).
     static func update(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, scope) = try LifecycleHandlers.senderScope(try ctx.auth.authenticate(req), for: "a channel update")
-        let body = try req.jsonBody()
-        let now = ctx.now()
-        let shape = Result { () throws -> ChannelUpdateRequest in
-            let u = try ChannelRequests.update(body)
-            try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
-            return u
-        }
-        return try write(ctx, req, tenant: tenant, scope: scope, permission: .update, body: body, shape: shape, key: \.idempotencyKey) { c, ch, u in
+        return try write(ctx, req, tenant: tenant, scope: scope, permission: .update, key: \.idempotencyKey, shape: updateRequest) { c, ch, u, now in
             try WriteRules.checkRevision(expected: u.expectedRevision, current: ch.revision)
             try checkState(ch, u.state)
             try ChannelRequests.checkPayload(
@@ -275,21 +272,27 @@ enum ChannelHandlers {
         }
     }
 
+    /// Rule 2 of a channel end (docs/channels.md): the body's shape (`ChannelRequests.end`), no
+    /// new state from a master key (`byMaster`), then `dismiss_at` against `now`.
+    /// - Throws: `400 INVALID_REQUEST` naming the field; `403 PERMISSION_DENIED` for a master
+    ///   key's state.
+    static func endRequest(_ body: JSONValue, now: Date, byMaster: Bool) throws -> ChannelEndRequest {
+        let e = try ChannelRequests.end(body)
+        if byMaster && e.state != nil {
+            throw Endpoint.forbidden("a master key may end a channel only without new state; use a sender key to send a final state")
+        }
+        try WriteRules.checkDismissAt(e.dismissAt, now: now)
+        return e
+    }
+
     /// `POST …/channels/{ch}/end`: ends every member, then the APNs channel is deleted. A
     /// stateless end is free and a master key may send it.
     static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, scope) = try LifecycleHandlers.ender(try ctx.auth.authenticate(req), for: "a channel end")
-        let body = try req.jsonBody()
-        let now = ctx.now()
-        let shape = Result { () throws -> ChannelEndRequest in
-            let e = try ChannelRequests.end(body)
-            if scope == nil && e.state != nil {
-                throw Endpoint.forbidden("a master key may end a channel only without new state; use a sender key to send a final state")
-            }
-            try WriteRules.checkDismissAt(e.dismissAt, now: now)
-            return e
-        }
-        return try write(ctx, req, tenant: tenant, scope: scope, permission: .end, body: body, shape: shape, key: \.idempotencyKey) { c, ch, e in
+        return try write(
+            ctx, req, tenant: tenant, scope: scope, permission: .end, key: \.idempotencyKey,
+            shape: { body, now in try endRequest(body, now: now, byMaster: scope == nil) }
+        ) { c, ch, e, now in
             if let rev = e.expectedRevision { try WriteRules.checkRevision(expected: rev, current: ch.revision) }
             if let state = e.state {
                 try checkState(ch, state)

@@ -19,12 +19,20 @@ enum ConsoleHandlers {
     /// The Content-Security-Policy of every console file.
     static let contentSecurityPolicy = "default-src 'self'"
 
-    static func register(_ r: Router) {
-        r.add("GET", "/console") { _ in
-            HTTPResponse(status: 308, headers: [("Location", "/console/"), ("Cache-Control", "no-cache")])
-        }
-        r.add("GET", "/console/") { _ in try file("index.html") }
-        r.add("GET", "/console/{file}") { req in try file(req.pathParameters["file"] ?? "") }
+    /// `GET /console`: `308` to `/console/`.
+    static func redirect(_ ctx: APIContext, _ req: HTTPRequest) -> HTTPResponse {
+        HTTPResponse(status: 308, headers: [("Location", "/console/"), ("Cache-Control", "no-cache")])
+    }
+
+    /// `GET /console/`: `index.html`.
+    static func index(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        try file("index.html")
+    }
+
+    /// `GET /console/{file}`: that file.
+    /// - Throws: `404 NOT_FOUND` (`HTTPError`) for a name that is not a console file.
+    static func namedFile(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        try file(req.pathParameters["file"] ?? "")
     }
 
     /// The response for console file `name` (no directory part).

@@ -18,15 +18,6 @@ import Postgres
 /// - Every endpoint answers `410 INSTALLATION_RETIRED` for a disconnected installation, and
 ///   `404 NOT_FOUND` for another installation's (or tenant's) objects.
 enum DeviceHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/installations/{id}/start-targets") { req in try Endpoint.run(ctx, req) { try prepare(ctx, req) } }
-        r.add("PUT", "/v1/installations/{id}/start-targets/{st}/push-to-start-token") { req in
-            try Endpoint.run(ctx, req) { try pushToStartToken(ctx, req) }
-        }
-        r.add("POST", "/v1/installations/{id}/bindings/{bnd}/retire") { req in try Endpoint.run(ctx, req) { try retireBinding(ctx, req) } }
-        r.add("POST", "/v1/installations/{id}/targets/{tgt}/render-reports") { req in try Endpoint.run(ctx, req) { try renderReport(ctx, req) } }
-    }
-
     static func bindingRetired(_ id: String) -> DomainError {
         DomainError(
             status: 409, code: "BINDING_RETIRED",

@@ -8,13 +8,6 @@ import Postgres
 /// docs/endpoints.md device endpoints on targets (installation credential): local start reservation,
 /// update-token registration, explicit creation failure, local end.
 enum DeviceTargetHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/installations/{id}/targets") { req in try Endpoint.run(ctx, req) { try reserve(ctx, req) } }
-        r.add("PUT", "/v1/installations/{id}/targets/{tgt}/push-token") { req in try Endpoint.run(ctx, req) { try pushToken(ctx, req) } }
-        r.add("POST", "/v1/installations/{id}/targets/{tgt}/creation-failed") { req in try Endpoint.run(ctx, req) { try creationFailed(ctx, req) } }
-        r.add("POST", "/v1/installations/{id}/targets/{tgt}/ended") { req in try Endpoint.run(ctx, req) { try ended(ctx, req) } }
-    }
-
     /// `POST /v1/installations/{id}/targets`: a local start reserves its business instance
     /// → 201 target `reserved`, revision 1. Idempotent per installation (the scope includes
     /// the installation id, not the credential, so it survives credential renewal).

@@ -19,9 +19,10 @@ import Synchronization
 public final class EventWaiter: Sendable {
     let log: Logger
     let waiters = Locked<[String: [DispatchSemaphore]]>([:])
+    /// Set by `stop`: the ticker ends and every wait still checking finishes at its next check.
     let stopping = Atomic<Bool>(false)
-    let done = DispatchSemaphore(value: 0)
-    let started = Atomic<Bool>(false)
+    /// The listener's thread (`start`).
+    let listener = NotificationListener()
     /// Concurrent `waitAsync` calls allowed per credential.
     public let maxWaitsPerCredential: Int
     let asyncState = Locked<AsyncState>(AsyncState())
@@ -68,22 +69,16 @@ public final class EventWaiter: Sendable {
 
     /// Starts the listener thread on its own connection to `conninfo`.
     public func start(conninfo: String) {
-        started.store(true, ordering: .relaxed)
-        let t = Thread { [self] in
-            defer { done.signal() }
-            PostgresConnection.listenLoop(
-                conninfo: conninfo, channel: OperationStore.eventsChannel, isStopping: { stopping.load(ordering: .relaxed) },
-                received: { for n in $0 { wake(n.payload) } },
-                lost: { error in log.warning("event listener lost its connection; retrying", ["error": .string("\(error)")]) })
-        }
-        t.name = "event-waiter"
-        t.start()
+        listener.start(
+            name: "event-waiter", conninfo: conninfo, channel: OperationStore.eventsChannel,
+            received: { [self] in for n in $0 { wake(n.payload) } },
+            lost: { [log] error in log.warning("event listener lost its connection; retrying", ["error": .string("\(error)")]) })
     }
 
     /// Stops the listener (waits up to 2 s for it).
     public func stop() {
         stopping.store(true, ordering: .relaxed)
-        if started.load(ordering: .relaxed) { _ = done.wait(timeout: .now() + 2) }
+        listener.stop()
     }
 
     func wake(_ key: String) {

@@ -8,14 +8,6 @@ import Postgres
 
 /// docs/endpoints.md device endpoints: register (publishable key), renew, disconnect, FCM token.
 enum InstallationHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/installations") { req in try Endpoint.run(ctx, req) { try registerInstallation(ctx, req) } }
-        r.add("POST", "/v1/installations/{id}/credential/renew") { req in try Endpoint.run(ctx, req) { try renew(ctx, req) } }
-        r.add("POST", "/v1/installations/{id}/disconnect") { req in try Endpoint.run(ctx, req) { try disconnect(ctx, req) } }
-        r.add("PUT", "/v1/installations/{id}/fcm-token") { req in try Endpoint.run(ctx, req) { try fcmToken(ctx, req) } }
-        r.add("PATCH", "/v1/installations/{id}") { req in try Endpoint.run(ctx, req) { try patchAttributes(ctx, req) } }
-    }
-
     /// How long an installation's previous credential keeps working after a renewal or a
     /// re-registration (docs/endpoints.md: "old one valid 5 min more"), seconds.
     static let renewalGraceSeconds = 300.0

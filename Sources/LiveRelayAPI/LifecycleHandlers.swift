@@ -11,12 +11,6 @@ import Postgres
 /// queue entry) in one transaction before the `202 {operation, target}` answer, with the rules
 /// checked in the documented rule order (docs/write-semantics.md).
 enum LifecycleHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/remote-updates/live-activities/start") { req in try Endpoint.run(ctx, req) { try start(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/live-activities/update") { req in try Endpoint.run(ctx, req) { try update(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/live-activities/end") { req in try Endpoint.run(ctx, req) { try end(ctx, req) } }
-    }
-
     /// Idempotency keys of writes are kept as long as their operation (docs/write-path.md); ten years here.
     static let writeKeyRetentionSeconds: Double = 10 * 365 * 86400
 
@@ -317,30 +311,54 @@ enum LifecycleHandlers {
         return .locked(LockedWrite(reads: r1, target: t, platform: locked!.platform, request: request, idem: idem))
     }
 
-    // MARK: update
-
-    static func update(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, scope) = try senderScope(try ctx.auth.authenticate(req), for: "update")
+    /// The skeleton of an update or an end (docs/write-semantics.md rule order, docs/write-path.md
+    /// "Round trips") for `tenant` and `scope`, already authenticated: reads the body, its
+    /// `target_id` and `?wait_ms`, decides rule 2 (`shape(body, now)`; its error is raised only
+    /// after rule 1), then runs the tenant's transaction (labelled `update` or `end`):
+    /// `lockForWrite` (a replay is answered as stored), then `work(connection, locked write, now,
+    /// quota day, exactQuota)`. `exactQuota` starts false and keeps its value when the
+    /// transaction is run again (`recheckQuota`). Answers `work`'s response through `waitIfAsked`.
+    /// - Throws: `400 INVALID_REQUEST` for the body, `target_id` or `wait_ms`; whatever
+    ///   `lockForWrite` and `work` throw.
+    static func lockedWrite<Request>(
+        _ ctx: APIContext, _ req: HTTPRequest, tenant: String, scope: SenderScope?, action: TargetAction,
+        key: (Request) -> String, shape: (JSONValue, Date) throws -> Request,
+        work: (PostgresConnection, LockedWrite<Request>, _ now: Date, _ day: String, _ exactQuota: inout Bool) throws -> HTTPResponse
+    ) throws -> HTTPResponse {
         let body = try req.jsonBody()
         let targetId = try WriteRequests.targetId(body)
         let wait = try waitMs(req)
         let now = ctx.now()
         let day = QuotaStore.day(now)
         // Rule 2 is decided here but raised only after rule 1 (coverage, in the transaction).
-        let shape = Result { () throws -> UpdateRequest in
-            let u = try WriteRequests.update(body)
-            try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
-            return u
-        }
-        let idem = (try? shape.get()).map { Idempotency(req, key: $0.idempotencyKey, body: body) }
+        let request = Result { try shape(body, now) }
+        let idem = (try? request.get()).map { Idempotency(req, key: key($0), body: body) }
         var exactQuota = false
         let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
-            c.transactionLabel = "update"
-            let w: LockedWrite<UpdateRequest>
-            switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: .update, shape: shape, idem: idem, day: day) {
+            c.transactionLabel = action == .update ? "update" : "end"
+            switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: action, shape: request, idem: idem, day: day) {
             case .replay(let stored): return stored
-            case .locked(let locked): w = locked
+            case .locked(let w): return try work(c, w, now, day, &exactQuota)
             }
+        }
+        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
+    }
+
+    // MARK: update
+
+    /// Rule 2 of an update (docs/write-semantics.md): the body's shape (`WriteRequests.update`),
+    /// then `expires_at` after `now`.
+    /// - Throws: `400 INVALID_REQUEST` naming the field.
+    static func updateRequest(_ body: JSONValue, now: Date) throws -> UpdateRequest {
+        let u = try WriteRequests.update(body)
+        try WriteRules.checkExpiresAt(u.options.expiresAt, now: now)
+        return u
+    }
+
+    static func update(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
+        let (tenant, scope) = try senderScope(try ctx.auth.authenticate(req), for: "update")
+        return try lockedWrite(ctx, req, tenant: tenant, scope: scope, action: .update, key: \.idempotencyKey, shape: updateRequest) {
+            c, w, now, day, exactQuota in
             let (r1, t, u) = (w.reads, w.target, w.request)
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: u.expectedRevision, current: t.revision)
@@ -368,7 +386,6 @@ enum LifecycleHandlers {
                     consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
                 victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false, idem: w.idem)
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     /// Rule 8 state: the pinned schema of the target's template version, when it has one.
@@ -394,31 +411,26 @@ enum LifecycleHandlers {
         }
     }
 
+    /// Rule 2 of an end (docs/write-semantics.md): the body's shape (`WriteRequests.end`), no new
+    /// state from a master key (`byMaster`), then `dismiss_at` and `expires_at` against `now`.
+    /// - Throws: `400 INVALID_REQUEST` naming the field; `403 PERMISSION_DENIED` for a master
+    ///   key's state.
+    static func endRequest(_ body: JSONValue, now: Date, byMaster: Bool) throws -> EndRequest {
+        let e = try WriteRequests.end(body)
+        if byMaster && e.state != nil {
+            throw Endpoint.forbidden("a master key may only end without new state (cleanup); use a sender key to send a final state")
+        }
+        try WriteRules.checkDismissAt(e.dismissAt, now: now)
+        try WriteRules.checkExpiresAt(e.expiresAt, now: now)
+        return e
+    }
+
     static func end(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, scope) = try ender(try ctx.auth.authenticate(req), for: "end")
-        let body = try req.jsonBody()
-        let targetId = try WriteRequests.targetId(body)
-        let wait = try waitMs(req)
-        let now = ctx.now()
-        let day = QuotaStore.day(now)
-        let shape = Result { () throws -> EndRequest in
-            let e = try WriteRequests.end(body)
-            if scope == nil && e.state != nil {
-                throw Endpoint.forbidden("a master key may only end without new state (cleanup); use a sender key to send a final state")
-            }
-            try WriteRules.checkDismissAt(e.dismissAt, now: now)
-            try WriteRules.checkExpiresAt(e.expiresAt, now: now)
-            return e
-        }
-        let idem = (try? shape.get()).map { Idempotency(req, key: $0.idempotencyKey, body: body) }
-        var exactQuota = false
-        let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
-            c.transactionLabel = "end"
-            let w: LockedWrite<EndRequest>
-            switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: .end, shape: shape, idem: idem, day: day) {
-            case .replay(let stored): return stored
-            case .locked(let locked): w = locked
-            }
+        return try lockedWrite(
+            ctx, req, tenant: tenant, scope: scope, action: .end, key: \.idempotencyKey,
+            shape: { body, now in try endRequest(body, now: now, byMaster: scope == nil) }
+        ) { c, w, now, day, exactQuota in
             let (r1, t, e) = (w.reads, w.target, w.request)
             let opId = Identifier.make(.operation)
             let queued = try WritePath.queued(result(r1, 1))
@@ -454,7 +466,6 @@ enum LifecycleHandlers {
                 c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
                 day: day, recheck: recheck, exactNext: &exactQuota, idem: w.idem)
         }
-        return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
 
     /// Round trips 2 and 3 of an end that queues: the target moves to `ending` (with the new

@@ -7,16 +7,6 @@ import Postgres
 
 /// docs/endpoints.md tenant admin: master keys (rotation), publishable keys, audit events.
 enum MasterKeyHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/master-keys") { req in try Endpoint.run(ctx, req) { try createMaster(ctx, req) } }
-        r.add("GET", "/v1/master-keys") { req in try Endpoint.run(ctx, req) { try listMaster(ctx, req) } }
-        r.add("POST", "/v1/master-keys/{id}/revoke") { req in try Endpoint.run(ctx, req) { try revokeMaster(ctx, req) } }
-        r.add("POST", "/v1/publishable-keys") { req in try Endpoint.run(ctx, req) { try createPublishable(ctx, req) } }
-        r.add("GET", "/v1/publishable-keys") { req in try Endpoint.run(ctx, req) { try listPublishable(ctx, req) } }
-        r.add("POST", "/v1/publishable-keys/{id}/revoke") { req in try Endpoint.run(ctx, req) { try revokePublishable(ctx, req) } }
-        r.add("GET", "/v1/audit-events") { req in try Endpoint.run(ctx, req) { try listAudit(ctx, req) } }
-    }
-
     /// Longest grace period for a master-key revocation (30 days, in seconds).
     static let maxGraceSeconds: Int64 = 30 * 86400
 

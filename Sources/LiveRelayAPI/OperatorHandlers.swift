@@ -8,13 +8,6 @@ import Postgres
 
 /// docs/endpoints.md operator endpoints (operator key): create, list, read and change tenants.
 enum OperatorHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/operator/tenants") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
-        r.add("GET", "/v1/operator/tenants") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("GET", "/v1/operator/tenants/{id}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
-        r.add("PATCH", "/v1/operator/tenants/{id}") { req in try Endpoint.run(ctx, req) { try patch(ctx, req) } }
-    }
-
     /// Body limits shared with the admin CLI.
     static let maxQuota: Int64 = 1_000_000_000
     static let defaultQuota: Int64 = 10_000

@@ -25,14 +25,6 @@ import Postgres
 /// previous credential (APNs: of that environment); it answers `201` when it created one and
 /// `200` when it replaced one. An `idempotency_key` makes a retried PUT replay its first answer.
 enum ProviderCredentialHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("PUT", "/v1/provider-credentials/apns") { req in try Endpoint.run(ctx, req) { try putAPNs(ctx, req) } }
-        r.add("PUT", "/v1/provider-credentials/fcm") { req in try Endpoint.run(ctx, req) { try putFCM(ctx, req) } }
-        r.add("GET", "/v1/provider-credentials") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("DELETE", "/v1/provider-credentials/apns") { req in try Endpoint.run(ctx, req) { try deleteAPNs(ctx, req) } }
-        r.add("DELETE", "/v1/provider-credentials/fcm") { req in try Endpoint.run(ctx, req) { try deleteFCM(ctx, req) } }
-    }
-
     /// `DELETE /v1/provider-credentials/apns[?environment=sandbox|production]`: removes the APNs
     /// key of that environment (both without `environment`). Pushes that need it then fail with
     /// `PROVIDER_CREDENTIALS_INVALID` until a new one is PUT.

@@ -7,13 +7,6 @@ import Postgres
 
 /// docs/endpoints.md tenant admin: sender keys (docs/credentials.md coverage fields).
 enum SenderKeyHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/remote-updates/sender-keys") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/sender-keys") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/sender-keys/{id}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
-        r.add("POST", "/v1/remote-updates/sender-keys/{id}/revoke") { req in try Endpoint.run(ctx, req) { try revoke(ctx, req) } }
-    }
-
     /// Most ids one key may name in `targets` or `created_from`.
     static let maxIds = 1000
 

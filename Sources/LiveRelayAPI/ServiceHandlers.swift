@@ -8,20 +8,23 @@ import Postgres
 
 /// docs/endpoints.md "Service" endpoints (no credential, no tenant data) and capabilities.
 enum ServiceHandlers {
-    static func register(_ r: Router, _ ctx: APIContext, defaultExpirationSeconds: Int) {
-        r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
-        r.add("GET", "/readyz") { req in readyz(ctx, req) }
-        r.add("GET", "/metrics") { _ in
-            .text(200, ctx.metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
-        }
-        let caps = Capabilities.document(
-            defaultExpirationSeconds: defaultExpirationSeconds, limits: ctx.limits,
-            retentionDays: ctx.retentionDays, priorityBudgets: ctx.priorityBudgets)
-        r.add("GET", "/v1/remote-updates/capabilities") { req in
-            try Endpoint.run(ctx, req) {
-                _ = try ctx.auth.authenticate(req)  // any valid credential
-                return .json(200, caps)
-            }
+    /// `GET /healthz`: `200 {"status": "ok"}` while the process answers at all.
+    static func healthz(_ ctx: APIContext, _ req: HTTPRequest) -> HTTPResponse {
+        .json(200, ["status": "ok"])
+    }
+
+    /// `GET /metrics`: the registry in the Prometheus text format (docs/operations.md "Metrics").
+    static func metrics(_ ctx: APIContext, _ req: HTTPRequest) -> HTTPResponse {
+        .text(200, ctx.metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
+    }
+
+    /// `GET /v1/remote-updates/capabilities`: `document` (`Capabilities.document`) for any valid
+    /// credential.
+    /// - Throws: what `Authenticator.authenticate` throws (`401 UNAUTHENTICATED`, …).
+    static func capabilities(_ document: JSONValue) -> APIHandler {
+        { ctx, req in
+            _ = try ctx.auth.authenticate(req)  // any valid credential
+            return .json(200, document)
         }
     }
 
@@ -71,28 +74,5 @@ extension ServiceHandlers {
         case .missing?: return "the database has a migration this build does not know (a newer schema?)"
         default: return "migrations could not be checked"
         }
-    }
-}
-
-/// Builds the router with every endpoint of the API.
-public enum APIRoutes {
-    /// Registers all routes on a new router.
-    public static func router(_ ctx: APIContext, defaultExpirationSeconds: Int) -> Router {
-        let r = Router()
-        ServiceHandlers.register(r, ctx, defaultExpirationSeconds: defaultExpirationSeconds)
-        OperatorHandlers.register(r, ctx)
-        MasterKeyHandlers.register(r, ctx)
-        SenderKeyHandlers.register(r, ctx)
-        InstallationHandlers.register(r, ctx)
-        LifecycleHandlers.register(r, ctx)
-        TargetReadHandlers.register(r, ctx)
-        UsageDailyHandlers.register(r, ctx)
-        DeviceTargetHandlers.register(r, ctx)
-        DeviceHandlers.register(r, ctx)
-        ProviderCredentialHandlers.register(r, ctx)
-        WebhookHandlers.register(r, ctx)
-        ChannelHandlers.register(r, ctx)
-        ConsoleHandlers.register(r)
-        return r
     }
 }

@@ -9,15 +9,6 @@ import Postgres
 /// docs/endpoints.md sender reads: target (with `wait_until_ready_ms` long-poll), snapshot, operations,
 /// listTargets, usage.
 enum TargetReadHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("GET", "/v1/remote-updates/live-activities/targets") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/live-activities/targets/{tgt}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/live-activities/targets/{tgt}/snapshot") { req in try Endpoint.run(ctx, req) { try snapshot(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/live-activities/targets/{tgt}/operations") { req in try Endpoint.run(ctx, req) { try operations(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/operations/{op}") { req in try Endpoint.run(ctx, req) { try operation(ctx, req) } }
-        r.add("GET", "/v1/remote-updates/usage") { req in try Endpoint.run(ctx, req) { try usage(ctx, req) } }
-    }
-
     /// A reader of target metadata: a sender key (coverage decides per target) or a master key
     /// (all of its tenant's metadata, never business state).
     static func reader(_ ctx: APIContext, _ req: HTTPRequest) throws -> (tenant: String, scope: SenderScope?) {

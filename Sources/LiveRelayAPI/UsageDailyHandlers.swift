@@ -15,10 +15,6 @@ import LiveRelayStore
 /// (`details.field: "days"`); a sender key → `403 PERMISSION_DENIED` (tenant-wide counts are
 /// management metadata).
 enum UsageDailyHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("GET", "/v1/remote-updates/usage/daily") { req in try Endpoint.run(ctx, req) { try daily(ctx, req) } }
-    }
-
     static func daily(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
         let (tenant, _) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
         var days = DailyOutcomes.defaultDays

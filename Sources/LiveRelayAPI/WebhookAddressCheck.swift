@@ -14,7 +14,7 @@ enum WebhookAddressCheck {
     /// The addresses `host` resolves to (4 or 16 bytes each); empty when it does not resolve.
     static func resolve(_ host: String) -> [[UInt8]] {
         var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
+        hints.ai_family = 0  // any address family: IPv4 and IPv6 (getaddrinfo(3))
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var res: UnsafeMutablePointer<addrinfo>?
         guard getaddrinfo(host, nil, &hints, &res) == 0, let first = res else { return [] }

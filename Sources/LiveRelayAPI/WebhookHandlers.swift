@@ -7,19 +7,6 @@ import Postgres
 
 /// Webhook endpoints and the events API, master key only (docs/webhooks.md).
 enum WebhookHandlers {
-    static func register(_ r: Router, _ ctx: APIContext) {
-        r.add("POST", "/v1/webhook-endpoints") { req in try Endpoint.run(ctx, req) { try create(ctx, req) } }
-        r.add("GET", "/v1/webhook-endpoints") { req in try Endpoint.run(ctx, req) { try list(ctx, req) } }
-        r.add("GET", "/v1/webhook-endpoints/{we}") { req in try Endpoint.run(ctx, req) { try get(ctx, req) } }
-        r.add("PATCH", "/v1/webhook-endpoints/{we}") { req in try Endpoint.run(ctx, req) { try update(ctx, req) } }
-        r.add("DELETE", "/v1/webhook-endpoints/{we}") { req in try Endpoint.run(ctx, req) { try delete(ctx, req) } }
-        r.add("POST", "/v1/webhook-endpoints/{we}/rotate-secret") { req in try Endpoint.run(ctx, req) { try rotate(ctx, req) } }
-        r.add("POST", "/v1/webhook-endpoints/{we}/test") { req in try Endpoint.run(ctx, req) { try test(ctx, req) } }
-        r.add("GET", "/v1/webhook-endpoints/{we}/deliveries") { req in try Endpoint.run(ctx, req) { try deliveries(ctx, req) } }
-        r.add("GET", "/v1/events") { req in try Endpoint.run(ctx, req) { try listEvents(ctx, req) } }
-        r.add("GET", "/v1/events/{evt}") { req in try Endpoint.run(ctx, req) { try getEvent(ctx, req) } }
-    }
-
     /// `POST /v1/webhook-endpoints` `{url, events, description?, idempotency_key}` → 201 the
     /// endpoint with its `secret` (shown here only; a replay returns the same secret, stored
     /// sealed for 24 h like sender-key creation).

@@ -33,6 +33,18 @@ enum SandboxControl {
         return o
     }
 
+    /// The public key a trust request names: `o["public_key"]` parsed by `fromPublic`, else the
+    /// public half of `o["private_key"]` parsed by `fromPrivate` (both PEM).
+    /// - Throws: `400 INVALID_REQUEST` "public_key or private_key must be <kind> PEM" when
+    ///   neither field holds a key that parses.
+    static func publicKey<Key>(
+        _ o: [String: JSONValue], kind: String, fromPublic: (String) throws -> Key, fromPrivate: (String) throws -> Key
+    ) throws -> Key {
+        if let pem = o["public_key"]?.stringValue, let k = try? fromPublic(pem) { return k }
+        if let pem = o["private_key"]?.stringValue, let k = try? fromPrivate(pem) { return k }
+        throw bad("public_key or private_key must be \(kind) PEM")
+    }
+
     static func router(_ sandbox: Sandbox) -> Router {
         let r = Router()
         r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
@@ -112,14 +124,8 @@ enum SandboxControl {
         r.add("POST", "/sandbox/apns-keys") { req in
             let o = try body(req)
             guard let team = o["team_id"]?.stringValue, let kid = o["key_id"]?.stringValue else { throw bad("team_id and key_id are required") }
-            let key: P256PublicKey
-            if let pub = o["public_key"]?.stringValue, let k = try? P256PublicKey(pem: pub) {
-                key = k
-            } else if let priv = o["private_key"]?.stringValue, let k = try? P256PrivateKey(pem: priv) {
-                key = k.publicKey
-            } else {
-                throw bad("public_key or private_key must be a P-256 PEM")
-            }
+            let key = try publicKey(
+                o, kind: "a P-256", fromPublic: { try P256PublicKey(pem: $0) }, fromPrivate: { try P256PrivateKey(pem: $0).publicKey })
             sandbox.registerAPNsKey(
                 teamId: team, keyId: kid, publicKey: key,
                 topics: o["topics"]?.arrayValue?.compactMap(\.stringValue))
@@ -130,14 +136,8 @@ enum SandboxControl {
             guard let email = o["client_email"]?.stringValue, let project = o["project_id"]?.stringValue else {
                 throw bad("client_email and project_id are required")
             }
-            let key: RSAPublicKey
-            if let pub = o["public_key"]?.stringValue, let k = try? RSAPublicKey(pem: pub) {
-                key = k
-            } else if let priv = o["private_key"]?.stringValue, let k = try? RSAPrivateKey(pem: priv) {
-                key = k.publicKey
-            } else {
-                throw bad("public_key or private_key must be an RSA PEM")
-            }
+            let key = try publicKey(
+                o, kind: "an RSA", fromPublic: { try RSAPublicKey(pem: $0) }, fromPrivate: { try RSAPrivateKey(pem: $0).publicKey })
             sandbox.registerServiceAccount(clientEmail: email, projectId: project, publicKey: key)
             return .json(200, ["status": "ok", "fingerprint": .string(key.fingerprint)])
         }
