@@ -1,5 +1,5 @@
 import JSON
-import LiveRelayCore
+@testable import LiveRelayCore
 import XCTest
 
 final class PrepareManifestTests: XCTestCase {
