@@ -68,6 +68,7 @@ let package = Package(
         .testTarget(name: "CryptoTests", dependencies: ["LiveRelayTestSupport", "Crypto", "JSON"]),
         .testTarget(name: "HTTP2Tests", dependencies: ["LiveRelayTestSupport", "Locking", "HTTP2", "Crypto", "JSON"]),
         .testTarget(name: "LiveRelayCoreTests", dependencies: ["LiveRelayTestSupport", "LiveRelayCore", "JSON"]),
+        .testTarget(name: "LiveRelayStoreTests", dependencies: ["LiveRelayTestSupport", "LiveRelayStore", "Postgres"]),
         .testTarget(
             name: "DeliveryTests",
             dependencies: [

@@ -61,6 +61,16 @@ final class EVPKey: @unchecked Sendable {
     /// `true` for an RSA key (rsaEncryption; RSA-PSS-restricted keys are not RSA here).
     var isRSA: Bool { EVP_PKEY_get_base_id(pointer) == EVP_PKEY_RSA }
 
+    /// Throws `CryptoError("not a P-256 (prime256v1) key")` unless `isP256`.
+    func requireP256() throws {
+        guard isP256 else { throw CryptoError("not a P-256 (prime256v1) key") }
+    }
+
+    /// Throws `CryptoError("not an RSA key")` unless `isRSA`.
+    func requireRSA() throws {
+        guard isRSA else { throw CryptoError("not an RSA key") }
+    }
+
     /// Key size in bits (e.g. 256 for P-256, 2048 for RSA-2048).
     var bits: Int { Int(EVP_PKEY_get_bits(pointer)) }
 

@@ -5,28 +5,15 @@ import CShims
 /// `.p8` file Apple issues is PKCS#8 PEM ("BEGIN PRIVATE KEY") — Apple: "Establishing a
 /// token-based connection to APNs".
 ///
-/// `@unchecked Sendable`: wraps an `EVP_PKEY` that is never modified after `init`; OpenSSL 3
-/// allows concurrent signing with one key (each signature uses its own `EVP_MD_CTX`).
-public final class P256PrivateKey: @unchecked Sendable {
-    let key: EVPKey
-    /// The public half, derived once at construction.
-    public let publicKey: P256PublicKey
-
-    init(key: EVPKey) {
-        self.key = key
-        self.publicKey = P256PublicKey(key: key.publicOnly())
-    }
-
+/// `@unchecked Sendable`: as `EVPPrivateKey` (an `EVP_PKEY` never modified after `init`).
+public final class P256PrivateKey: EVPPrivateKey<P256PublicKey>, @unchecked Sendable {
     /// Parses a P-256 private key from PEM: PKCS#8 "BEGIN PRIVATE KEY" (Apple `.p8`) or SEC 1
     /// "BEGIN EC PRIVATE KEY". Text around the PEM block is ignored.
     /// - Throws: `CryptoError` for unreadable, empty, oversized (> 64 KiB) or encrypted PEM,
     ///   and `CryptoError("not a P-256 (prime256v1) key")` for any other key type or curve
     ///   (RSA, P-384, Ed25519, …).
-    public init(pem: String) throws {
-        let key = try EVPKey.readPrivate(pem: pem)
-        guard key.isP256 else { throw CryptoError("not a P-256 (prime256v1) key") }
-        self.key = key
-        self.publicKey = P256PublicKey(key: key.publicOnly())
+    public convenience init(pem: String) throws {
+        try self.init(pem: pem) { try $0.requireP256() }
     }
 
     /// A fresh random P-256 key pair (for tests, the local sandbox and certificates).
@@ -34,10 +21,6 @@ public final class P256PrivateKey: @unchecked Sendable {
     public static func generate() -> P256PrivateKey {
         P256PrivateKey(key: generateKey { cshim_evp_ec_gen("P-256") })
     }
-
-    /// Unencrypted PKCS#8 PEM (a "BEGIN PRIVATE KEY" block, the `.p8` shape). Secret:
-    /// never log it.
-    public var pkcs8PEM: String { key.pkcs8PEM() }
 
     /// ES256 signature of `message` (ECDSA P-256 with SHA-256, RFC 7518 §3.4): 64 bytes,
     /// big-endian `r ‖ s`, each left-padded to 32 bytes — the JWS encoding, not DER.

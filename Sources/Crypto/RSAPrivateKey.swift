@@ -5,35 +5,24 @@ import CShims
 /// `private_key` of a Google service account JSON used for the FCM OAuth2 JWT assertion
 /// (Google: "Using OAuth 2.0 for Server to Server Applications"; docs/providers.md).
 ///
-/// `@unchecked Sendable`: wraps an `EVP_PKEY` that is never modified after `init`; OpenSSL 3
-/// allows concurrent signing with one key.
-public final class RSAPrivateKey: @unchecked Sendable {
+/// `@unchecked Sendable`: as `EVPPrivateKey` (an `EVP_PKEY` never modified after `init`).
+public final class RSAPrivateKey: EVPPrivateKey<RSAPublicKey>, @unchecked Sendable {
     /// Smallest modulus accepted when parsing or generating (bits).
     public static let minimumBits = 2048
     /// Largest modulus accepted when parsing (bits): larger keys only make every signature
     /// slower (a 16384-bit RS256 signature costs ~100× a 2048-bit one); Google issues 2048.
     public static let maximumBits = 4096
 
-    let key: EVPKey
-    /// The public half, derived once at construction.
-    public let publicKey: RSAPublicKey
-
-    init(key: EVPKey) {
-        self.key = key
-        self.publicKey = RSAPublicKey(key: key.publicOnly())
-    }
-
     /// Parses an RSA private key PEM: PKCS#8 "BEGIN PRIVATE KEY" (Google service accounts;
     /// the JSON's `\n` escapes must already be decoded) or PKCS#1 "BEGIN RSA PRIVATE KEY".
     /// - Throws: `CryptoError` for unreadable or encrypted PEM, a non-RSA key ("not an RSA
     ///   key"), or a modulus under 2048 or over 4096 bits.
-    public init(pem: String) throws {
-        let key = try EVPKey.readPrivate(pem: pem)
-        guard key.isRSA else { throw CryptoError("not an RSA key") }
-        guard key.bits >= RSAPrivateKey.minimumBits else { throw CryptoError("RSA key shorter than 2048 bits") }
-        guard key.bits <= RSAPrivateKey.maximumBits else { throw CryptoError("RSA key longer than 4096 bits") }
-        self.key = key
-        self.publicKey = RSAPublicKey(key: key.publicOnly())
+    public convenience init(pem: String) throws {
+        try self.init(pem: pem) { key in
+            try key.requireRSA()
+            guard key.bits >= RSAPrivateKey.minimumBits else { throw CryptoError("RSA key shorter than 2048 bits") }
+            guard key.bits <= RSAPrivateKey.maximumBits else { throw CryptoError("RSA key longer than 4096 bits") }
+        }
     }
 
     /// A fresh RSA key pair, public exponent 65537 (tests and the local FCM sandbox).
@@ -42,9 +31,6 @@ public final class RSAPrivateKey: @unchecked Sendable {
         precondition(bits >= minimumBits && bits <= 16384, "RSAPrivateKey.generate: bits must be 2048...16384")
         return RSAPrivateKey(key: generateKey { cshim_evp_rsa_gen(UInt32(bits)) })
     }
-
-    /// Unencrypted PKCS#8 PEM (a "BEGIN PRIVATE KEY" block). Secret: never log it.
-    public var pkcs8PEM: String { key.pkcs8PEM() }
 
     /// Modulus size in bits.
     public var bits: Int { key.bits }

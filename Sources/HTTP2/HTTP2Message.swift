@@ -1,6 +1,21 @@
+/// What HTTP/2 requests and responses share: regular header fields in order (names lowercase
+/// on the wire, RFC 9113 §8.2.1) and a header lookup over them.
+public protocol HTTP2Message: Sendable {
+    /// Regular header fields in order (no pseudo-headers).
+    var headers: [(String, String)] { get }
+}
+
+extension HTTP2Message {
+    /// Value of the first header whose name equals `name` case-insensitively, or nil.
+    public func header(_ name: String) -> String? {
+        let wanted = name.lowercased()
+        return headers.first { $0.0.lowercased() == wanted }?.1
+    }
+}
+
 /// One HTTP/2 request (RFC 9113 §8.3.1). The `:scheme` and `:authority` pseudo-headers come
 /// from the connection's base URL; `method` and `path` become `:method` and `:path`.
-public struct HTTP2Request: Sendable {
+public struct HTTP2Request: HTTP2Message {
     /// `:method`, e.g. `"POST"`.
     public var method: String
     /// `:path` including any query, e.g. `"/3/device/<token>"`. Must start with `/`.
@@ -23,17 +38,11 @@ public struct HTTP2Request: Sendable {
         self.headers = headers
         self.body = body
     }
-
-    /// Value of the first header whose name equals `name` case-insensitively, or nil.
-    public func header(_ name: String) -> String? {
-        let wanted = name.lowercased()
-        return headers.first { $0.0.lowercased() == wanted }?.1
-    }
 }
 
 /// One HTTP/2 response: the `:status` pseudo-header, the regular header fields in the order
 /// received (names lowercase on the wire, RFC 9113 §8.2.1), and the full body.
-public struct HTTP2Response: Sendable {
+public struct HTTP2Response: HTTP2Message {
     /// `:status`, e.g. 200.
     public let status: Int
     /// Regular header fields in order (no pseudo-headers).
@@ -50,12 +59,6 @@ public struct HTTP2Response: Sendable {
         self.status = status
         self.headers = headers
         self.body = body
-    }
-
-    /// Value of the first header whose name equals `name` case-insensitively, or nil.
-    public func header(_ name: String) -> String? {
-        let wanted = name.lowercased()
-        return headers.first { $0.0.lowercased() == wanted }?.1
     }
 }
 

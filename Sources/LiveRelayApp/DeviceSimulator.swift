@@ -270,11 +270,9 @@ public struct DevicePush: Sendable, Equatable {
     public var token: String
     /// `{"aps": …}` or `{"message": …}` as sent.
     public var payload: JSONValue
+}
 
-    public init(sequence: Int, provider: String, token: String, payload: JSONValue) {
-        self.sequence = sequence; self.provider = provider; self.token = token; self.payload = payload
-    }
-
+extension DevicePush {
     /// From one element of the sandbox's `GET /sandbox/deliveries` `data`.
     public init?(sandboxDelivery d: JSONValue) {
         guard let seq = d["sequence"]?.intValue, let provider = d["provider"]?.stringValue, let token = d["token"]?.stringValue,

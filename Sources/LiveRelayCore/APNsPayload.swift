@@ -78,17 +78,6 @@ public struct APNsPayload: Sendable, Equatable {
         /// The APNs channel id of a channel member on iOS 18+ (docs/channels.md "Joining a
         /// channel"): sent as `input-push-channel` instead of `input-push-token: 1`.
         public var inputPushChannel: String?
-
-        public init(
-            attributesType: String, targetId: String, templateVersion: String, businessKey: String? = nil,
-            inputPushChannel: String? = nil
-        ) {
-            self.attributesType = attributesType
-            self.targetId = targetId
-            self.templateVersion = templateVersion
-            self.businessKey = businessKey
-            self.inputPushChannel = inputPushChannel
-        }
     }
 
     /// docs/limits.md: the whole `{"aps":...}` body may be at most 4096 bytes (APNs' limit for

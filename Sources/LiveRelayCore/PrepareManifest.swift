@@ -20,12 +20,6 @@ public struct PrepareManifest: Sendable {
         public let sha256: String
         /// Size of the resource in bytes (≥ 0).
         public let bytes: Int
-
-        public init(path: String, sha256: String, bytes: Int) {
-            self.path = path
-            self.sha256 = sha256
-            self.bytes = bytes
-        }
     }
 
     /// `binding_id`: 1–255 UTF-8 bytes (existence checked by the caller).

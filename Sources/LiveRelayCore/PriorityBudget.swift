@@ -63,10 +63,6 @@ public enum PriorityBudget {
         public var downgraded: Bool
         /// True when the send enters the target's window (sent at priority 10 on iOS).
         public var counts: Bool
-        /// A decision with these values (tests and `decide`).
-        public init(priority: Int, requestedPriority: Int, downgraded: Bool, counts: Bool) {
-            self.priority = priority; self.requestedPriority = requestedPriority; self.downgraded = downgraded; self.counts = counts
-        }
     }
 
     /// The table in the type documentation.

@@ -27,14 +27,13 @@ extension ProviderOutcome {
         status: Int, body: [UInt8], providerId: String? = nil, retryAfterHeader: String? = nil,
         isRetryAfterRefresh: Bool = false
     ) -> ProviderOutcome {
-        if (200..<300).contains(status) { return .accepted(providerId: providerId) }
         let reason = apnsReason(body)
         if isChannelInvalid(status: status, reason: reason) { return .tokenDead(providerStatus: status, providerReason: reason) }
         switch status {
         case 400, 404, 410:
             return .failed(code: Code.rejected, providerStatus: status, providerReason: reason)
         default:
-            // 403, 413, 429 and 5xx are read exactly as for a device push (docs/providers.md "Responses").
+            // 2xx, 403, 413, 429 and 5xx are read exactly as for a device push (docs/providers.md "Responses").
             return apns(status: status, body: body, apnsId: providerId, retryAfterHeader: retryAfterHeader, isRetryAfterRefresh: isRetryAfterRefresh)
         }
     }

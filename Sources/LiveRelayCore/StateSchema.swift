@@ -93,12 +93,6 @@ public struct SchemaViolation: Sendable, Equatable, CustomStringConvertible {
     /// One sentence for a developer (never contains state values beyond key names).
     public let message: String
 
-    public init(pointer: String, keyword: String, message: String) {
-        self.pointer = pointer
-        self.keyword = keyword
-        self.message = message
-    }
-
     public var description: String { "\(pointer) \(keyword): \(message)" }
 }
 

@@ -3,7 +3,7 @@ import Postgres
 
 /// A binding row (docs/glossary.md): a stable identity of one render script / widget family inside an
 /// installation; its id is chosen by the device.
-public struct BindingRecord: Sendable, Equatable {
+public struct BindingRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let installationId: String
     public let id: String
@@ -11,11 +11,6 @@ public struct BindingRecord: Sendable, Equatable {
     public let status: String
     public let createdAt: Date
     public let retiredAt: Date?
-
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); installationId = try r.string("installation_id"); id = try r.string("id")
-        status = try r.string("status"); createdAt = try r.date("created_at"); retiredAt = try r.optionalDate("retired_at")
-    }
 }
 
 /// SQL for bindings.

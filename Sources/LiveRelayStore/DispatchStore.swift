@@ -296,9 +296,6 @@ public enum DispatchStore {
         public let tenantId: String
         public let depth: Int
         public let oldestDueSeconds: Double
-        public init(tenantId: String, depth: Int, oldestDueSeconds: Double) {
-            self.tenantId = tenantId; self.depth = depth; self.oldestDueSeconds = oldestDueSeconds
-        }
     }
 
     /// Every tenant with queued operations (one pass over the queue index plus `dispatch_heads`),

@@ -2,7 +2,7 @@ import Foundation
 import Postgres
 
 /// An installation row (docs/glossary.md: one install of the tenant's app on one device).
-public struct InstallationRecord: Sendable, Equatable {
+public struct InstallationRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let id: String
     public let publishableKeyId: String
@@ -25,14 +25,6 @@ public struct InstallationRecord: Sendable, Equatable {
     /// The device reports that the app supports frequent Live Activity updates and the user
     /// allows them; picks the tenant's larger priority-10 budget (docs/priority-budget.md).
     public let frequentUpdates: Bool
-
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); id = try r.string("id"); publishableKeyId = try r.string("publishable_key_id")
-        appId = try r.string("app_id"); platform = try r.string("platform"); environment = try r.string("environment")
-        installId = try r.string("install_id"); fcmToken = try r.optionalString("fcm_token"); status = try r.string("status")
-        createdAt = try r.date("created_at"); retiredAt = try r.optionalDate("retired_at")
-        osVersion = try r.optionalString("os_version"); frequentUpdates = try r.bool("frequent_updates")
-    }
 }
 
 /// SQL for installations and their credentials.

@@ -2,7 +2,7 @@ import Foundation
 import Postgres
 
 /// A master key's metadata (never its secret). docs/endpoints.md tenant admin.
-public struct MasterKeyRecord: Sendable, Equatable {
+public struct MasterKeyRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let id: String
     public let label: String
@@ -13,12 +13,6 @@ public struct MasterKeyRecord: Sendable, Equatable {
     /// When the key stops working (now, or after the grace period).
     public let expiresAt: Date?
 
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); id = try r.string("id"); label = try r.string("label")
-        createdBy = try r.optionalString("created_by"); createdAt = try r.date("created_at")
-        revokedAt = try r.optionalDate("revoked_at"); expiresAt = try r.optionalDate("expires_at")
-    }
-
     /// `active`, `revoking` (revoked with a grace period still running) or `revoked`.
     public func status(now: Date) -> String {
         guard let e = expiresAt else { return "active" }
@@ -27,7 +21,7 @@ public struct MasterKeyRecord: Sendable, Equatable {
 }
 
 /// A sender key's metadata (docs/credentials.md "Sender key coverage").
-public struct SenderKeyRecord: Sendable, Equatable {
+public struct SenderKeyRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let id: String
     public let label: String
@@ -39,13 +33,6 @@ public struct SenderKeyRecord: Sendable, Equatable {
     public let expiresAt: Date?
     public let revokedAt: Date?
 
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); id = try r.string("id"); label = try r.string("label")
-        targets = try r.stringArray("targets"); createdFrom = try r.stringArray("created_from")
-        permissions = try r.stringArray("permissions"); createdBy = try r.string("created_by")
-        createdAt = try r.date("created_at"); expiresAt = try r.optionalDate("expires_at"); revokedAt = try r.optionalDate("revoked_at")
-    }
-
     /// `active`, `expired` or `revoked`.
     public func status(now: Date) -> String {
         if revokedAt != nil { return "revoked" }
@@ -55,7 +42,7 @@ public struct SenderKeyRecord: Sendable, Equatable {
 }
 
 /// A publishable key's metadata (docs/glossary.md: devices embed it; it can only register installations).
-public struct PublishableKeyRecord: Sendable, Equatable {
+public struct PublishableKeyRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let id: String
     /// The app it is for (bundle id / package name); nil = any app of the tenant.
@@ -65,12 +52,6 @@ public struct PublishableKeyRecord: Sendable, Equatable {
     public let label: String
     public let createdAt: Date
     public let revokedAt: Date?
-
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); id = try r.string("id"); appId = try r.optionalString("app_id")
-        platform = try r.optionalString("platform"); label = try r.string("label")
-        createdAt = try r.date("created_at"); revokedAt = try r.optionalDate("revoked_at")
-    }
 }
 
 /// SQL for operator, master, sender and publishable keys. Secrets arrive here only as argon2id hashes.

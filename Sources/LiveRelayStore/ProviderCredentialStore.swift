@@ -5,7 +5,7 @@ import Postgres
 /// One stored APNs token-auth credential (migration 0004 `apns_credentials`). The private key
 /// is only ever held here sealed (AES-256-GCM under `LIVERELAY_KEK`); open it with
 /// `ProviderCredentialStore.openPrivateKey`.
-public struct APNsCredentialRecord: Sendable, Equatable {
+public struct APNsCredentialRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     /// `sandbox` or `production`.
     public let environment: String
@@ -22,20 +22,11 @@ public struct APNsCredentialRecord: Sendable, Equatable {
     public let lastSuccessAt: Date?
     public let lastFailureAt: Date?
     public let lastFailureReason: String?
-
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); environment = try r.string("environment")
-        teamId = try r.string("team_id"); keyId = try r.string("key_id"); topics = try r.stringArray("topics")
-        privateKeySealed = try r.bytes("private_key_sealed"); fingerprint = try r.string("fingerprint")
-        createdBy = try r.string("created_by"); createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
-        lastSuccessAt = try r.optionalDate("last_success_at"); lastFailureAt = try r.optionalDate("last_failure_at")
-        lastFailureReason = try r.optionalString("last_failure_reason")
-    }
 }
 
 /// One stored FCM service account (migration 0004 `fcm_credentials`); the RSA private key is
 /// sealed as for APNs.
-public struct FCMCredentialRecord: Sendable, Equatable {
+public struct FCMCredentialRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let projectId: String
     public let clientEmail: String
@@ -50,15 +41,6 @@ public struct FCMCredentialRecord: Sendable, Equatable {
     public let lastSuccessAt: Date?
     public let lastFailureAt: Date?
     public let lastFailureReason: String?
-
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); projectId = try r.string("project_id"); clientEmail = try r.string("client_email")
-        privateKeyId = try r.string("private_key_id"); tokenURI = try r.string("token_uri")
-        privateKeySealed = try r.bytes("private_key_sealed"); fingerprint = try r.string("fingerprint")
-        createdBy = try r.string("created_by"); createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
-        lastSuccessAt = try r.optionalDate("last_success_at"); lastFailureAt = try r.optionalDate("last_failure_at")
-        lastFailureReason = try r.optionalString("last_failure_reason")
-    }
 }
 
 /// A health report about one credential: the provider accepted a request signed with it

@@ -11,10 +11,6 @@ public struct RolePrivileges: Sendable, Equatable {
     /// `pg_roles.rolbypassrls`.
     public let bypassRLS: Bool
 
-    public init(role: String, superuser: Bool, bypassRLS: Bool) {
-        self.role = role; self.superuser = superuser; self.bypassRLS = bypassRLS
-    }
-
     /// Reads the privileges of the pool's role. Throws `PostgresError` when the database cannot be asked.
     public static func of(_ pool: PostgresPool) throws -> RolePrivileges {
         try pool.withConnection { c in

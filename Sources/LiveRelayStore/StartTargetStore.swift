@@ -4,7 +4,7 @@ import Postgres
 /// A start target row (docs/glossary.md): binding + activity type + current template version +
 /// push-to-start token. `pending` until it can be started remotely, then `ready`; `retired`
 /// with its binding or installation.
-public struct StartTargetRecord: Sendable, Equatable {
+public struct StartTargetRecord: Sendable, Equatable, RowDecodable {
     public let tenantId: String
     public let id: String
     public let installationId: String
@@ -17,13 +17,6 @@ public struct StartTargetRecord: Sendable, Equatable {
     public let status: String
     public let createdAt: Date
     public let updatedAt: Date
-
-    init(row r: PostgresRow) throws {
-        tenantId = try r.string("tenant_id"); id = try r.string("id"); installationId = try r.string("installation_id")
-        bindingId = try r.string("binding_id"); activityType = try r.string("activity_type")
-        currentTemplateVersion = try r.string("current_template_version"); pushToStartToken = try r.optionalString("push_to_start_token")
-        status = try r.string("status"); createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
-    }
 }
 
 /// SQL for start targets.

@@ -5,7 +5,7 @@ import LiveRelayCore
 import Postgres
 
 /// One webhook endpoint (docs/webhooks.md "Endpoints"). Its secrets live apart, sealed.
-public struct WebhookEndpointRecord: Sendable, Equatable {
+public struct WebhookEndpointRecord: Sendable, Equatable, RowDecodable {
     public let id: String
     public let url: String
     public let events: [String]
@@ -15,17 +15,10 @@ public struct WebhookEndpointRecord: Sendable, Equatable {
     public let failingSince: Date?
     public let createdAt: Date
     public let updatedAt: Date
-
-    init(row r: PostgresRow) throws {
-        id = try r.string("id"); url = try r.string("url"); events = try r.stringArray("events")
-        description = try r.string("description"); status = try r.string("status")
-        disabledReason = try r.optionalString("disabled_reason"); failingSince = try r.optionalDate("failing_since")
-        createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at")
-    }
 }
 
 /// One delivery attempt of the delivery log.
-public struct WebhookAttemptRecord: Sendable, Equatable {
+public struct WebhookAttemptRecord: Sendable, Equatable, RowDecodable {
     public let id: Int64
     public let eventId: String
     public let eventType: String
@@ -34,12 +27,6 @@ public struct WebhookAttemptRecord: Sendable, Equatable {
     public let error: String?
     public let durationMs: Int
     public let deliveredAt: Date
-
-    init(row r: PostgresRow) throws {
-        id = try r.int64("id"); eventId = try r.string("event_id"); eventType = try r.string("event_type")
-        attempt = try r.int("attempt"); statusCode = try r.optionalInt("status_code"); error = try r.optionalString("error")
-        durationMs = try r.int("duration_ms"); deliveredAt = try r.date("delivered_at")
-    }
 }
 
 /// A claimed delivery: what the worker needs to send one attempt.
@@ -97,6 +84,8 @@ public enum WebhookCompletion: Sendable, Equatable {
 /// (docs/webhooks.md). Every statement names the tenant; RLS is the second wall.
 public enum WebhookStore {
     static let columns = "id, url, events, description, status, disabled_reason, failing_since, created_at, updated_at"
+    /// The columns of a `WebhookAttemptRecord` (the delivery log).
+    static let attemptColumns = "id, event_id, event_type, attempt, status_code, error, duration_ms, delivered_at"
 
     /// A new signing secret: `whsec_` + base64url of 32 random bytes (256 bits).
     public static func newSecret() -> String { "whsec_" + Base64URL.encode(SecureRandom.bytes(32)) }
@@ -198,7 +187,7 @@ public enum WebhookStore {
     ) throws -> Page<WebhookAttemptRecord> {
         let rows = try c.query(
             """
-            SELECT id, event_id, event_type, attempt, status_code, error, duration_ms, delivered_at FROM webhook_attempts
+            SELECT \(attemptColumns) FROM webhook_attempts
              WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3::bigint IS NULL OR id < $3) ORDER BY id DESC LIMIT $4
             """, [tenantId, endpointId, before, limit + 1]
         ).map(WebhookAttemptRecord.init(row:))

@@ -6,11 +6,4 @@ public struct PostgresNotification: Sendable, Equatable {
     public let payload: String
     /// Server process id of the notifying session.
     public let pid: Int32
-
-    /// A notification; public so callers can build them in tests.
-    public init(channel: String, payload: String, pid: Int32) {
-        self.channel = channel
-        self.payload = payload
-        self.pid = pid
-    }
 }

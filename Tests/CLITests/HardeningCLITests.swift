@@ -3,7 +3,7 @@ import XCTest
 import JSON
 import Logging
 import LiveRelayCore
-import LiveRelayStore
+@testable import LiveRelayStore
 import Postgres
 @testable import LiveRelayApp
 import LiveRelayTestSupport

@@ -3,7 +3,7 @@ import Crypto
 import Delivery
 import HTTP2
 import JSON
-import LiveRelayCore
+@testable import LiveRelayCore
 import LiveRelaySandbox
 import Locking
 import XCTest

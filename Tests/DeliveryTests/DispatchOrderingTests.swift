@@ -34,19 +34,33 @@ final class DispatchOrderingTests: DispatchTestCase {
         }
     }
 
-    func testPerTargetCommitOrderOneInFlightAndIncreasingTimestamps() throws {
+    /// A tenant with `count` targets on one installation (tokens `<tokenPrefix>-<i>`), each given
+    /// `rounds` alert updates (`alertTitle(round)`), round by round. Alert updates are never
+    /// coalesced, so all `count × rounds` operations must be sent. Returns the tenant id.
+    func tenantWithAlertRounds(targets count: Int, tokenPrefix: String, rounds: Int, alertTitle: (Int) -> String) throws -> String {
         let t = try h.tenant(), inst = try h.installation(t)
-        var targets: [String] = []
-        for i in 0..<20 { targets.append(try h.target(t, installation: inst, token: "tok-\(i)")) }
-        // Alert updates are never coalesced: all 100 must go out, in order.
-        for round in 0..<5 {
-            for tgt in targets { try h.update(t, target: tgt, state: ["r": .int(Int64(round))], alert: PushAlert(title: "r\(round)", body: "b")) }
+        let targets = try (0..<count).map { i in try h.target(t, installation: inst, token: "\(tokenPrefix)-\(i)") }
+        for round in 0..<rounds {
+            for tgt in targets {
+                try h.update(t, target: tgt, state: ["r": .int(Int64(round))], alert: PushAlert(title: alertTitle(round), body: "b"))
+            }
         }
+        return t
+    }
+
+    /// Waits, at most 30 s, until `count` operations of tenant `t` are accepted.
+    func waitUntilAccepted(_ t: String, count: Int) throws {
+        try eventually("all accepted", within: 30) {
+            try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == count
+        }
+    }
+
+    func testPerTargetCommitOrderOneInFlightAndIncreasingTimestamps() throws {
+        // All 100 must go out, in order.
+        let t = try tenantWithAlertRounds(targets: 20, tokenPrefix: "tok", rounds: 5) { "r\($0)" }
         let fake = h.fakeSender(delay: 0.004)
         h.dispatcher(fake, threads: 8)
-        try eventually("all accepted", within: 30) {
-            try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == 100
-        }
+        try waitUntilAccepted(t, count: 100)
         XCTAssertEqual(fake.calls.count, 100)
         XCTAssertEqual(fake.maxInFlightPerTarget, 1, "at most one in flight per target")
         assertOrderedAndIncreasing(fake.calls, expected: try opsByTarget(t))
@@ -155,19 +169,12 @@ final class DispatchOrderingTests: DispatchTestCase {
     }
 
     func testTwoDispatchersOnOneDatabaseSendEachOperationOnceInOrder() throws {
-        let t = try h.tenant(), inst = try h.installation(t)
-        var targets: [String] = []
-        for i in 0..<30 { targets.append(try h.target(t, installation: inst, token: "two-\(i)")) }
-        for round in 0..<5 {
-            for tgt in targets { try h.update(t, target: tgt, state: ["r": .int(Int64(round))], alert: PushAlert(title: "r", body: "b")) }
-        }
+        let t = try tenantWithAlertRounds(targets: 30, tokenPrefix: "two", rounds: 5) { _ in "r" }
         let fake = h.fakeSender(delay: 0.004)
         let who = TagLog()
         h.dispatcher(TaggingSender(tag: "A", inner: fake, log: who), worker: "worker-a", threads: 4)
         h.dispatcher(TaggingSender(tag: "B", inner: fake, log: who), worker: "worker-b", threads: 4)
-        try eventually("all accepted", within: 30) {
-            try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND status = 'accepted'", [t]).int("n") == 150
-        }
+        try waitUntilAccepted(t, count: 150)
         Thread.sleep(forTimeInterval: 0.3)
         let calls = fake.calls
         XCTAssertEqual(calls.count, 150, "no duplicate sends")

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 import JSON
-import LiveRelayApp
+@testable import LiveRelayApp
 import LiveRelayCore
 
 /// The simulator's pure core: applying pushes, ordering by timestamp, schema checks, dismissal

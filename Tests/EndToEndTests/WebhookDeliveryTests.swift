@@ -80,6 +80,21 @@ final class WebhookDeliveryTests: XCTestCase {
         try h.db.tenant(tenant) { c in try EventStore.record(c, tenantId: tenant, type: type, object: ["object": "target", "id": "tgt_x"])?.id ?? "" }
     }
 
+    /// A worker on a manual clock (jitter fixed at `random`), a new tenant with one endpoint at
+    /// the receiver's `path`, and one event recorded for it; the clock then reads now, when the
+    /// delivery is due (from its commit, database time, on).
+    func queuedDelivery(
+        path: String, random: Double
+    ) throws -> (clock: ManualClock, tenant: (id: String, master: String), endpoint: (id: String, secret: String)) {
+        let clock = ManualClock(Date())
+        try startWorker(clock: clock, random: random)
+        let t = try tenant()
+        let e = try endpoint(t.master, path: path)
+        _ = try record(t.id)
+        clock.set(Date())
+        return (clock, t, e)
+    }
+
     func attempts(_ endpoint: String) throws -> Int {
         try h.db.system { c in try c.query("SELECT count(*)::int AS n FROM webhook_attempts WHERE endpoint_id = $1", [endpoint])[0].int("n") }
     }
@@ -141,12 +156,7 @@ final class WebhookDeliveryTests: XCTestCase {
     }
 
     func testRetriesFollowTheScheduleThenGiveUpAndDisableTheEndpointAfter72Hours() throws {
-        let clock = ManualClock(Date())
-        try startWorker(clock: clock, random: 0.5)
-        let t = try tenant()
-        let failing = try endpoint(t.master, path: "/status/500")
-        _ = try record(t.id)
-        clock.set(Date())  // the delivery is due from its commit (database time) on
+        let (clock, t, failing) = try queuedDelivery(path: "/status/500", random: 0.5)
         let start = clock.now
         var n = 0
         var last: (status: String, next: Date) = ("pending", start)
@@ -200,12 +210,7 @@ final class WebhookDeliveryTests: XCTestCase {
     }
 
     func testADeliverySucceedsAfterFailuresAndClearsTheStreak() throws {
-        let clock = ManualClock(Date())
-        try startWorker(clock: clock, random: 0)
-        let t = try tenant()
-        let e = try endpoint(t.master, path: "/status/503")
-        _ = try record(t.id)
-        clock.set(Date())
+        let (clock, t, e) = try queuedDelivery(path: "/status/503", random: 0)
         eventually("first attempt") { ((try? attempts(e.id)) ?? 0) >= 1 }
         XCTAssertNotNil(h.call("GET", "/v1/webhook-endpoints/\(e.id)", as: t.master)["id"])
         try h.db.system { c in _ = try c.execute("UPDATE webhook_endpoints SET url = $2 WHERE id = $1", [e.id, receiver.url("/ok")]) }

@@ -8,53 +8,49 @@ import LiveRelayTestSupport
 final class ClientServerTests: XCTestCase {
     func testPostRoundTripWithHeadersAndBody() throws {
         let recorder = Recorder()
-        let server = try startServer(recorder: recorder)
-        defer { server.stop() }
-        let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
-        defer { connection.close() }
-        XCTAssertTrue(connection.isUsable)
-        let body = Array(#"{"aps":{"event":"update"}}"#.utf8)
-        let response = try connection.send(
-            HTTP2Request(
-                method: "POST", path: "/3/device/abc?x=1",
-                headers: [("X-Id", "one"), ("apns-push-type", "liveactivity")],
-                body: body))
-        XCTAssertEqual(response.status, 200)
-        XCTAssertEqual(response.body, body)
-        XCTAssertEqual(response.header("X-Echo-Path"), "/3/device/abc?x=1")
-        XCTAssertEqual(response.header("x-method"), "POST")
-        XCTAssertEqual(response.header("content-length"), String(body.count))
-        XCTAssertEqual(recorder.received, ["one"])
-        // A second request on the same connection, without a body.
-        let second = try connection.send(HTTP2Request(method: "GET", path: "/", headers: [("x-id", "two")]))
-        XCTAssertEqual(second.status, 200)
-        XCTAssertEqual(second.body, [])
+        try withConnection(recorder: recorder) { _, connection in
+            XCTAssertTrue(connection.isUsable)
+            let body = Array(#"{"aps":{"event":"update"}}"#.utf8)
+            let response = try connection.send(
+                HTTP2Request(
+                    method: "POST", path: "/3/device/abc?x=1",
+                    headers: [("X-Id", "one"), ("apns-push-type", "liveactivity")],
+                    body: body))
+            XCTAssertEqual(response.status, 200)
+            XCTAssertEqual(response.body, body)
+            XCTAssertEqual(response.header("X-Echo-Path"), "/3/device/abc?x=1")
+            XCTAssertEqual(response.header("x-method"), "POST")
+            XCTAssertEqual(response.header("content-length"), String(body.count))
+            XCTAssertEqual(recorder.received, ["one"])
+            // A second request on the same connection, without a body.
+            let second = try connection.send(HTTP2Request(method: "GET", path: "/", headers: [("x-id", "two")]))
+            XCTAssertEqual(second.status, 200)
+            XCTAssertEqual(second.body, [])
+        }
     }
 
     func testConcurrentRequestsRespectMaxConcurrentStreams() throws {
         let recorder = Recorder()
-        let server = try startServer(recorder: recorder, maxConcurrentStreams: 10, sleepSeconds: 0.005)
-        defer { server.stop() }
-        let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
-        defer { connection.close() }
-        XCTAssertEqual(connection.maxConcurrentStreams, 10)
-        let results = concurrently(200, threads: 16) { i in
-            attempt {
-                try connection.send(
-                    HTTP2Request(
-                        method: "POST", path: "/n/\(i)", headers: [("x-id", "\(i)")],
-                        body: Array("payload \(i)".utf8)))
+        try withConnection(recorder: recorder, maxConcurrentStreams: 10, sleepSeconds: 0.005) { _, connection in
+            XCTAssertEqual(connection.maxConcurrentStreams, 10)
+            let results = concurrently(200, threads: 16) { i in
+                attempt {
+                    try connection.send(
+                        HTTP2Request(
+                            method: "POST", path: "/n/\(i)", headers: [("x-id", "\(i)")],
+                            body: Array("payload \(i)".utf8)))
+                }
             }
+            for (i, result) in results.enumerated() {
+                guard case .success(let response) = result else { return XCTFail("request \(i): \(result)") }
+                XCTAssertEqual(response.header("x-echo-path"), "/n/\(i)")
+                XCTAssertEqual(response.body, Array("payload \(i)".utf8))
+            }
+            XCTAssertEqual(recorder.received.count, 200)
+            XCTAssertEqual(Set(recorder.received).count, 200)
+            XCTAssertLessThanOrEqual(recorder.peakConcurrency, 10)
+            XCTAssertGreaterThan(recorder.peakConcurrency, 1, "requests should be multiplexed")
         }
-        for (i, result) in results.enumerated() {
-            guard case .success(let response) = result else { return XCTFail("request \(i): \(result)") }
-            XCTAssertEqual(response.header("x-echo-path"), "/n/\(i)")
-            XCTAssertEqual(response.body, Array("payload \(i)".utf8))
-        }
-        XCTAssertEqual(recorder.received.count, 200)
-        XCTAssertEqual(Set(recorder.received).count, 200)
-        XCTAssertLessThanOrEqual(recorder.peakConcurrency, 10)
-        XCTAssertGreaterThan(recorder.peakConcurrency, 1, "requests should be multiplexed")
     }
 
     func testLargeBodiesRoundTripThroughFlowControl() throws {
@@ -136,16 +132,14 @@ final class ClientServerTests: XCTestCase {
 
     func testPoolSpreadsLoadAndReconnects() throws {
         let recorder = Recorder()
-        let server = try startServer(recorder: recorder, maxConcurrentStreams: 5, sleepSeconds: 0.02)
-        defer { server.stop() }
-        let pool = HTTP2ConnectionPool(configuration: clientConfiguration(port: server.port), maxConnections: 3)
-        defer { pool.close() }
-        let results = concurrently(60, threads: 15) { i in
-            attempt { try pool.send(HTTP2Request(method: "POST", path: "/p", headers: [("x-id", "\(i)")])) }
+        try withPool(recorder: recorder, maxConcurrentStreams: 5, sleepSeconds: 0.02, maxConnections: 3) { pool in
+            let results = concurrently(60, threads: 15) { i in
+                attempt { try pool.send(HTTP2Request(method: "POST", path: "/p", headers: [("x-id", "\(i)")])) }
+            }
+            XCTAssertTrue(results.allSatisfy { if case .success = $0 { return true } else { return false } }, "\(results)")
+            XCTAssertGreaterThan(pool.connectionCount, 1)
+            XCTAssertLessThanOrEqual(pool.connectionCount, 3)
+            XCTAssertEqual(Set(recorder.received).count, 60)
         }
-        XCTAssertTrue(results.allSatisfy { if case .success = $0 { return true } else { return false } }, "\(results)")
-        XCTAssertGreaterThan(pool.connectionCount, 1)
-        XCTAssertLessThanOrEqual(pool.connectionCount, 3)
-        XCTAssertEqual(Set(recorder.received).count, 60)
     }
 }

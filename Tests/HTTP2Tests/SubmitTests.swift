@@ -30,42 +30,38 @@ final class SubmitTests: XCTestCase {
 
     func testOneThreadKeepsManyStreamsInFlightOnOneConnection() throws {
         let recorder = Recorder()
-        let server = try startServer(recorder: recorder, sleepSeconds: 0.3)
-        defer { server.stop() }
-        let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
-        defer { connection.close() }
-        let o = Outcomes(expected: 40)
-        for i in 0..<40 {
-            connection.submit(
-                HTTP2Request(method: "POST", path: "/s", headers: [("x-id", "\(i)")]),
-                onWritten: o.onWritten("\(i)"), completion: o.onComplete("\(i)"))
+        try withConnection(recorder: recorder, sleepSeconds: 0.3) { _, connection in
+            let o = Outcomes(expected: 40)
+            for i in 0..<40 {
+                connection.submit(
+                    HTTP2Request(method: "POST", path: "/s", headers: [("x-id", "\(i)")]),
+                    onWritten: o.onWritten("\(i)"), completion: o.onComplete("\(i)"))
+            }
+            XCTAssertEqual(o.all.wait(timeout: .now() + 20), .success)
+            let results = o.results.withLock { $0 }
+            for i in 0..<40 {
+                guard case .success(let r)? = results["\(i)"] else { return XCTFail("request \(i): \(String(describing: results["\(i)"]))") }
+                XCTAssertEqual(r.header("x-id"), "\(i)")
+            }
+            XCTAssertEqual(o.writtenBeforeCompletion.withLock { $0 }, 40, "every request was reported written before its response")
+            XCTAssertEqual(recorder.peakConcurrency, 40, "all 40 were in flight at once though one thread submitted them")
         }
-        XCTAssertEqual(o.all.wait(timeout: .now() + 20), .success)
-        let results = o.results.withLock { $0 }
-        for i in 0..<40 {
-            guard case .success(let r)? = results["\(i)"] else { return XCTFail("request \(i): \(String(describing: results["\(i)"]))") }
-            XCTAssertEqual(r.header("x-id"), "\(i)")
-        }
-        XCTAssertEqual(o.writtenBeforeCompletion.withLock { $0 }, 40, "every request was reported written before its response")
-        XCTAssertEqual(recorder.peakConcurrency, 40, "all 40 were in flight at once though one thread submitted them")
     }
 
     func testPoolOpensMoreConnectionsWhenStreamsRunOutAndCompletesEveryRequest() throws {
         let recorder = Recorder()
-        let server = try startServer(recorder: recorder, maxConcurrentStreams: 5, sleepSeconds: 0.2)
-        defer { server.stop() }
-        let pool = HTTP2ConnectionPool(configuration: clientConfiguration(port: server.port), maxConnections: 3)
-        defer { pool.close() }
-        let o = Outcomes(expected: 30)
-        for i in 0..<30 {
-            pool.submit(HTTP2Request(method: "POST", path: "/p", headers: [("x-id", "\(i)")]), onWritten: nil, completion: o.onComplete("\(i)"))
+        try withPool(recorder: recorder, maxConcurrentStreams: 5, sleepSeconds: 0.2, maxConnections: 3) { pool in
+            let o = Outcomes(expected: 30)
+            for i in 0..<30 {
+                pool.submit(HTTP2Request(method: "POST", path: "/p", headers: [("x-id", "\(i)")]), onWritten: nil, completion: o.onComplete("\(i)"))
+            }
+            XCTAssertEqual(o.all.wait(timeout: .now() + 30), .success)
+            let results = o.results.withLock { $0 }
+            XCTAssertTrue(results.values.allSatisfy { if case .success = $0 { return true } else { return false } }, "\(results)")
+            XCTAssertEqual(Set(recorder.received).count, 30)
+            XCTAssertEqual(pool.connectionCount, 3, "a connection per 5 streams, up to maxConnections")
+            XCTAssertLessThanOrEqual(recorder.peakConcurrency, 15, "never more than 3 × SETTINGS_MAX_CONCURRENT_STREAMS in flight")
         }
-        XCTAssertEqual(o.all.wait(timeout: .now() + 30), .success)
-        let results = o.results.withLock { $0 }
-        XCTAssertTrue(results.values.allSatisfy { if case .success = $0 { return true } else { return false } }, "\(results)")
-        XCTAssertEqual(Set(recorder.received).count, 30)
-        XCTAssertEqual(pool.connectionCount, 3, "a connection per 5 streams, up to maxConnections")
-        XCTAssertLessThanOrEqual(recorder.peakConcurrency, 15, "never more than 3 × SETTINGS_MAX_CONCURRENT_STREAMS in flight")
     }
 
     func testSubmitToAClosedPoolOrUnreachablePeerFailsNotProcessed() throws {

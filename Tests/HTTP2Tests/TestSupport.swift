@@ -73,6 +73,37 @@ func startServer(
     return server
 }
 
+/// Starts a server (as `startServer`), applies `faults` when given, opens one connection to
+/// it (`clientConfiguration`, `requestTimeout` in seconds) and runs `body` with both; closes
+/// the connection, then stops the server, however `body` ends.
+/// - Throws: what `startServer`, `HTTP2Connection(configuration:)` or `body` throws.
+func withConnection(
+    recorder: Recorder = Recorder(), maxConcurrentStreams: Int = 1000, sleepSeconds: Double = 0,
+    faults: HTTP2ServerFaults? = nil, requestTimeout: Double = 10,
+    _ body: (HTTP2Server, HTTP2Connection) throws -> Void
+) throws {
+    let server = try startServer(recorder: recorder, maxConcurrentStreams: maxConcurrentStreams, sleepSeconds: sleepSeconds)
+    defer { server.stop() }
+    if let faults { server.setFaults(faults) }
+    let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port, requestTimeout: requestTimeout))
+    defer { connection.close() }
+    try body(server, connection)
+}
+
+/// Starts a server (as `startServer`) and a pool of at most `maxConnections` connections to it
+/// and runs `body` with the pool; closes the pool, then stops the server, however `body` ends.
+/// - Throws: what `startServer` or `body` throws.
+func withPool(
+    recorder: Recorder = Recorder(), maxConcurrentStreams: Int = 1000, sleepSeconds: Double = 0, maxConnections: Int,
+    _ body: (HTTP2ConnectionPool) throws -> Void
+) throws {
+    let server = try startServer(recorder: recorder, maxConcurrentStreams: maxConcurrentStreams, sleepSeconds: sleepSeconds)
+    defer { server.stop() }
+    let pool = HTTP2ConnectionPool(configuration: clientConfiguration(port: server.port), maxConnections: maxConnections)
+    defer { pool.close() }
+    try body(pool)
+}
+
 func clientConfiguration(
     port: Int, host: String = "127.0.0.1", requestTimeout: Double = 10,
     caFile: String? = TestPKI.shared.caFile

@@ -120,6 +120,14 @@ struct ChannelWorld {
         try env.db.system { c in try c.query(sql, params)[0].int("n") }
     }
 
+    /// After a create that APNs refused or never answered: no channel is stored, not even the
+    /// idempotency key, so once `heal` lets the fake accept, the same `key` creates the channel.
+    func assertNothingStored(retrying key: String, after heal: () -> Void, line: UInt = #line) throws {
+        XCTAssertEqual(try count("SELECT count(*) AS n FROM channels"), 0, line: line)
+        heal()
+        XCTAssertEqual(createChannel(key: key).status, 201, line: line)
+    }
+
     /// A channel worker on this database with the recording provider (driven by hand in tests).
     func worker(batchSize: Int = 500) -> ChannelWorker {
         ChannelWorker(
@@ -187,10 +195,7 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(r.errorCode, "PROVIDER_ERROR")
         XCTAssertEqual(r.json["error"]?["details"]?["provider_status"]?.intValue, 403)
         XCTAssertEqual(r.json["error"]?["details"]?["provider_reason"]?.stringValue, "InvalidProviderToken")
-        XCTAssertEqual(try w.count("SELECT count(*) AS n FROM channels"), 0)
-        // Nothing stored, not even the idempotency key: the same key works once APNs accepts.
-        w.fake.refuseCreate.withLock { $0 = nil }
-        XCTAssertEqual(w.createChannel(key: "refused").status, 201)
+        try w.assertNothingStored(retrying: "refused") { w.fake.refuseCreate.withLock { $0 = nil } }
     }
 
     /// No credential lists the app: the tenant's set-up, so `400` naming `app_id` (never a
@@ -209,9 +214,7 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(down.status, 502)
         XCTAssertEqual(down.errorCode, "PROVIDER_ERROR")
         XCTAssertEqual(down.json["error"]?["details"]?["provider_status"], .null)
-        XCTAssertEqual(try w.count("SELECT count(*) AS n FROM channels"), 0)
-        w.fake.answerCreate.withLock { $0 = nil }
-        XCTAssertEqual(w.createChannel(key: "nocred").status, 201)
+        try w.assertNothingStored(retrying: "nocred") { w.fake.answerCreate.withLock { $0 = nil } }
     }
 
     func testChannelLimitAtItsBoundary() throws {

@@ -108,10 +108,7 @@ final class APNsPayloadTests: XCTestCase {
     /// An update whose body is exactly `total` bytes, padded inside content-state with `unit`
     /// repeated (plus ASCII to land exactly).
     func payload(totalBytes total: Int, unit: String) -> APNsPayload {
-        var p = APNsPayload(event: .update, timestamp: t0, contentState: ["pad": ""])
-        let base = p.bytes().count
-        p.contentState = ["pad": .string(payloadPadding(bytes: total - base, unit: unit))]
-        return p
+        padded(toBytes: total, unit: unit, measuredBy: { $0.bytes().count }) { APNsPayload(event: .update, timestamp: t0, contentState: $0) }
     }
 
     func testSizeBoundaryCountsBytesNotCharacters() throws {
@@ -147,4 +144,12 @@ func payloadPadding(bytes: Int, unit: String) -> String {
     let s = String(repeating: unit, count: n) + String(repeating: "a", count: bytes - n * u)
     precondition(s.utf8.count == bytes)
     return s
+}
+
+/// What `make` builds around the state `{"pad": s}` with `s` chosen (`payloadPadding`, `unit`
+/// repeated) so that `measure` of it is exactly `total` bytes: `s` holds only characters JSON
+/// does not escape, so each byte of `s` is one more measured byte.
+func padded<T>(toBytes total: Int, unit: String, measuredBy measure: (T) -> Int, _ make: (JSONValue) -> T) -> T {
+    let base = measure(make(["pad": ""]))
+    return make(["pad": .string(payloadPadding(bytes: total - base, unit: unit))])
 }

@@ -71,10 +71,7 @@ final class FCMPayloadTests: XCTestCase {
     }
 
     func message(dataBytes total: Int, unit: String) -> FCMMessage {
-        var m = message(state: ["pad": ""])
-        let base = m.dataBytes().count
-        m.state = ["pad": .string(payloadPadding(bytes: total - base, unit: unit))]
-        return m
+        padded(toBytes: total, unit: unit, measuredBy: { $0.dataBytes().count }) { message(state: $0) }
     }
 
     func testDataSizeBoundaryCountsBytesNotCharacters() throws {

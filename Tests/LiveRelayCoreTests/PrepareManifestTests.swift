@@ -1,5 +1,5 @@
 import JSON
-import LiveRelayCore
+@testable import LiveRelayCore
 import XCTest
 
 final class PrepareManifestTests: XCTestCase {
@@ -221,7 +221,13 @@ final class PrepareManifestTests: XCTestCase {
             })
     }
 
+    /// docs/limits.md: the prepare limits and the state and schema limits a prepare checks.
     func testLimitConstants() {
+        XCTAssertEqual(StateLimits.maxDepth, 12)
+        XCTAssertEqual(StateLimits.maxSchemaDepth, 12)
+        XCTAssertEqual(StateLimits.maxSchemaNodes, 256)
+        XCTAssertEqual(StateLimits.maxSchemaProperties, 128)
+        XCTAssertEqual(StateLimits.maxSchemaEnumValues, 128)
         XCTAssertEqual(PrepareLimits.maxBundleBytes, 16_777_216)
         XCTAssertEqual(PrepareLimits.maxBundleModules, 256)
         XCTAssertEqual(PrepareLimits.maxBundleFiles, 512)

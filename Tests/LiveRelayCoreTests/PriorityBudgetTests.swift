@@ -1,5 +1,5 @@
 import XCTest
-import LiveRelayCore
+@testable import LiveRelayCore
 
 /// `PriorityBudget` (docs/priority-budget.md): the decision table row by row, the sliding
 /// window at its exact edges, and the bounded window update. No I/O.

@@ -11,7 +11,17 @@ final class ProviderResponseTests: XCTestCase {
     func apnsBody(_ reason: String) -> [UInt8] { Array(#"{"reason":"\#(reason)"}"#.utf8) }
 
     func testAPNsTable() {
-        let rows: [(Int, String?, String?, O, UInt)] = [
+        // 403 with any reason but the two retried ones: the credential is refused.
+        let credentialReasons: [String?] = [
+            "InvalidProviderToken", "MissingProviderToken", "BadCertificate", "BadCertificateEnvironment", "BadEnvironmentKeyInToken",
+            "Forbidden", nil
+        ]
+        // Other 4xx: the request is refused.
+        let rejectedReasons = [
+            (400, "BadTopic"), (400, "TopicDisallowed"), (400, "BadPriority"), (400, "BadExpirationDate"), (400, "DeviceTokenNotForTopic"),
+            (400, "InvalidPushType"), (404, "BadPath"), (405, "MethodNotAllowed")
+        ]
+        var rows: [(Int, String?, String?, O, UInt)] = [
             (200, nil, nil, .accepted(providerId: "A-1"), #line),
             (410, "Unregistered", nil, .tokenDead(providerStatus: 410, providerReason: "Unregistered"), #line),
             (410, "ExpiredToken", nil, .tokenDead(providerStatus: 410, providerReason: "ExpiredToken"), #line),
@@ -19,23 +29,8 @@ final class ProviderResponseTests: XCTestCase {
             (400, "BadDeviceToken", nil, .tokenDead(providerStatus: 400, providerReason: "BadDeviceToken"), #line),
             (403, "ExpiredProviderToken", nil, .refreshCredentialAndRetryOnce, #line),
             (403, "UnrelatedKeyIdInToken", nil, .reconnectAndRetryOnce, #line),
-            (403, "InvalidProviderToken", nil, .failed(code: creds, providerStatus: 403, providerReason: "InvalidProviderToken"), #line),
-            (403, "MissingProviderToken", nil, .failed(code: creds, providerStatus: 403, providerReason: "MissingProviderToken"), #line),
-            (403, "BadCertificate", nil, .failed(code: creds, providerStatus: 403, providerReason: "BadCertificate"), #line),
-            (403, "BadCertificateEnvironment", nil, .failed(code: creds, providerStatus: 403, providerReason: "BadCertificateEnvironment"), #line),
-            (403, "BadEnvironmentKeyInToken", nil, .failed(code: creds, providerStatus: 403, providerReason: "BadEnvironmentKeyInToken"), #line),
-            (403, "Forbidden", nil, .failed(code: creds, providerStatus: 403, providerReason: "Forbidden"), #line),
-            (403, nil, nil, .failed(code: creds, providerStatus: 403, providerReason: nil), #line),
             (413, "PayloadTooLarge", nil, .failed(code: "PAYLOAD_TOO_LARGE", providerStatus: 413, providerReason: "PayloadTooLarge"), #line),
-            (400, "BadTopic", nil, .failed(code: rejected, providerStatus: 400, providerReason: "BadTopic"), #line),
-            (400, "TopicDisallowed", nil, .failed(code: rejected, providerStatus: 400, providerReason: "TopicDisallowed"), #line),
-            (400, "BadPriority", nil, .failed(code: rejected, providerStatus: 400, providerReason: "BadPriority"), #line),
-            (400, "BadExpirationDate", nil, .failed(code: rejected, providerStatus: 400, providerReason: "BadExpirationDate"), #line),
-            (400, "DeviceTokenNotForTopic", nil, .failed(code: rejected, providerStatus: 400, providerReason: "DeviceTokenNotForTopic"), #line),
-            (400, "InvalidPushType", nil, .failed(code: rejected, providerStatus: 400, providerReason: "InvalidPushType"), #line),
             (400, "IdleTimeout", nil, .retry(after: nil), #line),
-            (404, "BadPath", nil, .failed(code: rejected, providerStatus: 404, providerReason: "BadPath"), #line),
-            (405, "MethodNotAllowed", nil, .failed(code: rejected, providerStatus: 405, providerReason: "MethodNotAllowed"), #line),
             (429, "TooManyRequests", nil, .retry(after: nil), #line),
             (429, "TooManyProviderTokenUpdates", "30", .retry(after: 30), #line),
             (500, "InternalServerError", nil, .retry(after: nil), #line),
@@ -43,6 +38,10 @@ final class ProviderResponseTests: XCTestCase {
             (503, "Shutdown", nil, .retry(after: nil), #line),
             (502, nil, nil, .retry(after: nil), #line)
         ]
+        rows += credentialReasons.map { (403, $0, nil, .failed(code: creds, providerStatus: 403, providerReason: $0), #line) }
+        rows += rejectedReasons.map { (status, reason) in
+            (status, reason, nil, .failed(code: rejected, providerStatus: status, providerReason: reason), #line)
+        }
         for (status, reason, retryAfter, expected, line) in rows {
             let body = reason.map(apnsBody) ?? []
             XCTAssertEqual(

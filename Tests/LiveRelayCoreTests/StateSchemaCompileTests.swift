@@ -161,12 +161,4 @@ final class StateSchemaCompileTests: XCTestCase {
         XCTAssertEqual(e?.details["limit"], .int(128))
         XCTAssertEqual(e?.details["actual"], .int(129))
     }
-
-    func testLimitsConstants() {
-        XCTAssertEqual(StateLimits.maxDepth, 12)
-        XCTAssertEqual(StateLimits.maxSchemaDepth, 12)
-        XCTAssertEqual(StateLimits.maxSchemaNodes, 256)
-        XCTAssertEqual(StateLimits.maxSchemaProperties, 128)
-        XCTAssertEqual(StateLimits.maxSchemaEnumValues, 128)
-    }
 }

@@ -1,5 +1,5 @@
 import JSON
-import LiveRelayCore
+@testable import LiveRelayCore
 import XCTest
 
 /// A small reference SHA-256 (FIPS 180-4) so the tests need no crypto module.
