@@ -43,11 +43,14 @@ public enum AuditStore {
 
     /// Events newest first, keyset-paginated (`before` = id of the last event of the previous page).
     public static func list(_ c: PostgresConnection, tenantId: String, limit: Int, before: String?) throws -> Page<AuditEvent> {
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("id < ?", ifPresent: before)
         let rows = try c.query(
             """
             SELECT id, actor_id, action, object_type, object_id, request_id, details::text AS details, created_at
-              FROM audit_events WHERE tenant_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3
-            """, [tenantId, before, limit + 1]
+              FROM audit_events WHERE \(w.clause) ORDER BY id DESC LIMIT \(w.bind(limit + 1))
+            """, w.params
         ).map(AuditEvent.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }

@@ -173,13 +173,12 @@ public enum ChannelStore {
 
     /// The tenant's channels in id order (keyset); `only`: restrict to these ids (a sender key's `targets`).
     public static func list(_ c: PostgresConnection, tenantId: String, only: [String]?, limit: Int, after: String?) throws -> Page<ChannelRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(columns) FROM channels
-             WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) AND ($3::boolean IS NOT TRUE OR id = ANY($4::text[]))
-             ORDER BY id LIMIT $5
-            """, [tenantId, after, only != nil, PostgresTextArray(only ?? []), limit + 1]
-        ).map(ChannelRecord.init(row:))
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("id > ?", ifPresent: after)
+        if let only { w.add("id = ANY(?::text[])", PostgresTextArray(only)) }
+        let rows = try c.query("SELECT \(columns) FROM channels WHERE \(w.clause) ORDER BY id LIMIT \(w.bind(limit + 1))", w.params)
+            .map(ChannelRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 

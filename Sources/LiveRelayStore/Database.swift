@@ -146,11 +146,10 @@ public struct Page<T: Sendable>: Sendable {
         _ c: PostgresConnection, table: String, columns: String, tenantId: String, after: String?, limit: Int,
         id: (T) -> String, decode: (PostgresRow) throws -> T
     ) throws -> Page<T> {
-        let rows = try c.query(
-            """
-            SELECT \(columns) FROM \(table) WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2) ORDER BY id LIMIT $3
-            """, [tenantId, after, limit + 1]
-        ).map(decode)
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("id > ?", ifPresent: after)
+        let rows = try c.query("SELECT \(columns) FROM \(table) WHERE \(w.clause) ORDER BY id LIMIT \(w.bind(limit + 1))", w.params).map(decode)
         return from(rows, limit: limit, id: id)
     }
 
@@ -162,11 +161,12 @@ public struct Page<T: Sendable>: Sendable {
         _ c: PostgresConnection, table: String, columns: String, tenantId: String, parentColumn: String, parentId: String,
         before: String?, limit: Int, id: (T) -> String, decode: (PostgresRow) throws -> T
     ) throws -> Page<T> {
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("\(parentColumn) = ?", parentId)
+        w.add("id < ?", ifPresent: before)
         let rows = try c.query(
-            """
-            SELECT \(columns) FROM \(table) WHERE tenant_id = $1 AND \(parentColumn) = $2 AND ($3::text IS NULL OR id < $3)
-             ORDER BY id DESC LIMIT $4
-            """, [tenantId, parentId, before, limit + 1]
+            "SELECT \(columns) FROM \(table) WHERE \(w.clause) ORDER BY id DESC LIMIT \(w.bind(limit + 1))", w.params
         ).map(decode)
         return from(rows, limit: limit, id: id)
     }

@@ -93,18 +93,15 @@ public enum EventStore {
         _ c: PostgresConnection, tenantId: String, filter: EventFilter, now: Date, limit: Int,
         before: String?
     ) throws -> Page<EventRecord> {
-        let rows = try c.query(
-            """
-            SELECT \(columns) FROM events
-             WHERE tenant_id = $1 AND created_at >= $2 AND ($3::text IS NULL OR id < $3)
-               AND ($4::text IS NULL OR type = $4) AND ($5::text IS NULL OR target_id = $5) AND ($6::text IS NULL OR channel_id = $6)
-             ORDER BY id DESC LIMIT $7
-            """,
-            [
-                tenantId, now.addingTimeInterval(-retentionSeconds), before, filter.type, filter.targetId, filter.channelId,
-                limit + 1
-            ]
-        ).map(EventRecord.init(row:))
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("created_at >= ?", now.addingTimeInterval(-retentionSeconds))
+        w.add("id < ?", ifPresent: before)
+        w.add("type = ?", ifPresent: filter.type)
+        w.add("target_id = ?", ifPresent: filter.targetId)
+        w.add("channel_id = ?", ifPresent: filter.channelId)
+        let rows = try c.query("SELECT \(columns) FROM events WHERE \(w.clause) ORDER BY id DESC LIMIT \(w.bind(limit + 1))", w.params)
+            .map(EventRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 

@@ -203,24 +203,21 @@ public enum TargetStore {
     /// Targets matching `filter`, id order, keyset-paginated.
     public static func list(_ c: PostgresConnection, tenantId: String, filter: TargetFilter, limit: Int, after: String?) throws -> Page<TargetRecord>
     {
-        let cov = filter.coverage
-        let rows = try c.query(
-            """
-            SELECT \(columns) FROM targets
-             WHERE tenant_id = $1 AND ($2::text IS NULL OR id > $2)
-               AND ($3::text IS NULL OR status = $3) AND ($4::text IS NULL OR business_key = $4)
-               AND ($5::text IS NULL OR installation_id = $5) AND ($6::text IS NULL OR start_target_id = $6)
-               AND ($7::boolean IS NOT TRUE OR id = ANY($8::text[])
-                    OR (start_target_id = ANY($9::text[]) AND created_by_key_id = $10))
-               AND ($12::text IS NULL OR channel_id = $12)
-             ORDER BY id LIMIT $11
-            """,
-            [
-                tenantId, after, filter.status, filter.businessKey, filter.installationId, filter.startTargetId,
-                cov != nil, PostgresTextArray(Array(cov?.targets ?? [])), PostgresTextArray(Array(cov?.createdFrom ?? [])),
-                cov?.keyId, limit + 1, filter.channelId
-            ]
-        ).map(TargetRecord.init(row:))
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("id > ?", ifPresent: after)
+        w.add("status = ?", ifPresent: filter.status)
+        w.add("business_key = ?", ifPresent: filter.businessKey)
+        w.add("installation_id = ?", ifPresent: filter.installationId)
+        w.add("start_target_id = ?", ifPresent: filter.startTargetId)
+        w.add("channel_id = ?", ifPresent: filter.channelId)
+        if let cov = filter.coverage {
+            w.add(
+                "(id = ANY(?::text[]) OR (start_target_id = ANY(?::text[]) AND created_by_key_id = ?))",
+                PostgresTextArray(Array(cov.targets)), PostgresTextArray(Array(cov.createdFrom)), cov.keyId)
+        }
+        let rows = try c.query("SELECT \(columns) FROM targets WHERE \(w.clause) ORDER BY id LIMIT \(w.bind(limit + 1))", w.params)
+            .map(TargetRecord.init(row:))
         return Page.from(rows, limit: limit, id: \.id)
     }
 

@@ -185,11 +185,12 @@ public enum WebhookStore {
     public static func attempts(
         _ c: PostgresConnection, tenantId: String, endpointId: String, limit: Int, before: Int64?
     ) throws -> Page<WebhookAttemptRecord> {
+        var w = KeysetConditions()
+        w.add("tenant_id = ?", tenantId)
+        w.add("endpoint_id = ?", endpointId)
+        if let before { w.add("id < ?::bigint", before) }
         let rows = try c.query(
-            """
-            SELECT \(attemptColumns) FROM webhook_attempts
-             WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3::bigint IS NULL OR id < $3) ORDER BY id DESC LIMIT $4
-            """, [tenantId, endpointId, before, limit + 1]
+            "SELECT \(attemptColumns) FROM webhook_attempts WHERE \(w.clause) ORDER BY id DESC LIMIT \(w.bind(limit + 1))", w.params
         ).map(WebhookAttemptRecord.init(row:))
         return Page.from(rows, limit: limit, id: { String($0.id) })
     }
