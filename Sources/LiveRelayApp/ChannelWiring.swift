@@ -31,12 +31,12 @@ extension WorkerCommand {
     /// through the push sender's `APNsChannelClient` (one JWT cache for both).
     static func makeChannelWorker(
         config: Configuration, db: Database, conninfo: String, sender: any PushSender, metrics: MetricsRegistry,
-        log: Logger, env: [String: String] = ProcessInfo.processInfo.environment
+        log: Logger
     ) -> ChannelWorker {
         let provider: any ChannelManaging & BroadcastSending =
             (sender as? ProviderSender).map { APNsChannelProvider(client: $0.channels) }
             ?? UnconfiguredChannelManager()
-        let id = env["LIVERELAY_WORKER_ID"].flatMap { $0.isEmpty ? nil : $0 } ?? DispatcherConfiguration.defaultWorkerId()
+        let id = config.process.workerId ?? DispatcherConfiguration.defaultWorkerId()  // LIVERELAY_WORKER_ID, validated by Configuration
         let wc = ChannelWorkerConfiguration(workerId: id + "-channels", defaultExpirationSeconds: config.defaultExpirationSeconds)
         return ChannelWorker(db: db, conninfo: conninfo, sender: provider, manager: provider, configuration: wc, metrics: metrics, log: log)
     }
