@@ -81,7 +81,7 @@ public enum LiveRelayMain {
             switch command {
             case "serve", "api":
                 if !rest.isEmpty { throw UsageError("\(command) takes no arguments") }
-                try ServeCommand.run(config: config, log: log, withDispatcher: command == "serve")
+                try ServeCommand.run(config: config, log: log, role: command == "serve" ? .serve : .api)
             case "worker":
                 if !rest.isEmpty { throw UsageError("worker takes no arguments") }
                 try WorkerCommand.run(config: config, log: log)

@@ -73,19 +73,19 @@ enum SandboxCommand {
         }
         let log = Logger(minimum: .info, context: ["component": "sandbox"])
         let sandbox = try Sandbox(configuration: config, log: log)
-        try sandbox.start()
-        print("liverelay sandbox")
-        print("  APNs + FCM + OAuth (h2, TLS): \(sandbox.baseURL)   token_uri \(sandbox.tokenURI)")
-        print("  control (HTTP/1.1, JSON):     \(sandbox.controlURL)/sandbox/deliveries")
-        print("  APNs demo key: team_id \(sandbox.teamId), key_id \(sandbox.keyId)")
-        print("  FCM demo service account: \(sandbox.clientEmail) (project \(sandbox.projectId))")
-        print("files:")
-        for (name, path) in sandbox.files.sorted(by: { $0.key < $1.key }) { print("  \(name): \(path)") }
-        print("environment for LiveRelay:")
-        for line in sandbox.environmentLines(caFile: sandbox.files["ca.pem"]) { print("  export \(line)") }
-        fflush(nil)
-        let signal = ServeCommand.waitForTermination()
-        log.info("sandbox stopping", ["signal": .string(signal)])
-        sandbox.stop()
+        // One service (its listener and control endpoint start and stop together).
+        let group = ServiceGroup([ClosureService("sandbox", start: sandbox.start, stop: sandbox.stop)], log: log)
+        try group.run(shutdownMessage: "sandbox stopping") {
+            print("liverelay sandbox")
+            print("  APNs + FCM + OAuth (h2, TLS): \(sandbox.baseURL)   token_uri \(sandbox.tokenURI)")
+            print("  control (HTTP/1.1, JSON):     \(sandbox.controlURL)/sandbox/deliveries")
+            print("  APNs demo key: team_id \(sandbox.teamId), key_id \(sandbox.keyId)")
+            print("  FCM demo service account: \(sandbox.clientEmail) (project \(sandbox.projectId))")
+            print("files:")
+            for (name, path) in sandbox.files.sorted(by: { $0.key < $1.key }) { print("  \(name): \(path)") }
+            print("environment for LiveRelay:")
+            for line in sandbox.environmentLines(caFile: sandbox.files["ca.pem"]) { print("  export \(line)") }
+            fflush(nil)
+        }
     }
 }

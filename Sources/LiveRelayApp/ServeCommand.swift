@@ -10,11 +10,31 @@ import Logging
 import Metrics
 import Postgres
 
-/// `liverelay serve` / `api`: API server (+ dispatcher and maintenance once they exist) in
-/// one process until SIGTERM or SIGINT, then a graceful drain in reverse start order
-/// (ARCHITECTURE "Services with a lifecycle").
+/// `liverelay serve` / `api`: the API server (`serve` adds the dispatcher, the channel and
+/// webhook workers and maintenance) in one process until SIGTERM or SIGINT, then a graceful
+/// drain in reverse start order (`ServiceGroup`; docs/architecture.md "Processes and their
+/// threads").
 enum ServeCommand {
-    static func run(config: Configuration, log: Logger, withDispatcher: Bool = false) throws {
+    /// What a `serve`-family process runs besides the API, chosen by the command (never by a
+    /// logger label).
+    enum Role: Sendable {
+        /// `liverelay api`: the API server alone (any number behind a load balancer; delivery and
+        /// maintenance run in `worker`s).
+        case api
+        /// `liverelay serve`: the API plus the dispatcher, the channel worker, the webhook worker
+        /// (when `LIVERELAY_WEBHOOK_THREADS` > 0) and the maintenance service.
+        case serve
+
+        /// Whether the dispatcher, the channel worker and the webhook worker run here.
+        var runsDelivery: Bool { self == .serve }
+        /// Whether the `MaintenanceService` runs here.
+        var runsMaintenance: Bool { self == .serve }
+    }
+
+    /// Runs `role` until SIGTERM/SIGINT, then stops every service (each stop logged) and returns.
+    /// - Throws: `ConfigurationError` (database role, KEK), a migration error, or a start error
+    ///   (e.g. the API port cannot be bound) after what had started was stopped.
+    static func run(config: Configuration, log: Logger, role: Role) throws {
         ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
@@ -22,70 +42,69 @@ enum ServeCommand {
         let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
+        // Everything is made (and registers its metrics) before anything below starts, so the
+        // ops listener's first scrape sees every metric.
         let channels = try WorkerCommand.makeChannelManager(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
-        var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
-        httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
-        let api = try APIStack(db: db, conninfo: rt.conninfo, log: log, http: httpConfig, metrics: metrics, serverLog: { line in log.raw(line) }) {
-            auth, events in
-            APIContext(
-                db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
-                events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
-                webhookAllowPrivate: config.webhookAllowPrivate,
-                limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
-                channels: channels.manager, priorityBudgets: config.priorityBudgets)
+        var delivery: [any Service] = []
+        if role.runsDelivery {
+            delivery = try WorkerCommand.deliveryServices(config: config, db: db, runtime: rt, metrics: metrics, log: log)
         }
         let maintenance =
-            log.context["component"] == "api"
-            ? nil
-            : MaintenanceService(
+            role.runsMaintenance
+            ? MaintenanceService(
                 db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
                 interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
-        maintenance?.start()
-        var dispatcher: Dispatcher?
-        var stopSender: (() -> Void)?
-        var webhooks: WebhookWorker?
-        var channelWorker: ChannelWorker?
-        if withDispatcher {
-            let push = try WorkerCommand.makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
-            let d = Dispatcher(
-                db: db, conninfo: rt.conninfo, sender: push.sender,
-                configuration: WorkerCommand.dispatcherConfiguration(config), metrics: metrics, log: log)
-            d.start()
-            dispatcher = d
-            channelWorker = WorkerCommand.makeChannelWorker(
-                config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
-            channelWorker?.start()
-            stopSender = push.stop
-            if config.webhookThreads > 0 {
-                webhooks = try WorkerCommand.makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log)
-                webhooks?.start()
-            }
+            : nil
+        var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
+        httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
+        var api: APIStack?
+        var ops: HTTPServer?
+        // Start order = reverse stop order. Stops: maintenance; the API (drains 30 s, then its
+        // auth and event listeners) while the ops listener still answers /healthz and /metrics;
+        // the ops listener (2 s); the API's channel manager; the channel worker (10 s) and the
+        // dispatcher (20 s), before the push sender they send through; the webhook worker
+        // (15 s); the push sender; the pool last (every service uses it). As before this group,
+        // except two stops that depend on nothing they now pass: the auth and event listeners
+        // stopped after the push sender, the channel manager between the dispatcher and the
+        // webhook worker. For this order the starts moved: delivery before the API (was after),
+        // maintenance last (was right after the API), the ops listener just before the API
+        // server (was last; its /readyz reports PostgreSQL and migrations, not the API socket).
+        var services: [any Service] = [WorkerCommand.databaseService(db: db, pool: pool)]
+        services += delivery
+        services.append(ClosureService("channel manager", stop: channels.stop))  // running since made; the API uses it
+        services.append(
+            ClosureService(
+                "ops listener",
+                start: {
+                    ops = try OpsEndpoints.start(
+                        metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+                        listen: config.process.metricsListen)
+                }, stop: { ops?.shutdown(drainTimeoutSeconds: 2) }))
+        services.append(
+            ClosureService(
+                "api",
+                start: {
+                    api = try APIStack(
+                        db: db, conninfo: rt.conninfo, log: log, http: httpConfig, metrics: metrics, serverLog: { line in log.raw(line) }
+                    ) {
+                        auth, events in
+                        APIContext(
+                            db: db, auth: auth, kek: try AESGCM(key: rt.kek), log: log, metrics: metrics, migrator: rt.migrator,
+                            events: events, defaultExpirationSeconds: config.defaultExpirationSeconds,
+                            webhookAllowPrivate: config.webhookAllowPrivate,
+                            limits: config.limits, retentionDays: config.retentionDays, fcmURL: config.fcmURL,
+                            channels: channels.manager, priorityBudgets: config.priorityBudgets)
+                    }
+                }, stop: { api?.stop(drainTimeoutSeconds: 30) }))
+        if let maintenance { services.append(ClosureService("maintenance", start: maintenance.start, stop: maintenance.stop)) }
+        try ServiceGroup(services, log: log).run {
+            log.info(
+                "liverelay listening",
+                [
+                    "address": .string("http://\(config.listenHost):\(api?.server.port ?? 0)"),
+                    "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")
+                ])
         }
-        // /metrics, /healthz, /readyz are on the API port; LIVERELAY_METRICS_LISTEN adds a second
-        // listener, started once every component registered its metrics.
-        let ops = try OpsEndpoints.start(
-            metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
-            listen: config.process.metricsListen)
-        log.info(
-            "liverelay listening",
-            [
-                "address": .string("http://\(config.listenHost):\(api.server.port)"),
-                "database": .string(config.databaseURL == nil ? "embedded" : "DATABASE_URL")
-            ])
-        let signal = waitForTermination()
-        log.info("shutting down", ["signal": .string(signal)])
-        maintenance?.stop()
-        api.server.shutdown(drainTimeoutSeconds: 30)
-        ops?.shutdown(drainTimeoutSeconds: 2)
-        channelWorker?.stop(timeoutSeconds: 10)
-        dispatcher?.stop(timeoutSeconds: 20)  // before the pool closes
-        channels.stop()
-        webhooks?.stop(timeoutSeconds: 15)
-        stopSender?()
-        api.auth.stop()
-        api.events.stop()
-        db.flushNotifications()
-        pool.close()
         log.info("stopped")
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Crypto
 import Delivery
+import HTTPServer
 import LiveRelayCore
 import LiveRelayStore
 import Logging
@@ -19,44 +20,77 @@ import Postgres
 /// `LIVERELAY_METRICS_LISTEN`) are read and validated with the rest by `Configuration.load`
 /// (`ProcessSettings`).
 enum WorkerCommand {
+    /// Runs the worker until SIGTERM/SIGINT, then stops every service (each stop logged).
+    /// - Throws: `ConfigurationError`, a migration error, or a start error (e.g. the metrics
+    ///   address cannot be bound) after what had started was stopped.
     static func run(config: Configuration, log: Logger) throws {
         ServeCommand.prepareForTermination()  // before anything starts: an early SIGTERM is kept
         let rt = try Runtime(config: config, log: log)
         defer { rt.shutdown() }
-        let dispatchConfig = dispatcherConfiguration(config)
         let pool = try rt.openDatabase(poolSize: min(config.databasePoolSize, 8))
         let db = config.database(pool)
         let metrics = MetricsRegistry()
         OpsEndpoints.registerPoolGauge(metrics, pool)
+        // Made (metrics registered) before anything starts: the ops listener's first scrape sees them all.
         let maintenance = MaintenanceService(
             db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
             interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
-        maintenance.start()
+        let delivery = try deliveryServices(config: config, db: db, runtime: rt, metrics: metrics, log: log)
+        var ops: HTTPServer?
+        // Start order = reverse stop order, the stops as before this group existed: maintenance,
+        // the channel worker (10 s), the dispatcher (20 s), the webhook worker (15 s), the push
+        // sender, the ops listener (2 s; /healthz answers through the whole drain), the pool.
+        // The ops listener now starts right after the pool instead of last (its /readyz reports
+        // PostgreSQL and migrations, already applied; every metric is registered by then), and
+        // stops just before the pool's queued NOTIFYs are flushed instead of just after.
+        var services: [any Service] = [databaseService(db: db, pool: pool)]
+        services.append(
+            ClosureService(
+                "ops listener",
+                start: {
+                    ops = try OpsEndpoints.start(
+                        metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+                        listen: config.process.metricsListen)
+                }, stop: { ops?.shutdown(drainTimeoutSeconds: 2) }))
+        services += delivery
+        services.append(ClosureService("maintenance", start: maintenance.start, stop: maintenance.stop))
+        try ServiceGroup(services, log: log).run {
+            log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
+        }
+        log.info("stopped")
+    }
+
+    /// The pool as a service: open already (`Runtime.openDatabase`, before the components are
+    /// made over it); its stop sends the NOTIFYs still queued by COMMITs
+    /// (`Database.flushNotifications`, up to 5 s) and closes the pool. First in every group,
+    /// so it stops last.
+    static func databaseService(db: Database, pool: PostgresPool) -> any Service {
+        ClosureService("database") {
+            db.flushNotifications()
+            pool.close()
+        }
+    }
+
+    /// The delivery side of `serve` and `worker`, in start order: the push sender (running once
+    /// made, its credential source with it), the webhook worker (when `LIVERELAY_WEBHOOK_THREADS`
+    /// > 0), the dispatcher, the channel worker. Stopped in reverse: the channel worker (10 s)
+    /// and the dispatcher (20 s) before the push sender they send through, the webhook worker
+    /// (15 s) between. Each is made here, so its metrics are registered on return.
+    /// - Throws: the push sender's or the webhook client's setup error (bad KEK, CA file).
+    static func deliveryServices(
+        config: Configuration, db: Database, runtime rt: Runtime, metrics: MetricsRegistry, log: Logger
+    ) throws -> [any Service] {
         let push = try makePushSender(config: config, db: db, conninfo: rt.conninfo, kek: rt.kek, metrics: metrics, log: log)
+        let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
         let dispatcher = Dispatcher(
             db: db, conninfo: rt.conninfo, sender: push.sender,
-            configuration: dispatchConfig, metrics: metrics, log: log)
-        dispatcher.start()
+            configuration: dispatcherConfiguration(config), metrics: metrics, log: log)
         let channelWorker = makeChannelWorker(config: config, db: db, conninfo: rt.conninfo, sender: push.sender, metrics: metrics, log: log)
-        channelWorker.start()
-        let webhooks = config.webhookThreads > 0 ? try makeWebhookWorker(config: config, db: db, kek: rt.kek, metrics: metrics, log: log) : nil
-        webhooks?.start()
-        // After every component registered its metrics, so the first scrape sees them all.
-        let ops = try OpsEndpoints.start(
-            metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
-            listen: config.process.metricsListen)
-        log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
-        let signal = ServeCommand.waitForTermination()
-        log.info("shutting down", ["signal": .string(signal)])
-        maintenance.stop()
-        channelWorker.stop(timeoutSeconds: 10)
-        dispatcher.stop(timeoutSeconds: 20)
-        webhooks?.stop(timeoutSeconds: 15)
-        push.stop()
-        db.flushNotifications()
-        ops?.shutdown(drainTimeoutSeconds: 2)
-        pool.close()
-        log.info("stopped")
+        var services: [any Service] = [ClosureService("push sender", stop: push.stop)]
+        if let webhooks { services.append(ClosureService("webhook worker", start: webhooks.start) { webhooks.stop(timeoutSeconds: 15) }) }
+        services.append(ClosureService("dispatcher", start: dispatcher.start) { dispatcher.stop(timeoutSeconds: 20) })
+        services.append(ClosureService("channel worker", start: channelWorker.start) { channelWorker.stop(timeoutSeconds: 10) })
+        return services
     }
 
     /// The webhook delivery worker of `serve` and `worker` (docs/webhooks.md "Delivery"): libcurl
