@@ -58,7 +58,6 @@ enum ServeCommand {
         var httpConfig = HTTPServerConfiguration(host: config.listenHost, port: config.listenPort, threads: config.httpThreads)
         httpConfig.accessLog = log.minimum <= .info  // access lines are `info`: not built when they would be dropped
         var api: APIStack?
-        var ops: HTTPServer?
         // Start order = reverse stop order. Stops: maintenance; the API (drains 30 s, then its
         // auth and event listeners) while the ops listener still answers /healthz and /metrics;
         // the ops listener (2 s); the API's channel manager; the channel worker (10 s) and the
@@ -72,14 +71,7 @@ enum ServeCommand {
         var services: [any Service] = [WorkerCommand.databaseService(db: db, pool: pool)]
         services += delivery
         services.append(ClosureService("channel manager", stop: channels.stop))  // running since made; the API uses it
-        services.append(
-            ClosureService(
-                "ops listener",
-                start: {
-                    ops = try OpsEndpoints.start(
-                        metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
-                        listen: config.process.metricsListen)
-                }, stop: { ops?.shutdown(drainTimeoutSeconds: 2) }))
+        services.append(WorkerCommand.OpsListenerService(config: config, metrics: metrics, pool: pool, runtime: rt, log: log))
         services.append(
             ClosureService(
                 "api",

@@ -36,7 +36,7 @@ enum WorkerCommand {
             db: db, log: log.with(["component": "maintenance"]), metrics: metrics,
             interval: config.process.gcIntervalSeconds, retentionDays: config.retentionDays)
         let delivery = try deliveryServices(config: config, db: db, runtime: rt, metrics: metrics, log: log)
-        var ops: HTTPServer?
+        let ops = OpsListenerService(config: config, metrics: metrics, pool: pool, runtime: rt, log: log)
         // Start order = reverse stop order, the stops as before this group existed: maintenance,
         // the channel worker (10 s), the dispatcher (20 s), the webhook worker (15 s), the push
         // sender, the ops listener (2 s; /healthz answers through the whole drain), the pool.
@@ -44,20 +44,33 @@ enum WorkerCommand {
         // PostgreSQL and migrations, already applied; every metric is registered by then), and
         // stops just before the pool's queued NOTIFYs are flushed instead of just after.
         var services: [any Service] = [databaseService(db: db, pool: pool)]
-        services.append(
-            ClosureService(
-                "ops listener",
-                start: {
-                    ops = try OpsEndpoints.start(
-                        metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
-                        listen: config.process.metricsListen)
-                }, stop: { ops?.shutdown(drainTimeoutSeconds: 2) }))
+        services.append(ops)
         services += delivery
         services.append(ClosureService("maintenance", start: maintenance.start, stop: maintenance.stop))
         try ServiceGroup(services, log: log).run {
-            log.info("worker running", ["metrics": .string(ops == nil ? "off" : "on")])
+            log.info("worker running", ["metrics": .string(ops.server == nil ? "off" : "on")])
         }
         log.info("stopped")
+    }
+
+    /// The ops listener as a service (`LIVERELAY_METRICS_LISTEN`: `/metrics`, `/healthz`,
+    /// `/readyz` on a port of their own, docs/operations.md; nothing runs when it is unset).
+    /// `server` is the listener once started; its stop drains for 2 s.
+    final class OpsListenerService: Service {
+        let name = "ops listener"
+        private(set) var server: HTTPServer?
+        private let open: () throws -> HTTPServer?
+
+        init(config: Configuration, metrics: MetricsRegistry, pool: PostgresPool, runtime rt: Runtime, log: Logger) {
+            open = {
+                try OpsEndpoints.start(
+                    metrics: metrics, pool: pool, migrator: rt.migrator, log: log.with(["component": "metrics"]),
+                    listen: config.process.metricsListen)
+            }
+        }
+
+        func start() throws { server = try open() }
+        func stop() { server?.shutdown(drainTimeoutSeconds: 2) }
     }
 
     /// The pool as a service: open already (`Runtime.openDatabase`, before the components are
