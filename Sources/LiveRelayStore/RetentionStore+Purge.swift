@@ -32,7 +32,7 @@ extension RetentionStore {
     ) throws -> PurgeCounts {
         var out = PurgeCounts()
         let terminalOld = """
-            status IN ('ended', 'creation_failed') AND COALESCE(ended_at, updated_at) < now() - make_interval(days => $1)
+            status IN ('ended', 'creation_failed') AND ended_at < now() - make_interval(days => $1)
             """
         let idempotencyOld = """
             expires_at < now() OR created_at < now() - make_interval(days => $1 + 1)
@@ -44,7 +44,7 @@ extension RetentionStore {
                     """
                     SELECT count(*) AS n FROM operations o JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
                      WHERE \(terminalOld.replacingOccurrences(of: "status", with: "t.status")
-                                .replacingOccurrences(of: "COALESCE(ended_at, updated_at)", with: "COALESCE(t.ended_at, t.updated_at)"))
+                                .replacingOccurrences(of: "ended_at", with: "t.ended_at"))
                     """, [retentionDays])[0].int("n")
                 let i = try c.query("SELECT count(*) AS n FROM idempotency_records WHERE \(idempotencyOld)", [retentionDays])[0].int("n")
                 return PurgeCounts(targets: t, operations: o, idempotencyRecords: i)
@@ -55,7 +55,7 @@ extension RetentionStore {
                 let rows = try c.query(
                     """
                     SELECT tenant_id, id FROM targets WHERE \(terminalOld)
-                     ORDER BY COALESCE(ended_at, updated_at) LIMIT $2 FOR UPDATE SKIP LOCKED
+                     ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
                     """, [retentionDays, batchSize])
                 if rows.isEmpty { return (0, 0) }
                 let tenants = PostgresTextArray(try rows.map { try $0.string("tenant_id") })

@@ -57,7 +57,7 @@ public enum RetentionStore {
             (SELECT max(st.updated_at) FROM start_targets st
               WHERE st.tenant_id = tv.tenant_id AND st.installation_id = tv.installation_id AND st.binding_id = tv.binding_id
                 AND st.current_template_version = tv.id AND st.status = 'retired'),
-            (SELECT max(COALESCE(t.ended_at, t.updated_at)) FROM targets t
+            (SELECT max(t.ended_at) FROM targets t
               WHERE t.tenant_id = tv.tenant_id AND t.installation_id = tv.installation_id AND t.template_version = tv.id
                 AND t.status IN ('ended', 'creation_failed')),
             (SELECT max(LEAST(COALESCE(k.revoked_at, 'infinity'), COALESCE(k.expires_at, 'infinity')))
