@@ -157,4 +157,34 @@ final class DispatchFairnessTests: DispatchTestCase {
             try h.row("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [tgt]).string("operation_id"), third,
             "the newest end is the head of the queue")
     }
+
+    /// Migration 0022: an insert behind an older live operation leaves the head to that
+    /// operation; the change of the older one (here its acceptance after a claim) moves the head
+    /// to the inserted one. Statuses are set by SQL, as the claim and the apply set them.
+    func testAnInsertBehindALiveOperationLeavesTheHeadToItsChange() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: String(repeating: "ab", count: 32))
+        func head() throws -> String? {
+            try h.db.system { c in
+                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, tgt]).first?.string("operation_id")
+            }
+        }
+        let first = try h.update(t, target: tgt, state: ["eta": 2])
+        XCTAssertEqual(try head(), first, "the first operation is the head")
+        try h.db.tenant(t) { c in
+            try c.execute("UPDATE operations SET status = 'sending' WHERE tenant_id = $1 AND id = $2", [t, first])
+        }
+        XCTAssertNil(try head(), "a target with an operation in flight has no claimable head")
+        let second = try h.update(t, target: tgt, state: ["eta": 3])
+        XCTAssertNotEqual(second, first)
+        XCTAssertEqual(try h.operation(t, second).status, .queued, "an update does not supersede an operation in flight")
+        XCTAssertNil(try head(), "the insert behind the operation in flight leaves the target without a head")
+        try h.db.tenant(t) { c in
+            try c.execute("UPDATE operations SET status = 'accepted', accepted_at = now() WHERE tenant_id = $1 AND id = $2", [t, first])
+        }
+        XCTAssertEqual(try head(), second, "the older operation's acceptance makes the inserted one the head")
+        let third = try h.update(t, target: tgt, state: ["eta": 4])
+        XCTAssertEqual(try h.operation(t, second).supersededBy, third)
+        XCTAssertEqual(try head(), third, "an update's supersede moves the head to the newest operation")
+    }
 }
