@@ -14,6 +14,10 @@
 --    of the target is older, so its head is that row's business, and whoever changes that row
 --    refreshes the head after this transaction's insert is visible to it (it takes the same
 --    target lock first). Deletes refresh every target, as before.
+--    This holds while these stay true (all code paths keep them today): seq comes from the target's
+--    op_seq under the target's row lock and only grows; no UPDATE changes seq or target_id; no
+--    terminal operation becomes queued or sending again; only a target's head becomes sending.
+--    A feature that re-queues a failed or unknown operation must refresh its target's head itself.
 CREATE OR REPLACE FUNCTION lr_dispatch_heads_after_insert_or_delete() RETURNS trigger
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE tn text[]; tg text[];
