@@ -9,7 +9,10 @@
 -- walked one index entry per old version until VACUUM. The purge index now names ended_at alone;
 -- every terminal target carries its ended_at (the constraint makes it so; the code already sets it
 -- at each transition to 'ended' or 'creation_failed').
+-- Backfill (system scope for this statement only: row-level security would hide other tenants).
+SELECT set_config('app.scope', 'system', true);
 UPDATE targets SET ended_at = updated_at WHERE status IN ('ended', 'creation_failed') AND ended_at IS NULL;
+SELECT set_config('app.scope', '', true);
 ALTER TABLE targets ADD CONSTRAINT targets_terminal_ended_at
   CHECK (status NOT IN ('ended', 'creation_failed') OR ended_at IS NOT NULL);
 DROP INDEX targets_terminal_ended;

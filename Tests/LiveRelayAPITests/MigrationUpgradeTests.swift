@@ -1,0 +1,77 @@
+import Foundation
+import XCTest
+import LiveRelayStore
+import LiveRelayTestSupport
+import Postgres
+
+/// Migrations applied to a database that already holds rows, as an upgrade meets them: the
+/// migrations run as the product's role, under forced row-level security, so a backfill that
+/// does not take the system scope sees no tenant's rows.
+final class MigrationUpgradeTests: XCTestCase {
+    private var database: TestDatabase!
+    private var directory: URL!
+
+    override func setUpWithError() throws {
+        database = try TestDatabase(prefix: "lr_upgrade", migrated: false)
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("lr-upgrade-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    }
+
+    override func tearDown() {
+        database?.drop()
+        if let directory { try? FileManager.default.removeItem(at: directory) }
+    }
+
+    /// Copies the repository's migrations numbered up to `last` into the scratch directory.
+    private func copyMigrations(through last: Int) throws {
+        let source = URL(fileURLWithPath: TestDatabase.repoRoot + "/Migrations")
+        for name in try FileManager.default.contentsOfDirectory(atPath: source.path) where name.hasSuffix(".sql") {
+            guard let number = Int(name.prefix(4)), number <= last else { continue }
+            let target = directory.appendingPathComponent(name)
+            if !FileManager.default.fileExists(atPath: target.path) {
+                try FileManager.default.copyItem(at: source.appendingPathComponent(name), to: target)
+            }
+        }
+    }
+
+    /// Migration 0021 (docs/write-path.md "HOT updates"): a terminal target written before it,
+    /// without `ended_at`, gets its `updated_at` as `ended_at`, in every tenant, and the upgrade
+    /// then passes the new CHECK constraint.
+    func testTerminalTargetsWithoutEndedAtAreBackfilledAcrossTenants() throws {
+        try copyMigrations(through: 20)
+        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        defer { pool.close() }
+        let db = Database(pool: pool)
+        XCTAssertFalse(try Migrator(directory: directory).migrate(pool: pool).isEmpty, "0001–0020 applied")
+        var targets: [(tenant: String, id: String)] = []
+        for n in 1...2 {
+            let tenant = "ten_upgrade\(n)", inst = "ins_upgrade\(n)", target = "tgt_upgrade\(n)"
+            try db.system { c in
+                try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, 'Acme', 100)", [tenant])
+                try c.execute("INSERT INTO publishable_keys (tenant_id, id, secret_hash) VALUES ($1, 'pk_test', 'x')", [tenant])
+            }
+            try db.tenant(tenant) { c in
+                _ = try InstallationStore.insert(
+                    c, tenantId: tenant, id: inst, publishableKeyId: "pk_test", appId: "com.example.app",
+                    platform: "ios", environment: "sandbox", installId: UUID().uuidString, fcmToken: nil)
+                try c.execute(
+                    """
+                    INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                         token_status, op_seq, updated_at, ended_at)
+                    VALUES ($1, $2, $3, 'local', 'delivery', 'tv_test', $4, 1, '{"eta": 1}'::jsonb, 'pending', 0,
+                            '2026-01-02T03:04:05Z', NULL)
+                    """, [tenant, target, inst, n == 1 ? "ended" : "creation_failed"])
+            }
+            targets.append((tenant, target))
+        }
+
+        try copyMigrations(through: 21)
+        XCTAssertEqual(try Migrator(directory: directory).migrate(pool: pool), ["0021_targets_hot_updates"])
+        for t in targets {
+            let row = try db.system { c in
+                try c.query("SELECT ended_at, updated_at FROM targets WHERE tenant_id = $1 AND id = $2", [t.tenant, t.id])[0]
+            }
+            XCTAssertEqual(try row.date("ended_at"), try row.date("updated_at"), "\(t.tenant): ended_at backfilled from updated_at")
+        }
+    }
+}
