@@ -33,9 +33,9 @@ BEGIN
     SELECT array_agg(r.tenant_id), array_agg(r.target_id) INTO tn, tg
       FROM new_rows r
      WHERE r.status IN ('queued', 'sending')
-       AND COALESCE((SELECT o.seq FROM operations o
-                      WHERE o.tenant_id = r.tenant_id AND o.target_id = r.target_id AND o.status IN ('queued', 'sending')
-                      ORDER BY o.seq LIMIT 1), r.seq) >= r.seq;
+       AND NOT EXISTS (SELECT 1 FROM operations o
+                        WHERE o.tenant_id = r.tenant_id AND o.target_id = r.target_id AND o.status IN ('queued', 'sending')
+                          AND o.seq < r.seq);
   ELSE
     SELECT array_agg(r.tenant_id), array_agg(r.target_id) INTO tn, tg FROM old_rows r WHERE r.status IN ('queued', 'sending');
   END IF;
@@ -63,30 +63,25 @@ BEGIN
   RETURN NULL;
 END $$;
 
--- 3. target.ready / target.ended (0019's body): an UPDATE inserts only when some row moved to one
---    of those statuses, which a plain state write never does.
+-- 3. target.ready / target.ended (0019's body): one event per target inserted with, or moved to,
+--    one of those statuses. An UPDATE returns before the insert when no row moved, which a plain
+--    state write never does. For an INSERT `before` stays NULL, so every row in those statuses counts.
 CREATE OR REPLACE FUNCTION lr_targets_event_stmt() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE before jsonb;
 BEGIN
-  IF TG_OP = 'INSERT' THEN
-    INSERT INTO events (tenant_id, id, type, target_id, channel_id, data)
-    SELECT n.tenant_id, lr_new_id('evt'), 'target.' || n.status, n.id, n.channel_id,
-           jsonb_build_object('object', lr_target_object(n) || jsonb_build_object('channel_id', n.channel_id, 'delivery', n.delivery))
-      FROM lr_new_targets n
-     WHERE n.status IN ('ready', 'ended');
-  ELSE
+  IF TG_OP = 'UPDATE' THEN
     -- The old status of each row, looked up by key in one jsonb object built first (0019, 3.).
     SELECT jsonb_object_agg(o.tenant_id || ' ' || o.id, o.status) INTO before FROM lr_old_targets o WHERE o.status IN ('ready', 'ended');
     IF NOT EXISTS (SELECT 1 FROM lr_new_targets n
                     WHERE n.status IN ('ready', 'ended') AND (before ->> (n.tenant_id || ' ' || n.id)) IS DISTINCT FROM n.status) THEN
       RETURN NULL;
     END IF;
-    INSERT INTO events (tenant_id, id, type, target_id, channel_id, data)
-    SELECT n.tenant_id, lr_new_id('evt'), 'target.' || n.status, n.id, n.channel_id,
-           jsonb_build_object('object', lr_target_object(n) || jsonb_build_object('channel_id', n.channel_id, 'delivery', n.delivery))
-      FROM lr_new_targets n
-     WHERE n.status IN ('ready', 'ended') AND (before ->> (n.tenant_id || ' ' || n.id)) IS DISTINCT FROM n.status;
   END IF;
+  INSERT INTO events (tenant_id, id, type, target_id, channel_id, data)
+  SELECT n.tenant_id, lr_new_id('evt'), 'target.' || n.status, n.id, n.channel_id,
+         jsonb_build_object('object', lr_target_object(n) || jsonb_build_object('channel_id', n.channel_id, 'delivery', n.delivery))
+    FROM lr_new_targets n
+   WHERE n.status IN ('ready', 'ended') AND (before ->> (n.tenant_id || ' ' || n.id)) IS DISTINCT FROM n.status;
   RETURN NULL;
 END $$;

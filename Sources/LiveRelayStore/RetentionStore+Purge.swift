@@ -31,20 +31,20 @@ extension RetentionStore {
         batchSize: Int = RetentionStore.purgeBatchSize
     ) throws -> PurgeCounts {
         var out = PurgeCounts()
-        let terminalOld = """
-            status IN ('ended', 'creation_failed') AND ended_at < now() - make_interval(days => $1)
-            """
+        /// Terminal targets past retention; `t` is the table alias in front of each column.
+        func terminalOld(_ t: String = "") -> String {
+            "\(t)status IN ('ended', 'creation_failed') AND \(t)ended_at < now() - make_interval(days => $1)"
+        }
         let idempotencyOld = """
             expires_at < now() OR created_at < now() - make_interval(days => $1 + 1)
             """
         if dryRun {
             return try db.system { c in
-                let t = try c.query("SELECT count(*) AS n FROM targets WHERE \(terminalOld)", [retentionDays])[0].int("n")
+                let t = try c.query("SELECT count(*) AS n FROM targets WHERE \(terminalOld())", [retentionDays])[0].int("n")
                 let o = try c.query(
                     """
                     SELECT count(*) AS n FROM operations o JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-                     WHERE \(terminalOld.replacingOccurrences(of: "status", with: "t.status")
-                                .replacingOccurrences(of: "ended_at", with: "t.ended_at"))
+                     WHERE \(terminalOld("t."))
                     """, [retentionDays])[0].int("n")
                 let i = try c.query("SELECT count(*) AS n FROM idempotency_records WHERE \(idempotencyOld)", [retentionDays])[0].int("n")
                 return PurgeCounts(targets: t, operations: o, idempotencyRecords: i)
@@ -54,7 +54,7 @@ extension RetentionStore {
             let (targets, operations) = try db.system { c -> (Int, Int) in
                 let rows = try c.query(
                     """
-                    SELECT tenant_id, id FROM targets WHERE \(terminalOld)
+                    SELECT tenant_id, id FROM targets WHERE \(terminalOld())
                      ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED
                     """, [retentionDays, batchSize])
                 if rows.isEmpty { return (0, 0) }
