@@ -156,6 +156,37 @@ final class WebhookAPITests: XCTestCase {
         XCTAssertEqual(made, made.sorted())
     }
 
+    /// Migration 0023: `lr_id_text` writes the same 26 characters as the process's
+    /// `CrockfordBase32.encode128` of the UUIDv7 layout (48-bit milliseconds, version 7 with 12
+    /// bits of sub-millisecond clock, the variant, then the low 6 bits of byte 8 and bytes 9–15
+    /// of the random input), at both ends of the millisecond range; `lr_reserve_id_us(n)`
+    /// reserves n values, so the next id of the session is later than all of them.
+    func testSQLIdTextMatchesTheProcessEncodingAndReservesRanges() throws {
+        let cases: [(us: Int64, random: [UInt8])] = [
+            (0, [UInt8](repeating: 0, count: 16)),
+            (1_764_748_800_123_456, (0..<16).map { UInt8($0 * 17 & 255) }),
+            (281_474_976_710_655_999, [UInt8](repeating: 255, count: 16)),
+            (1_764_748_800_000_999, (0..<16).map { UInt8(($0 * 91 + 7) & 255) })
+        ]
+        for (us, r) in cases {
+            let hex = r.map { String(format: "%02x", $0) }.joined()
+            let sqlId = try env.db.system { c in
+                try c.query("SELECT lr_id_text('evt', $1::bigint, decode($2, 'hex')) AS id", [us, hex])[0].string("id")
+            }
+            let ms = us / 1000, sub = (us % 1000) * 4096 / 1000
+            var b = (0..<6).map { UInt8(truncatingIfNeeded: ms >> (8 * (5 - Int64($0)))) }
+            b += [UInt8(0x70 | (sub >> 8)), UInt8(sub & 255), (r[8] & 63) | 128] + r[9..<16]
+            XCTAssertEqual(sqlId, "evt_" + CrockfordBase32.encode128(b), "us \(us)")
+        }
+        let (first, next) = try env.db.system { c in
+            let first = try c.query("SELECT lr_reserve_id_us(1000) AS us")[0].int64("us")
+            let next = try c.query("SELECT lr_reserve_id_us(1) AS us")[0].int64("us")
+            XCTAssertTrue(try c.query("SELECT lr_reserve_id_us(0) IS NULL AS none")[0].bool("none"))
+            return (first, next)
+        }
+        XCTAssertGreaterThanOrEqual(next, first + 1000, "the second reservation starts after the first's 1,000 values")
+    }
+
     func testEventsAreKeptThirtyDaysNewestFirst() throws {
         let t = try env.tenant()
         try env.db.tenant(t.id) { c in
