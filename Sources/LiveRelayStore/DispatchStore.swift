@@ -12,7 +12,8 @@ public enum DispatchStore {
         o.stale_at, o.relevance_score, o.priority, o.expires_at, o.dismiss_at, o.consumes_quota, o.quota_day::text AS quota_day,
         o.attempts, o.created_at, o.provider_timestamp,
         t.installation_id, t.start_target_id, t.template_version, t.business_key, t.state::text AS target_state,
-        t.status AS target_status, t.push_token, t.last_timestamp,
+        t.status AS target_status, t.push_token,
+        COALESCE((SELECT k.last_timestamp FROM target_clocks k WHERE k.tenant_id = t.tenant_id AND k.target_id = t.id), 0) AS last_timestamp,
         i.platform, i.environment, i.app_id, i.fcm_token, s.push_to_start_token,
         o.sent_priority, t.priority10_sends, \(PriorityBudgetSQL.budget(installation: "i")) AS priority10_budget,
         (SELECT v.attributes_type FROM template_versions v
@@ -63,7 +64,7 @@ public enum DispatchStore {
     /// always first). Each candidate is re-checked and locked with its target (`FOR UPDATE OF
     /// o, t SKIP LOCKED`): token registered → marked `sending` under `worker`'s lease
     /// (`leaseSeconds`), attempt counted, APNs `timestamp` assigned (max(now, target's
-    /// `last_timestamp` + 1), kept on resends) on the operation and the target; token missing →
+    /// `last_timestamp` + 1, `target_clocks`), kept on resends) on the operation and the target's clock; token missing →
     /// parked (`pending_reason = 'token_pending'`, its head row leaves the queue until a token
     /// trigger or the un-park sweep clears it); target over → its queued work cancelled.
     /// Call inside one transaction; returns the claimed operations (attempts include this one).
@@ -122,8 +123,9 @@ public enum DispatchStore {
 
     /// Everything of a claim after `picked(tenant_id, operation_id)`: re-check and lock
     /// (`$1` worker, `$5` lease seconds, `$6` now in epoch seconds), mark sending, stamp, park.
-    /// The target's `last_timestamp` is written only when the new timestamp is above it (a
-    /// resend keeps its timestamp, so its target row is not rewritten).
+    /// The target's clock (`target_clocks`, migration 0024: a narrow row per target, so the stamp
+    /// is a cheap HOT update) is written only when the new timestamp is above it (a resend keeps
+    /// its timestamp, so its clock is not rewritten); the first claim of a target inserts it.
     static let claimTail = """
         locked AS (
             SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
@@ -143,9 +145,11 @@ public enum DispatchStore {
              WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
             RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
         ), stamped AS (
-            UPDATE targets t SET last_timestamp = GREATEST(t.last_timestamp, c.claimed_ts)
-              FROM claimed c WHERE t.tenant_id = c.tenant_id AND t.id = c.target_id AND t.last_timestamp < c.claimed_ts
-            RETURNING t.id
+            INSERT INTO target_clocks AS k (tenant_id, target_id, last_timestamp)
+            SELECT c.tenant_id, c.target_id, c.claimed_ts FROM claimed c
+            ON CONFLICT (tenant_id, target_id) DO UPDATE SET last_timestamp = EXCLUDED.last_timestamp
+             WHERE k.last_timestamp < EXCLUDED.last_timestamp
+            RETURNING k.target_id
         ), parked AS (
             UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
               FROM locked l

@@ -70,13 +70,17 @@ final class DispatchOrderingTests: DispatchTestCase {
         let t = try h.tenant(), inst = try h.installation(t)
         let tgt = try h.target(t, installation: inst, token: "ts")
         let future = Timestamp.epochSeconds(Date()) + 100
-        _ = try h.db.system { c in try c.execute("UPDATE targets SET last_timestamp = $3 WHERE tenant_id = $1 AND id = $2", [t, tgt, future]) }
+        _ = try h.db.system { c in
+            try c.execute("INSERT INTO target_clocks (tenant_id, target_id, last_timestamp) VALUES ($1, $2, $3)", [t, tgt, future])
+        }
         let ops = try (0..<3).map { i in try h.update(t, target: tgt, state: ["i": .int(Int64(i))], alert: PushAlert(title: "t", body: "b")) }
         let fake = h.fakeSender()
         h.dispatcher(fake)
         for op in ops { try h.waitFor(t, op, .accepted) }
         XCTAssertEqual(fake.calls.map(\.timestamp), [future + 1, future + 2, future + 3])
-        XCTAssertEqual(try h.row("SELECT last_timestamp FROM targets WHERE tenant_id = $1 AND id = $2", [t, tgt]).int64("last_timestamp"), future + 3)
+        XCTAssertEqual(
+            try h.row("SELECT last_timestamp FROM target_clocks WHERE tenant_id = $1 AND target_id = $2", [t, tgt]).int64("last_timestamp"),
+            future + 3)
     }
 
     func testTenQueuedStateOnlyUpdatesSendOnlyTheNewest() throws {

@@ -39,7 +39,8 @@ final class DispatchOutcomeTests: DispatchTestCase {
         XCTAssertEqual(call.push.expiration.timeIntervalSinceNow, 3600, accuracy: 30)
         let pt = try h.row("SELECT provider_timestamp FROM operations WHERE tenant_id = $1 AND id = $2", [t, op]).int64("provider_timestamp")
         XCTAssertEqual(pt, call.timestamp)
-        XCTAssertEqual(try h.row("SELECT last_timestamp FROM targets WHERE tenant_id = $1 AND id = $2", [t, tgt]).int64("last_timestamp"), pt)
+        XCTAssertEqual(
+            try h.row("SELECT last_timestamp FROM target_clocks WHERE tenant_id = $1 AND target_id = $2", [t, tgt]).int64("last_timestamp"), pt)
         XCTAssertEqual(Double(pt), Date().timeIntervalSince1970, accuracy: 30)
     }
 
