@@ -15,7 +15,9 @@ public enum DispatchStore {
         t.status AS target_status, t.push_token,
         COALESCE((SELECT k.last_timestamp FROM target_clocks k WHERE k.tenant_id = t.tenant_id AND k.target_id = t.id), 0) AS last_timestamp,
         i.platform, i.environment, i.app_id, i.fcm_token, s.push_to_start_token,
-        o.sent_priority, t.priority10_sends, \(PriorityBudgetSQL.budget(installation: "i")) AS priority10_budget,
+        o.sent_priority,
+        COALESCE((SELECT k.priority10_sends FROM target_clocks k WHERE k.tenant_id = t.tenant_id AND k.target_id = t.id), '{}') AS priority10_sends,
+        \(PriorityBudgetSQL.budget(installation: "i")) AS priority10_budget,
         (SELECT v.attributes_type FROM template_versions v
           WHERE v.tenant_id = t.tenant_id AND v.installation_id = t.installation_id AND v.id = t.template_version LIMIT 1) AS attributes_type,
         t.channel_id, (SELECT ch.apns_channel_id FROM channels ch

@@ -34,6 +34,13 @@ public enum PriorityBudgetSQL {
     }
 
     /// The `priority10_budget` column of a target row `targets` (for `TargetStore.columns`).
+    /// The `priority10_sends` column of a target row `targets` (for `TargetStore.columns`): its
+    /// window, kept in `target_clocks` (migration 0026; empty before its first claim).
+    static let targetWindowColumn = """
+        COALESCE((SELECT k.priority10_sends FROM target_clocks k WHERE k.tenant_id = targets.tenant_id AND k.target_id = targets.id),
+                 '{}') AS priority10_sends
+        """
+
     static let targetBudgetColumn = """
         (SELECT \(budget(installation: "i")) FROM installations i
           WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS priority10_budget
@@ -74,8 +81,10 @@ extension DispatchStore {
     }
 
     /// Adds the counted sends among `applied` (decision `counts`, now `accepted` or `unknown`:
-    /// APNs has or may have it) to their targets' windows in one UPDATE: entries older than 60
-    /// minutes before the send dropped, the newest `PriorityBudget.maxBudget` kept. Called by
+    /// APNs has or may have it) to their targets' windows in one upsert of `target_clocks`
+    /// (migration 0026: a narrow row, so a HOT update, not a rewrite of the wide target row):
+    /// entries older than 60 minutes before the send dropped, the newest
+    /// `PriorityBudget.maxBudget` kept. Called by
     /// `applyResults` after the operation rows and before the target effects (so an event
     /// such as `target.ended` shows the count including this send).
     static func recordPriority10Sends(_ c: PostgresConnection, _ applied: [Result]) throws {
@@ -87,11 +96,13 @@ extension DispatchStore {
         guard !counted.isEmpty else { return }
         try c.execute(
             """
-            UPDATE targets t SET priority10_sends = ARRAY(
-                   SELECT k.ms FROM (SELECT s.ms FROM unnest(t.priority10_sends || x.ms) AS s(ms)
-                                      WHERE s.ms > x.ms - $4 ORDER BY s.ms DESC LIMIT $5) k ORDER BY k.ms)
-              FROM unnest($1::text[], $2::text[], $3::text[]::bigint[]) AS x(tenant_id, id, ms)
-             WHERE t.tenant_id = x.tenant_id AND t.id = x.id
+            INSERT INTO target_clocks AS w (tenant_id, target_id, priority10_sends)
+            SELECT x.tenant_id, x.id, array_agg(x.ms ORDER BY x.ms)
+              FROM unnest($1::text[], $2::text[], $3::text[]::bigint[]) AS x(tenant_id, id, ms) GROUP BY x.tenant_id, x.id
+            ON CONFLICT (tenant_id, target_id) DO UPDATE SET priority10_sends = ARRAY(
+                   SELECT k.ms FROM (SELECT s.ms FROM unnest(w.priority10_sends || EXCLUDED.priority10_sends) AS s(ms)
+                                      WHERE s.ms > EXCLUDED.priority10_sends[cardinality(EXCLUDED.priority10_sends)] - $4
+                                      ORDER BY s.ms DESC LIMIT $5) k ORDER BY k.ms)
             """,
             [
                 PostgresTextArray(counted.map(\.op.tenantId)), PostgresTextArray(counted.map(\.op.targetId)),

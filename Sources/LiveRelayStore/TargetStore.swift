@@ -97,7 +97,8 @@ public enum TargetStore {
         tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,
         business_key, business_generation, status, end_reason, revision, state::text AS state, source_version, stale_at,
         relevance_score, push_token, token_status, last_render_report::text AS last_render_report, op_seq, created_at,
-        updated_at, started_at, ended_at, channel_id, delivery, priority10_sends, \(PriorityBudgetSQL.targetBudgetColumn)
+        updated_at, started_at, ended_at, channel_id, delivery, \(PriorityBudgetSQL.targetWindowColumn),
+        \(PriorityBudgetSQL.targetBudgetColumn)
         """
 
     /// Target `id` of the tenant, optionally locked (`FOR UPDATE`: serialises writes per target).
