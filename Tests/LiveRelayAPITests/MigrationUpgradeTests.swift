@@ -74,4 +74,56 @@ final class MigrationUpgradeTests: XCTestCase {
             XCTAssertEqual(try row.date("ended_at"), try row.date("updated_at"), "\(t.tenant): ended_at backfilled from updated_at")
         }
     }
+
+    /// Migrations 0024 and 0026 (docs/delivery.md "Claims", docs/priority-budget.md): each
+    /// target's last APNs timestamp and priority-10 window move from `targets` to
+    /// `target_clocks`, in every tenant; a target never sent gets no row (its clock reads 0).
+    func testClocksAndWindowsMoveToTargetClocksAcrossTenants() throws {
+        try copyMigrations(through: 23)
+        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        defer { pool.close() }
+        let db = Database(pool: pool)
+        XCTAssertFalse(try Migrator(directory: directory).migrate(pool: pool).isEmpty, "0001–0023 applied")
+        for n in 1...2 {
+            let tenant = "ten_clock\(n)", inst = "ins_clock\(n)"
+            try db.system { c in
+                try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, 'Acme', 100)", [tenant])
+                try c.execute("INSERT INTO publishable_keys (tenant_id, id, secret_hash) VALUES ($1, 'pk_test', 'x')", [tenant])
+            }
+            try db.tenant(tenant) { c in
+                _ = try InstallationStore.insert(
+                    c, tenantId: tenant, id: inst, publishableKeyId: "pk_test", appId: "com.example.app",
+                    platform: "ios", environment: "sandbox", installId: UUID().uuidString, fcmToken: nil)
+                for (suffix, ts, window) in [("sent", 1_700_000_000 + n, "{1,2,3}"), ("window", 0, "{7}"), ("never", 0, "{}")] {
+                    try c.execute(
+                        """
+                        INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                             token_status, op_seq, last_timestamp, priority10_sends)
+                        VALUES ($1, $2, $3, 'local', 'delivery', 'tv_test', 'ready', 1, '{"eta": 1}'::jsonb, 'pending', 0, $4, $5::bigint[])
+                        """, [tenant, "tgt_\(suffix)\(n)", inst, ts, window])
+                }
+            }
+        }
+
+        try copyMigrations(through: 26)
+        XCTAssertEqual(
+            try Migrator(directory: directory).migrate(pool: pool),
+            ["0024_target_clocks", "0025_insert_head_check_probe", "0026_priority10_window_beside_the_clock"])
+        let rows = try db.system { c in
+            try c.query("SELECT tenant_id, target_id, last_timestamp, priority10_sends::text AS w FROM target_clocks ORDER BY tenant_id, target_id")
+                .map { "\(try $0.string("tenant_id")) \(try $0.string("target_id")) \(try $0.int64("last_timestamp")) \(try $0.string("w"))" }
+        }
+        XCTAssertEqual(
+            rows,
+            [
+                "ten_clock1 tgt_sent1 1700000001 {1,2,3}", "ten_clock1 tgt_window1 0 {7}",
+                "ten_clock2 tgt_sent2 1700000002 {1,2,3}", "ten_clock2 tgt_window2 0 {7}"
+            ])
+        let columns = try db.system { c in
+            try c.query(
+                "SELECT count(*)::int AS n FROM information_schema.columns WHERE table_name = 'targets' AND column_name IN ('last_timestamp', 'priority10_sends')"
+            )[0].int("n")
+        }
+        XCTAssertEqual(columns, 0, "targets no longer carries either column")
+    }
 }
