@@ -1,4 +1,4 @@
--- 0023: event ids are made per statement (docs/write-path.md "Event ids").
+-- 0023: event ids are made per statement (docs/delivery.md "Figures after the narrow clock row").
 --
 -- Every accepted push records an operation.accepted event in the dispatcher's apply statement
 -- (0016, 0022). Its id came from lr_new_id (0013), a PL/pgSQL loop over a bit string, which
@@ -12,7 +12,8 @@
 --                              the session's last) and returns the first;
 --   lr_new_id(prefix)          one id, as before (same format, same order guarantee).
 -- The operation and target event triggers reserve one range per statement and number their
--- rows in it, so ids within a statement, and across statements of a session, sort in the order
+-- rows in it (the random bytes are drawn in each row's own call: a one-row subquery joined to
+-- the rows would be evaluated once per statement), so ids within a statement, and across statements of a session, sort in the order
 -- the rows are inserted. The format is unchanged: `<prefix>_` and the lowercase Crockford
 -- base32 of 2 zero bits + the 128-bit UUIDv7 layout (48-bit Unix milliseconds, version 7,
 -- 12 bits of sub-millisecond clock, the RFC 9562 variant, 62 random bits), as LiveRelayCore's
@@ -79,10 +80,9 @@ BEGIN
      WHERE n.status IN ('accepted', 'failed', 'unknown', 'expired') AND (before ->> (n.tenant_id || ' ' || n.id)) IS DISTINCT FROM n.status
   ), base AS (SELECT lr_reserve_id_us(count(*)) AS us FROM picked)
   INSERT INTO events (tenant_id, id, type, target_id, channel_id, dedupe_key, data)
-  SELECT p.tenant_id, lr_id_text('evt', b.us + p.rn - 1, g.r), 'operation.' || p.status, p.target_id, NULL, NULL,
+  SELECT p.tenant_id, lr_id_text('evt', b.us + p.rn - 1, uuid_send(gen_random_uuid())), 'operation.' || p.status, p.target_id, NULL, NULL,
          jsonb_build_object('object', p.object)
     FROM picked p CROSS JOIN base b
-   CROSS JOIN LATERAL (SELECT uuid_send(gen_random_uuid()) AS r OFFSET 0) g  -- OFFSET 0: one draw per row
    ORDER BY p.rn
   ON CONFLICT DO NOTHING;
   RETURN NULL;
@@ -108,10 +108,9 @@ BEGIN
      WHERE n.status IN ('ready', 'ended') AND (before ->> (n.tenant_id || ' ' || n.id)) IS DISTINCT FROM n.status
   ), base AS (SELECT lr_reserve_id_us(count(*)) AS us FROM picked)
   INSERT INTO events (tenant_id, id, type, target_id, channel_id, data)
-  SELECT p.tenant_id, lr_id_text('evt', b.us + p.rn - 1, g.r), 'target.' || p.status, p.id, p.channel_id,
+  SELECT p.tenant_id, lr_id_text('evt', b.us + p.rn - 1, uuid_send(gen_random_uuid())), 'target.' || p.status, p.id, p.channel_id,
          jsonb_build_object('object', p.object)
     FROM picked p CROSS JOIN base b
-   CROSS JOIN LATERAL (SELECT uuid_send(gen_random_uuid()) AS r OFFSET 0) g
    ORDER BY p.rn;
   RETURN NULL;
 END $$;

@@ -33,7 +33,6 @@ public enum PriorityBudgetSQL {
             """
     }
 
-    /// The `priority10_budget` column of a target row `targets` (for `TargetStore.columns`).
     /// The `priority10_sends` column of a target row `targets` (for `TargetStore.columns`): its
     /// window, kept in `target_clocks` (migration 0026; empty before its first claim).
     static let targetWindowColumn = """
@@ -41,6 +40,7 @@ public enum PriorityBudgetSQL {
                  '{}') AS priority10_sends
         """
 
+    /// The `priority10_budget` column of a target row `targets` (for `TargetStore.columns`).
     static let targetBudgetColumn = """
         (SELECT \(budget(installation: "i")) FROM installations i
           WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS priority10_budget

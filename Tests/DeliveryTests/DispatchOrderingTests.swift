@@ -55,6 +55,31 @@ final class DispatchOrderingTests: DispatchTestCase {
         }
     }
 
+    /// Migration 0023: one statement that makes many operations `accepted` records one event
+    /// each, with ids from one reserved clock range in the order of the operations' ids, and
+    /// with random bits of their own (the last 12 characters are random only).
+    func testEventsOfOneStatementGetOrderedIdsWithTheirOwnRandomBits() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        for i in 0..<20 {
+            let tgt = try h.target(t, installation: inst, token: "evt-\(i)")
+            _ = try h.update(t, target: tgt, state: ["i": .int(Int64(i))])
+        }
+        let (ops, events) = try h.db.system { c in
+            let n = try c.execute("UPDATE operations SET status = 'accepted', accepted_at = now() WHERE tenant_id = $1 AND status = 'queued'", [t])
+            XCTAssertEqual(n, 20)
+            let ops = try c.query("SELECT id FROM operations WHERE tenant_id = $1 AND status = 'accepted' ORDER BY id", [t]).map {
+                try $0.string("id")
+            }
+            let events = try c.query(
+                "SELECT id, data->'object'->>'id' AS op FROM events WHERE tenant_id = $1 AND type = 'operation.accepted' ORDER BY id", [t]
+            ).map { (id: try $0.string("id"), op: try $0.string("op")) }
+            return (ops, events)
+        }
+        XCTAssertEqual(events.map(\.op), ops, "event ids follow the operations' order")
+        XCTAssertEqual(Set(events.map(\.id)).count, 20)
+        XCTAssertEqual(Set(events.map { String($0.id.suffix(12)) }).count, 20, "each id draws its own random bits")
+    }
+
     func testPerTargetCommitOrderOneInFlightAndIncreasingTimestamps() throws {
         // All 100 must go out, in order.
         let t = try tenantWithAlertRounds(targets: 20, tokenPrefix: "tok", rounds: 5) { "r\($0)" }
