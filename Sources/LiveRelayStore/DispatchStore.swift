@@ -13,21 +13,30 @@ public enum DispatchStore {
         o.attempts, o.created_at, o.provider_timestamp,
         t.installation_id, t.start_target_id, t.template_version, t.business_key, t.state::text AS target_state,
         t.status AS target_status, t.push_token,
-        COALESCE((SELECT k.last_timestamp FROM target_clocks k WHERE k.tenant_id = t.tenant_id AND k.target_id = t.id), 0) AS last_timestamp,
+        COALESCE(k.last_timestamp, 0) AS last_timestamp,
         i.platform, i.environment, i.app_id, i.fcm_token, s.push_to_start_token,
         o.sent_priority,
-        COALESCE((SELECT k.priority10_sends FROM target_clocks k WHERE k.tenant_id = t.tenant_id AND k.target_id = t.id), '{}') AS priority10_sends,
+        COALESCE(k.priority10_sends, '{}') AS priority10_sends,
         \(PriorityBudgetSQL.budget(installation: "i")) AS priority10_budget,
         (SELECT v.attributes_type FROM template_versions v
           WHERE v.tenant_id = t.tenant_id AND v.installation_id = t.installation_id AND v.id = t.template_version LIMIT 1) AS attributes_type,
         t.channel_id, (SELECT ch.apns_channel_id FROM channels ch
           WHERE ch.tenant_id = t.tenant_id AND ch.id = t.channel_id AND t.delivery = 'broadcast') AS input_push_channel
         """
+    /// The target's row of `target_clocks` as `k` (its last APNs `timestamp` in Unix seconds and
+    /// its priority-10 window in epoch milliseconds; migrations 0024, 0026), absent before its
+    /// first claim. One primary-key probe per target row: `OFFSET 0` keeps the subquery from
+    /// being flattened into a join the planner could turn into a scan of every clock.
+    static let clockJoin = """
+        LEFT JOIN LATERAL (SELECT c.last_timestamp, c.priority10_sends FROM target_clocks c
+                            WHERE c.tenant_id = t.tenant_id AND c.target_id = t.id OFFSET 0) k ON true
+        """
     static let joins = """
         FROM operations o
         JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
         JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
         LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
+        \(clockJoin)
         """
     /// The operation is the head of its target's queue: no earlier non-final operation and
     /// nothing of the target in flight (at most one in flight per target, commit order).
@@ -65,8 +74,9 @@ public enum DispatchStore {
     /// ties between tenants broken by a hash of the tenant id and `rotation`, so no tenant is
     /// always first). Each candidate is re-checked and locked with its target (`FOR UPDATE OF
     /// o, t SKIP LOCKED`): token registered → marked `sending` under `worker`'s lease
-    /// (`leaseSeconds`), attempt counted, APNs `timestamp` assigned (max(now, target's
-    /// `last_timestamp` + 1, `target_clocks`), kept on resends) on the operation and the target's clock; token missing →
+    /// (`leaseSeconds`), attempt counted, APNs `timestamp` assigned (Unix seconds: max(now, the
+    /// target's last timestamp in `target_clocks` + 1), kept on resends) on the operation and
+    /// the target's clock; token missing →
     /// parked (`pending_reason = 'token_pending'`, its head row leaves the queue until a token
     /// trigger or the un-park sweep clears it); target over → its queued work cancelled.
     /// Call inside one transaction; returns the claimed operations (attempts include this one).
@@ -136,6 +146,7 @@ public enum DispatchStore {
               JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
               JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
               LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
+              \(clockJoin)
              WHERE \(keyedStatus("o", "queued")) AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
                AND \(isHead)
                FOR UPDATE OF o, t SKIP LOCKED

@@ -34,7 +34,8 @@ public enum PriorityBudgetSQL {
     }
 
     /// The `priority10_sends` column of a target row `targets` (for `TargetStore.columns`): its
-    /// window, kept in `target_clocks` (migration 0026; empty before its first claim).
+    /// window, the epoch milliseconds of its counted priority-10 sends, oldest first, kept in
+    /// `target_clocks` (migration 0026; empty before its first claim; docs/priority-budget.md).
     static let targetWindowColumn = """
         COALESCE((SELECT k.priority10_sends FROM target_clocks k WHERE k.tenant_id = targets.tenant_id AND k.target_id = targets.id),
                  '{}') AS priority10_sends

@@ -34,26 +34,40 @@ final class MigrationUpgradeTests: XCTestCase {
         }
     }
 
+    /// A pool (closed at tear-down) and database over the scratch database with the
+    /// repository's migrations up to `last` applied.
+    private func migrated(through last: Int) throws -> (PostgresPool, Database) {
+        try copyMigrations(through: last)
+        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
+        addTeardownBlock { pool.close() }
+        XCTAssertFalse(try Migrator(directory: directory).migrate(pool: pool).isEmpty, "0001–\(last) applied")
+        return (pool, Database(pool: pool))
+    }
+
+    /// A tenant `tenant` with a publishable key and one iOS installation `installation`, written
+    /// as the product writes them (the installation through `InstallationStore`).
+    private func seedTenant(_ db: Database, _ tenant: String, installation: String) throws {
+        try db.system { c in
+            try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, 'Acme', 100)", [tenant])
+            try c.execute("INSERT INTO publishable_keys (tenant_id, id, secret_hash) VALUES ($1, 'pk_test', 'x')", [tenant])
+        }
+        try db.tenant(tenant) { c in
+            _ = try InstallationStore.insert(
+                c, tenantId: tenant, id: installation, publishableKeyId: "pk_test", appId: "com.example.app",
+                platform: "ios", environment: "sandbox", installId: UUID().uuidString, fcmToken: nil)
+        }
+    }
+
     /// Migration 0021 (docs/write-path.md "HOT updates"): a terminal target written before it,
     /// without `ended_at`, gets its `updated_at` as `ended_at`, in every tenant, and the upgrade
     /// then passes the new CHECK constraint.
     func testTerminalTargetsWithoutEndedAtAreBackfilledAcrossTenants() throws {
-        try copyMigrations(through: 20)
-        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
-        defer { pool.close() }
-        let db = Database(pool: pool)
-        XCTAssertFalse(try Migrator(directory: directory).migrate(pool: pool).isEmpty, "0001–0020 applied")
+        let (pool, db) = try migrated(through: 20)
         var targets: [(tenant: String, id: String)] = []
         for n in 1...2 {
             let tenant = "ten_upgrade\(n)", inst = "ins_upgrade\(n)", target = "tgt_upgrade\(n)"
-            try db.system { c in
-                try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, 'Acme', 100)", [tenant])
-                try c.execute("INSERT INTO publishable_keys (tenant_id, id, secret_hash) VALUES ($1, 'pk_test', 'x')", [tenant])
-            }
+            try seedTenant(db, tenant, installation: inst)
             try db.tenant(tenant) { c in
-                _ = try InstallationStore.insert(
-                    c, tenantId: tenant, id: inst, publishableKeyId: "pk_test", appId: "com.example.app",
-                    platform: "ios", environment: "sandbox", installId: UUID().uuidString, fcmToken: nil)
                 try c.execute(
                     """
                     INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
@@ -79,21 +93,11 @@ final class MigrationUpgradeTests: XCTestCase {
     /// target's last APNs timestamp and priority-10 window move from `targets` to
     /// `target_clocks`, in every tenant; a target never sent gets no row (its clock reads 0).
     func testClocksAndWindowsMoveToTargetClocksAcrossTenants() throws {
-        try copyMigrations(through: 23)
-        let pool = PostgresPool(conninfo: database.conninfo, maxConnections: 1)
-        defer { pool.close() }
-        let db = Database(pool: pool)
-        XCTAssertFalse(try Migrator(directory: directory).migrate(pool: pool).isEmpty, "0001–0023 applied")
+        let (pool, db) = try migrated(through: 23)
         for n in 1...2 {
             let tenant = "ten_clock\(n)", inst = "ins_clock\(n)"
-            try db.system { c in
-                try c.execute("INSERT INTO tenants (tenant_id, name, daily_push_quota) VALUES ($1, 'Acme', 100)", [tenant])
-                try c.execute("INSERT INTO publishable_keys (tenant_id, id, secret_hash) VALUES ($1, 'pk_test', 'x')", [tenant])
-            }
+            try seedTenant(db, tenant, installation: inst)
             try db.tenant(tenant) { c in
-                _ = try InstallationStore.insert(
-                    c, tenantId: tenant, id: inst, publishableKeyId: "pk_test", appId: "com.example.app",
-                    platform: "ios", environment: "sandbox", installId: UUID().uuidString, fcmToken: nil)
                 for (suffix, ts, window) in [("sent", 1_700_000_000 + n, "{1,2,3}"), ("window", 0, "{7}"), ("never", 0, "{}")] {
                     try c.execute(
                         """
