@@ -68,6 +68,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private let applyCond = NSCondition()
     private var completions: [Completion] = []
     private var applierStop = false
+    /// Appliers inside an apply transaction now.
+    private var appliersBusy = 0
 
     public init(
         db: Database, conninfo: String, sender: any PushSender, configuration: DispatcherConfiguration = DispatcherConfiguration(),
@@ -133,7 +135,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         if configuration.claimNamedOperations { spawn("dispatch-claim-named") { self.namedClaimLoop() } }
         spawn("dispatch-listen") { self.listenLoop() }
         for i in 0..<configuration.senderThreads { spawn("dispatch-send-\(i)") { self.senderLoop() } }
-        spawn("dispatch-apply") { self.applyLoop() }
+        for i in 0..<max(1, configuration.applierThreads) { spawn("dispatch-apply-\(i)") { self.applyLoop() } }
         spawn("dispatch-housekeeping") { self.housekeepingLoop() }
         log.info(
             "dispatcher started",
@@ -290,7 +292,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private func timedClaim(named: Bool, _ body: (PostgresConnection) throws -> [DispatchOperation]) throws -> [DispatchOperation] {
         let began = Date()
         // The priority-budget decision is taken as the push is claimed (docs/priority-budget.md).
-        let claimed = try db.system { c in try DispatchStore.decidePriorities(c, try body(c), now: configuration.clock()) }
+        let claimed = try db.system(settings: configuration.claimSettings) { c in
+            try DispatchStore.decidePriorities(c, try body(c), now: configuration.clock())
+        }
         for op in claimed where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
         let seconds = Date().timeIntervalSince(began)
         claimSeconds.observe([], seconds)
@@ -449,20 +453,38 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private func complete(_ c: Completion) {
         applyCond.lock()
         completions.append(c)
-        if completions.count == 1 { applyCond.signal() }
+        if completions.count == 1 || completions.count == applyStartThreshold { applyCond.signal() }
         applyCond.unlock()
     }
 
     // MARK: apply
 
+    /// Completions waiting before a further applier starts while another is busy
+    /// (`DispatcherConfiguration.applierThreads`): half a batch, and never more than half of
+    /// `maxOutstanding`, which bounds how many results can wait at all (with 8 outstanding and
+    /// batches of 16, a threshold of 8 could never be reached beside a busy applier).
+    private var applyStartThreshold: Int { max(1, min(configuration.applyBatchSize, maxOutstanding) / 2) }
+
+    /// One applier thread: takes up to `applyBatchSize` completions when no applier is busy, or
+    /// when at least `applyStartThreshold` wait (or the dispatcher stops), and applies them.
     private func applyLoop() {
         while true {
             applyCond.lock()
-            while completions.isEmpty && !applierStop { applyCond.wait() }
-            if completions.isEmpty { applyCond.unlock(); return }
+            while !(completions.count > 0 && (appliersBusy == 0 || completions.count >= applyStartThreshold || applierStop)) {
+                if applierStop && completions.isEmpty { applyCond.unlock(); return }
+                applyCond.wait()
+            }
             let batch = Array(completions.prefix(configuration.applyBatchSize))
             completions.removeFirst(batch.count)
+            appliersBusy += 1
+            if completions.count >= applyStartThreshold { applyCond.signal() }  // enough left for another applier
             applyCond.unlock()
+            defer {
+                applyCond.lock()
+                appliersBusy -= 1
+                if !completions.isEmpty { applyCond.signal() }  // what arrived meanwhile, if no one else took it
+                applyCond.unlock()
+            }
             applyBatch.observe([], Double(batch.count))
 
             let now = Date()

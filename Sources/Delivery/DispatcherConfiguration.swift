@@ -25,6 +25,16 @@ public struct DispatcherConfiguration: Sendable {
     public var tenantGaugeTop: Int
     /// Most results applied per transaction.
     public var applyBatchSize: Int
+    /// Transaction settings of every claim (default `DispatchStore.claimSettings`; empty keeps
+    /// the server's own planner settings).
+    public var claimSettings: [(String, String)] = DispatchStore.claimSettings
+    /// Apply transactions that may run at once (docs/delivery.md "Applying results"), default 2.
+    /// One applier is always ready for the next completion; a further one starts only while
+    /// every other is busy and at least half a batch waits (`min(applyBatchSize,
+    /// maxOutstanding) / 2`), so batches stay large. Batches never share an operation, and at most one operation per target is
+    /// in flight, so concurrent applies touch disjoint operation, head and clock rows (the
+    /// quota counters are sharded by backend).
+    public var applierThreads: Int = 2
     /// Claimed-but-unfinished operations this worker holds at most: with an event-driven sender
     /// the bound on streams in flight (default `eventDrivenMaxOutstanding`), with a blocking one
     /// 2 × threads unless given.
@@ -41,10 +51,10 @@ public struct DispatcherConfiguration: Sendable {
     public var pollSeconds: Double
     /// Rescue of expired leases, expiry of queued operations, queue depth.
     public var maintenanceSeconds: Double
-    /// The token-pending safety net (the 0005 triggers un-park at once).
     /// Seconds between checks of the hot tables' planner statistics (`PlannerStatistics.refresh`,
     /// docs/delivery.md "Planner statistics").
     public var statisticsSweepSeconds: Double = 5
+    /// Seconds between runs of the token-pending safety net (the 0005 triggers un-park at once).
     public var unparkSweepSeconds: Double
     /// The 8 h lifetime sweep.
     public var lifetimeSweepSeconds: Double

@@ -40,13 +40,18 @@ public final class Database: Sendable {
     /// Runs `body` in a transaction of the system scope (`app.scope = 'system'`): credential
     /// lookup before the tenant is known, operator endpoints, maintenance and dispatch.
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
-    public func system<T>(isolation: IsolationLevel = .readCommitted, _ body: (PostgresConnection) throws -> T) throws -> T {
+    /// - Parameter local: further `(name, value)` settings of this transaction only (SET LOCAL,
+    ///   sent with its `BEGIN`, so they cost no round trip), e.g. `DispatchStore.claimSettings`.
+    public func system<T>(
+        isolation: IsolationLevel = .readCommitted, settings local: [(String, String)] = [],
+        _ body: (PostgresConnection) throws -> T
+    ) throws -> T {
         try run(
             isolation: isolation,
             settings: [
                 ("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
                 ("statement_timeout", Database.statementTimeout)
-            ] + settings, body)
+            ] + settings + local, body)
     }
 
     /// Runs the transaction with NOTIFYs deferred, then queues them for the notifier, which

@@ -67,6 +67,17 @@ public enum DispatchStore {
 
     // MARK: claim
 
+    /// Transaction settings of every claim (`Database.system(settings:)`, docs/delivery.md
+    /// "Claims"): `random_page_cost = 1.1`, PostgreSQL's own suggestion for storage whose random
+    /// reads cost little more than sequential ones ("Planner Cost Constants"), which is what a
+    /// hot queue in shared buffers is. With the default 4, a claim of 512 heads beside a few
+    /// tens of thousands of operations was planned as a hash join over a sequential scan of
+    /// every operation (9 of the claim's 22 ms spent locking, EXPLAIN ANALYZE on 20,000
+    /// operations), where 512 primary-key probes cost ~1.5 ms; the scan grows with the table
+    /// until the default's cost model flips. Claim statements run only inside claim
+    /// transactions, so they are always planned (custom or generic) with this setting.
+    public static let claimSettings: [(String, String)] = [("random_page_cost", "1.1")]
+
     /// Claims up to `limit` due operations in one statement (docs/delivery.md "Claims"):
     /// candidates come from `dispatch_heads` (migration 0007: at most one row per target, the
     /// head of its queue in commit order), at most `perTenant` per tenant with due work, taken

@@ -73,9 +73,11 @@ final class DispatchBenchTests: XCTestCase {
     ) throws -> (seconds: Double, streams: Int, dispatcher: Dispatcher) {
         var observer: (@Sendable (Double) -> Void)?
         if let lags { observer = { v in lags.m.withLock { $0.append(v) } } }
-        let config = DispatcherConfiguration(
+        var config = DispatcherConfiguration(
             workerId: worker, senderThreads: threads, claimBatchSize: batch, applyBatchSize: batch,
             leaseSeconds: 60, pollSeconds: 1, lagObserver: observer)
+        config.applierThreads = env("BENCH_APPLIERS", config.applierThreads)
+        if env("BENCH_CLAIM_SETTINGS", 1) == 0 { config.claimSettings = [] }  // A/B of DispatchStore.claimSettings
         let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: sender, configuration: config, metrics: h.metrics, log: h.logger)
         h.dispatchers.append(d)
         let started = Date()
@@ -231,7 +233,7 @@ final class DispatchBenchTests: XCTestCase {
         func claimP50(_ reps: Int) -> Double {
             var times: [Double] = []
             for _ in 0..<reps {
-                _ = try? h.db.system { c -> Int in
+                _ = try? h.db.system(settings: DispatchStore.claimSettings) { c -> Int in  // as the dispatcher claims
                     let t0 = Date()
                     let n = try DispatchStore.claim(c, worker: "claim-bench", limit: 64, leaseSeconds: 30, now: Date()).count
                     times.append(Date().timeIntervalSince(t0))
@@ -294,7 +296,7 @@ final class DispatchBenchTests: XCTestCase {
         let report = """
             == dispatch bench (\(ProcessInfo.processInfo.activeProcessorCount) cores shared by PostgreSQL, dispatcher, sink and h2load)
             loadavg=\(loadStart) (start) \(Self.loadavg()) (end)
-            dispatcher: \(count) queued updates, \(threads) submitter threads, claim/apply batch \(batch), \(poolConnections) HTTP/2+TLS connections to a loopback sink
+            dispatcher: \(count) queued updates, \(threads) submitter threads, \(env("BENCH_APPLIERS", DispatcherConfiguration().applierThreads)) appliers, claim/apply batch \(batch), \(poolConnections) HTTP/2+TLS connections to a loopback sink
             dispatch_pushes_per_second=\(String(format: "%.0f", pushesPerSecond)) (\(count) results committed in \(String(format: "%.2f", drainSeconds)) s)
             streams_in_flight_max=\(streamsMax)
             drain: \(drainStats)

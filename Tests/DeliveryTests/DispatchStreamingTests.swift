@@ -5,6 +5,7 @@ import JSON
 import LiveRelayCore
 import LiveRelaySandbox
 import LiveRelayStore
+import Postgres
 import Locking
 import LiveRelayTestSupport
 
@@ -34,6 +35,45 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(d.streamsInFlight.now, 0)
         XCTAssertEqual(Set(ph.sandbox.deliveries(provider: "apns").map(\.token)), Set(tokens), "each target's update arrived once")
         XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_in_flight_max 60"))
+    }
+
+    /// docs/delivery.md "Applying results": an apply that waits on a row lock (a transaction of
+    /// the test holds the target of its result, as a slow write would) does not hold back other
+    /// targets' results: a second applier commits them meanwhile. With one applier none of
+    /// them could be applied before the lock is released.
+    func testAnApplyWaitingOnALockDoesNotHoldBackOtherResults() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let x = try h.target(t, installation: inst, token: "apply-x")
+        let waiting = try h.update(t, target: x, state: ["eta": 1])
+        let fake = h.fakeSender()
+        fake.hold(waiting)
+        h.dispatcher(fake)  // 8 outstanding at most (4 threads): a second applier starts once 4 results wait
+        eventually("the first push in flight") { fake.isHolding(waiting) }
+        let locker = try PostgresConnection(h.conninfo)
+        defer { locker.close() }
+        try locker.execute("BEGIN")
+        try locker.execute("SELECT set_config('app.scope', 'system', true)")
+        try locker.execute("SELECT 1 FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, x])
+        fake.release(waiting)
+        try eventually("its apply waits on the target's lock") {
+            try h.row(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).int("n") == 1
+        }
+        let others = try (0..<16).map { i in
+            try h.update(t, target: try h.target(t, installation: inst, token: "apply-\(i)"), state: ["eta": .int(Int64(i))])
+        }
+        // Within 5 s, well under the 10 s lock_timeout that would end the waiting apply.
+        try eventually("a batch of the others applied while the first apply waits", within: 5) {
+            try h.row(
+                "SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'accepted'",
+                [t, PostgresTextArray(others)]
+            ).int("n") >= 8
+        }
+        XCTAssertEqual(try h.operation(t, waiting).status, .sending, "the first result is still waiting for the lock")
+        try locker.execute("ROLLBACK")
+        try h.waitFor(t, waiting, .accepted)
+        for op in others { try h.waitFor(t, op, .accepted) }
     }
 
     func testAWriteInThisProcessIsSeenAtCommitWithItsOperationId() throws {

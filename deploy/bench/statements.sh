@@ -1,7 +1,8 @@
 # Sourced by deploy/bench/dispatch and deploy/bench/fanout: BENCH_STATEMENTS=1 turns on
 # pg_stat_statements (track = all, so trigger statements are listed too) and per-function times
 # on the bench's cluster, and prints the 25 costliest statements and 20 costliest PL/pgSQL
-# functions at the end ("statements …" / "functions …" lines). Needs `psql` (a function of the
+# functions at the end ("statements …" / "functions …" lines); plans / plan_total_ms count the
+# planning (pg_stat_statements.track_planning): a statement re-planned on every call shows plans = calls. Needs `psql` (a function of the
 # caller) and `$work/pg` (the cluster of deploy/local/pg-cluster; a restart keeps the
 # caller's PG_FSYNC when it exports it).
 # BENCH_AUTO_EXPLAIN=1: auto_explain logs every statement over 300 ms with its plan (row counts
@@ -18,7 +19,7 @@ bench_auto_explain_report() {
 }
 bench_statements_enable() {
   [ "${BENCH_STATEMENTS:-0}" = 1 ] || return 0
-  printf "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = 'all'\ntrack_functions = 'pl'\n" \
+  printf "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\ntrack_functions = 'pl'\n" \
     | runuser -u postgres -- tee -a "$work/pg/data/postgresql.conf" >/dev/null
   deploy/local/pg-cluster stop "$work/pg"; PG_FSYNC="${PG_FSYNC:-on}" deploy/local/pg-cluster start "$work/pg" >/dev/null
   psql -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
@@ -27,7 +28,8 @@ bench_statements_report() {
   [ "${BENCH_STATEMENTS:-0}" = 1 ] || return 0
   psql <<'SQL' | sed 's/^/statements /'
 \pset footer off
-SELECT toplevel AS top, calls, round(total_exec_time::numeric, 1) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms, rows,
+SELECT toplevel AS top, calls, round(total_exec_time::numeric, 1) AS total_ms, round(mean_exec_time::numeric, 3) AS mean_ms,
+       plans, round(total_plan_time::numeric, 1) AS plan_total_ms, rows,
        left(regexp_replace(query, '\s+', ' ', 'g'), 140) AS query
   FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25;
 SQL
