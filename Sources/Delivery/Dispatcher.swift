@@ -17,8 +17,9 @@ import Locking
 /// Threads (River's producer / executor / completer split): a claim loop (woken by `LISTEN
 /// liverelay_dispatch`, by `noteCommitted` from writes in this process, by finished operations,
 /// and every `pollSeconds`), a listener, `senderThreads` submitters (build the push, `submit`),
-/// one applier and one housekeeper (heartbeat, maintenance). An event-driven sender completes
-/// on its connection threads; completions queue for the applier, which takes them in batches.
+/// `applierThreads` appliers and one housekeeper (heartbeat, maintenance). An event-driven sender
+/// completes on its connection threads; completions queue for the appliers, which take them in
+/// batches (a second applier only while the first is busy; batches with target effects one at a time).
 /// No thread waits per push. State is split over three locks that are never held together:
 /// `cond` (lifecycle, outstanding, wake-ups), `jobsCond` (claimed, not yet submitted),
 /// `applyCond` (completed, not yet applied).
@@ -68,8 +69,13 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private let applyCond = NSCondition()
     private var completions: [Completion] = []
     private var applierStop = false
-    /// Appliers inside an apply transaction now.
+    /// Appliers inside an apply transaction now, and the results they hold.
     private var appliersBusy = 0
+    private var resultsInApply = 0
+    /// Held while a batch with target effects is applied: such batches lock rows beyond their own
+    /// targets (an installation and all its targets, channel member counts), so two of them at
+    /// once could lock in opposite orders; batches without effects never wait for it.
+    private let effectsLock = NSLock()
 
     public init(
         db: Database, conninfo: String, sender: any PushSender, configuration: DispatcherConfiguration = DispatcherConfiguration(),
@@ -453,17 +459,19 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private func complete(_ c: Completion) {
         applyCond.lock()
         completions.append(c)
-        if completions.count == 1 || completions.count == applyStartThreshold { applyCond.signal() }
+        if completions.count == 1 || (appliersBusy > 0 && completions.count >= applyStartThreshold) { applyCond.signal() }
         applyCond.unlock()
     }
 
     // MARK: apply
 
     /// Completions waiting before a further applier starts while another is busy
-    /// (`DispatcherConfiguration.applierThreads`): half a batch, and never more than half of
-    /// `maxOutstanding`, which bounds how many results can wait at all (with 8 outstanding and
-    /// batches of 16, a threshold of 8 could never be reached beside a busy applier).
-    private var applyStartThreshold: Int { max(1, min(configuration.applyBatchSize, maxOutstanding) / 2) }
+    /// (`DispatcherConfiguration.applierThreads`): half of a batch or of what can still wait
+    /// beside the results inside apply transactions (`maxOutstanding` bounds them together), so
+    /// it can always be reached. Call under `applyCond`.
+    private var applyStartThreshold: Int {
+        max(1, min(configuration.applyBatchSize, maxOutstanding - resultsInApply) / 2)
+    }
 
     /// One applier thread: takes up to `applyBatchSize` completions when no applier is busy, or
     /// when at least `applyStartThreshold` wait (or the dispatcher stops), and applies them.
@@ -477,11 +485,13 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             let batch = Array(completions.prefix(configuration.applyBatchSize))
             completions.removeFirst(batch.count)
             appliersBusy += 1
+            resultsInApply += batch.count
             if completions.count >= applyStartThreshold { applyCond.signal() }  // enough left for another applier
             applyCond.unlock()
             defer {
                 applyCond.lock()
                 appliersBusy -= 1
+                resultsInApply -= batch.count
                 if !completions.isEmpty { applyCond.signal() }  // what arrived meanwhile, if no one else took it
                 applyCond.unlock()
             }
@@ -497,6 +507,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 )
             }
             var applied: [Bool] = []
+            let withEffects = decided.contains { DispatchStore.hasEffects($0.1) }
+            if withEffects { effectsLock.lock() }
+            defer { if withEffects { effectsLock.unlock() } }
             let began = Date()
             do {
                 applied = try db.system { c in try applyBatch(c, decided) }

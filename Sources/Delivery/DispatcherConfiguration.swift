@@ -28,12 +28,13 @@ public struct DispatcherConfiguration: Sendable {
     /// Transaction settings of every claim (default `DispatchStore.claimSettings`; empty keeps
     /// the server's own planner settings).
     public var claimSettings: [(String, String)] = DispatchStore.claimSettings
-    /// Apply transactions that may run at once (docs/delivery.md "Applying results"), default 2.
-    /// One applier is always ready for the next completion; a further one starts only while
-    /// every other is busy and at least half a batch waits (`min(applyBatchSize,
-    /// maxOutstanding) / 2`), so batches stay large. Batches never share an operation, and at most one operation per target is
-    /// in flight, so concurrent applies touch disjoint operation, head and clock rows (the
-    /// quota counters are sharded by backend).
+    /// Apply transactions that may run at once (docs/delivery.md "Applying results"), default
+    /// 2; values below 1 mean 1. One applier is always ready for the next completion; a further
+    /// one starts only while every other is busy and at least half a batch waits (half of
+    /// `applyBatchSize` or of what `maxOutstanding` leaves beside the results being applied), so
+    /// batches stay large. Batches without target effects touch disjoint rows (no operation is
+    /// in two batches, at most one operation per target is in flight, quota counters are
+    /// sharded by backend); batches with effects are applied one at a time.
     public var applierThreads: Int = 2
     /// Claimed-but-unfinished operations this worker holds at most: with an event-driven sender
     /// the bound on streams in flight (default `eventDrivenMaxOutstanding`), with a blocking one

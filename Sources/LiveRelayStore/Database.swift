@@ -42,11 +42,15 @@ public final class Database: Sendable {
     /// Every statement inside must still name the tenant where it touches one tenant's rows.
     /// - Parameter local: further `(name, value)` settings of this transaction only (SET LOCAL,
     ///   sent with its `BEGIN`, so they cost no round trip), e.g. `DispatchStore.claimSettings`.
+    ///   Planner and similar settings only: the scope, the timeouts and the role cannot be set
+    ///   this way (a precondition; `Database.protectedSettings`).
     public func system<T>(
         isolation: IsolationLevel = .readCommitted, settings local: [(String, String)] = [],
         _ body: (PostgresConnection) throws -> T
     ) throws -> T {
-        try run(
+        precondition(
+            local.allSatisfy { !Database.isProtected($0.0) }, "Database.system(settings:) may not set the scope, timeouts or role")
+        return try run(
             isolation: isolation,
             settings: [
                 ("app.scope", "system"), ("lock_timeout", Database.lockTimeout),
@@ -97,6 +101,17 @@ public final class Database: Sendable {
     /// (`lock_timeout`): a request that waited this long is answered with a retryable error
     /// instead of holding a pool connection indefinitely.
     public static let lockTimeout = "10s"
+    /// Settings a caller's transaction settings may not change (`system(settings:)`): the
+    /// tenant scope (`app.*`), the timeouts and anything that changes who the session is.
+    public static let protectedSettings: Set<String> = [
+        "lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout", "role", "session_authorization", "row_security"
+    ]
+    /// Whether `name` is one of `protectedSettings` or under `app.` (case-insensitive, as
+    /// PostgreSQL treats setting names).
+    static func isProtected(_ name: String) -> Bool {
+        let n = name.lowercased()
+        return n.hasPrefix("app.") || protectedSettings.contains(n)
+    }
 
     /// How long any one statement of a transaction may run before PostgreSQL cancels it
     /// (`statement_timeout`, SQLSTATE 57014; set locally in every transaction): a runaway

@@ -92,8 +92,9 @@ extension DispatchStore {
         }
     }
 
-    /// Whether a decision changes anything beyond the operation row and the quota.
-    static func hasEffects(_ d: DispatchDecision) -> Bool { d.target != .none || d.cancelQueued != nil || d.deadToken != nil }
+    /// Whether a decision changes anything beyond the operation row and the quota (target
+    /// status, queued work, tokens, installation): such results lock rows of other targets.
+    public static func hasEffects(_ d: DispatchDecision) -> Bool { d.target != .none || d.cancelQueued != nil || d.deadToken != nil }
 
     /// A decision's effects on the target, its queued work, tokens and installation, plus the
     /// events NOTIFY, in the caller's transaction (target row locked). `currentToken`: the

@@ -72,10 +72,11 @@ public enum DispatchStore {
     /// reads cost little more than sequential ones ("Planner Cost Constants"), which is what a
     /// hot queue in shared buffers is. With the default 4, a claim of 512 heads beside a few
     /// tens of thousands of operations was planned as a hash join over a sequential scan of
-    /// every operation (9 of the claim's 22 ms spent locking, EXPLAIN ANALYZE on 20,000
+    /// every operation (9 of the 22 ms its re-check-and-lock step took, EXPLAIN ANALYZE on 20,000
     /// operations), where 512 primary-key probes cost ~1.5 ms; the scan grows with the table
-    /// until the default's cost model flips. Claim statements run only inside claim
-    /// transactions, so they are always planned (custom or generic) with this setting.
+    /// until the default's cost model flips. The dispatcher runs its claim statements only in
+    /// such transactions, so their own plans (custom or generic) use it; plans of trigger
+    /// statements are cached per connection by whichever transaction first ran them.
     public static let claimSettings: [(String, String)] = [("random_page_cost", "1.1")]
 
     /// Claims up to `limit` due operations in one statement (docs/delivery.md "Claims"):
@@ -201,9 +202,13 @@ public enum DispatchStore {
         return claimed
     }
 
-    /// Extends the leases of `worker`'s in-flight sends (heartbeat). Returns how many it still holds.
+    /// Extends the leases of `worker`'s in-flight sends (heartbeat). Returns how many it renewed.
     /// Operation ids are unique across tenants (`Identifier`), so `tenant_id = ANY … AND id = ANY`
     /// matches exactly the given pairs, without a join to the batch (see `keyedStatus`).
+    /// Rows locked by someone else are skipped (`FOR NO KEY UPDATE SKIP LOCKED`, then updated
+    /// by `ctid`): a row an apply holds is being finished anyway, and waiting for it would hold
+    /// every other renewed row's lock and stall the other appliers behind the heartbeat. A
+    /// skipped lease is renewed by the next heartbeat (every `leaseSeconds / 3`).
     @discardableResult
     public static func heartbeat(
         _ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)],
@@ -213,7 +218,11 @@ public enum DispatchStore {
         return try c.execute(
             """
             UPDATE operations o SET lease_expires_at = now() + make_interval(secs => $2)
-             WHERE o.tenant_id = ANY($3::text[]) AND o.id = ANY($4::text[]) AND o.status = 'sending' AND o.lease_owner = $1
+             WHERE o.ctid = ANY(ARRAY(
+                   SELECT p.ctid FROM operations p
+                    WHERE p.tenant_id = ANY($3::text[]) AND p.id = ANY($4::text[]) AND p.status = 'sending' AND p.lease_owner = $1
+                      FOR NO KEY UPDATE SKIP LOCKED))
+               AND o.status = 'sending' AND o.lease_owner = $1
             """,
             [
                 worker, leaseSeconds, distinctTenants(operations.map(\.tenantId)),

@@ -316,6 +316,20 @@ final class FakeSender: PushSender, @unchecked Sendable {  // state under `lock`
 }
 
 extension DispatchHarness {
+    /// One tenant, installation and target (update token `token`) with one queued update, a
+    /// started dispatcher (`testConfiguration`) on a `FakeSender` that holds that update's send,
+    /// returned once the send is held in flight.
+    func heldUpdate(token: String) throws -> (tenant: String, installation: String, target: String, op: String, sender: FakeSender) {
+        let t = try tenant(), inst = try installation(t)
+        let tgt = try target(t, installation: inst, token: token)
+        let op = try update(t, target: tgt, state: ["eta": 0])
+        let fake = fakeSender()
+        fake.hold(op)
+        dispatcher(fake)
+        eventually("the first push in flight") { fake.isHolding(op) }
+        return (t, inst, tgt, op, fake)
+    }
+
     func fakeSender(delay: Double = 0) -> FakeSender {
         let map = targetOfOperation
         return FakeSender(delay: delay) { op in map.m.withLock { $0[op] ?? "?" } }

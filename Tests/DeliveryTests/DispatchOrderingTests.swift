@@ -127,13 +127,7 @@ final class DispatchOrderingTests: DispatchTestCase {
     }
 
     func testCoalescingBehindAnInFlightSend() throws {
-        let t = try h.tenant(), inst = try h.installation(t)
-        let tgt = try h.target(t, installation: inst, token: "co2")
-        let first = try h.update(t, target: tgt, state: ["eta": 0])
-        let fake = h.fakeSender()
-        fake.hold(first)
-        h.dispatcher(fake)
-        eventually("first in flight") { fake.isHolding(first) }
+        let (t, _, tgt, first, fake) = try h.heldUpdate(token: "co2")
         let rest = try (1...9).map { i in try h.update(t, target: tgt, state: ["eta": .int(Int64(i))]) }
         fake.release(first)
         try h.waitFor(t, rest.last!, .accepted)
