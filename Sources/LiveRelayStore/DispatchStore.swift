@@ -31,12 +31,17 @@ public enum DispatchStore {
         LEFT JOIN LATERAL (SELECT c.last_timestamp, c.priority10_sends FROM target_clocks c
                             WHERE c.tenant_id = t.tenant_id AND c.target_id = t.id OFFSET 0) k ON true
         """
-    static let joins = """
-        FROM operations o
+    /// Everything `selectColumns` reads beside the operation `o`: its target `t`, installation
+    /// `i`, start target `s` and clock `k` (shared by `joins` and the claim's `locked` step).
+    static let targetJoins = """
         JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
         JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
         LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
         \(clockJoin)
+        """
+    static let joins = """
+        FROM operations o
+        \(targetJoins)
         """
     /// The operation is the head of its target's queue: no earlier non-final operation and
     /// nothing of the target in flight (at most one in flight per target, commit order).
@@ -155,10 +160,7 @@ public enum DispatchStore {
             SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
               FROM picked p
               JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
-              JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-              JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
-              LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-              \(clockJoin)
+              \(targetJoins)
              WHERE \(keyedStatus("o", "queued")) AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
                AND \(isHead)
                FOR UPDATE OF o, t SKIP LOCKED
@@ -206,7 +208,7 @@ public enum DispatchStore {
     /// Operation ids are unique across tenants (`Identifier`), so `tenant_id = ANY … AND id = ANY`
     /// matches exactly the given pairs, without a join to the batch (see `keyedStatus`).
     /// Rows locked by someone else are skipped (`FOR NO KEY UPDATE SKIP LOCKED`, then updated
-    /// by `ctid`): a row an apply holds is being finished anyway, and waiting for it would hold
+    /// by `ctid`, which cannot move while this statement holds the row's lock): a row an apply holds is being finished anyway, and waiting for it would hold
     /// every other renewed row's lock and stall the other appliers behind the heartbeat. A
     /// skipped lease is renewed by the next heartbeat (every `leaseSeconds / 3`).
     @discardableResult
@@ -222,7 +224,6 @@ public enum DispatchStore {
                    SELECT p.ctid FROM operations p
                     WHERE p.tenant_id = ANY($3::text[]) AND p.id = ANY($4::text[]) AND p.status = 'sending' AND p.lease_owner = $1
                       FOR NO KEY UPDATE SKIP LOCKED))
-               AND o.status = 'sending' AND o.lease_owner = $1
             """,
             [
                 worker, leaseSeconds, distinctTenants(operations.map(\.tenantId)),
