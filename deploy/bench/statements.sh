@@ -5,11 +5,14 @@
 # planning (pg_stat_statements.track_planning): a statement re-planned on every call shows plans = calls. Needs `psql` (a function of the
 # caller) and `$work/pg` (the cluster of deploy/local/pg-cluster; a restart keeps the
 # caller's PG_FSYNC when it exports it).
-# BENCH_AUTO_EXPLAIN=1: auto_explain logs every statement over 300 ms with its plan (row counts
-# and triggers, nested statements too); the log is copied to /tmp/<bench>-bench-auto-explain.log.
+# BENCH_AUTO_EXPLAIN=1: auto_explain logs every statement over BENCH_AUTO_EXPLAIN_MS (300) ms with
+# its plan (row counts and triggers, nested statements too; per-node times too with
+# BENCH_AUTO_EXPLAIN_TIMING=1, which slows every statement); the log is copied to
+# /tmp/<bench>-bench-auto-explain.log.
 bench_auto_explain_enable() {
   [ "${BENCH_AUTO_EXPLAIN:-0}" = 1 ] || return 0
-  printf "shared_preload_libraries = 'auto_explain'\nauto_explain.log_min_duration = '300ms'\nauto_explain.log_analyze = on\nauto_explain.log_nested_statements = on\nauto_explain.log_triggers = on\nauto_explain.log_timing = off\n" \
+  printf "shared_preload_libraries = 'auto_explain'\nauto_explain.log_min_duration = '%sms'\nauto_explain.log_analyze = on\nauto_explain.log_nested_statements = on\nauto_explain.log_triggers = on\nauto_explain.log_timing = %s\n" \
+    "${BENCH_AUTO_EXPLAIN_MS:-300}" "$([ "${BENCH_AUTO_EXPLAIN_TIMING:-0}" = 1 ] && echo on || echo off)" \
     | runuser -u postgres -- tee -a "$work/pg/data/postgresql.conf" >/dev/null
   deploy/local/pg-cluster stop "$work/pg"; PG_FSYNC="${PG_FSYNC:-on}" deploy/local/pg-cluster start "$work/pg" >/dev/null
 }
