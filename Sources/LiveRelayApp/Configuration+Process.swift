@@ -61,7 +61,7 @@ private extension Double {
 /// | --- | --- | --- |
 /// | `LIVERELAY_WORKER_ID` | `workerId` (lease owner of the dispatcher and the webhook worker; ≤ 200 characters, no control characters) | `<host>-<pid>-<random>` |
 /// | `LIVERELAY_DISPATCH_THREADS` | `dispatchThreads` (1…512) | 4 |
-/// | `LIVERELAY_DISPATCH_BATCH` | `dispatchBatch` (operations per claim / apply, 1…1000) | 64 |
+/// | `LIVERELAY_DISPATCH_BATCH` | `dispatchBatch` (operations per claim / apply, 1…1000) | 512 |
 /// | `LIVERELAY_DISPATCH_LEASE_SECONDS` | `dispatchLeaseSeconds` (3…3600) | 30 |
 /// | `LIVERELAY_DISPATCH_MAX_IN_FLIGHT` | `dispatchMaxInFlight` (1…100,000) | 4096 |
 /// | `LIVERELAY_DISPATCH_CONNECTIONS` | `dispatchConnections` (HTTP/2 connections per credential, 1…64) | 4 |
@@ -71,7 +71,7 @@ private extension Double {
 public struct ProcessSettings: Sendable {
     public var workerId: String?
     public var dispatchThreads = 4
-    public var dispatchBatch = 64
+    public var dispatchBatch = 512
     public var dispatchLeaseSeconds = 30
     public var dispatchMaxInFlight = 4096
     public var dispatchConnections = 4
@@ -92,7 +92,7 @@ public struct ProcessSettings: Sendable {
             }
         }
         s.dispatchThreads = r.int("LIVERELAY_DISPATCH_THREADS", 4, 1...512)
-        s.dispatchBatch = r.int("LIVERELAY_DISPATCH_BATCH", 64, 1...1000)
+        s.dispatchBatch = r.int("LIVERELAY_DISPATCH_BATCH", 512, 1...1000)
         s.dispatchLeaseSeconds = r.int("LIVERELAY_DISPATCH_LEASE_SECONDS", 30, 3...3600)
         s.dispatchMaxInFlight = r.int("LIVERELAY_DISPATCH_MAX_IN_FLIGHT", 4096, 1...100_000)
         s.dispatchConnections = r.int("LIVERELAY_DISPATCH_CONNECTIONS", 4, 1...64)

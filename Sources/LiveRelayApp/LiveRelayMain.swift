@@ -133,7 +133,7 @@ public enum LiveRelayMain {
                 Runs the dispatcher (claims queued operations, sends them to APNs/FCM, rescues expired leases,
                 expires operations, ends activities after 8 h) until SIGTERM/SIGINT. Any number of workers may
                 share one DATABASE_URL. It also runs the maintenance service (template-version GC, idempotency
-                purge). LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (64),
+                purge). LIVERELAY_DISPATCH_THREADS (16), LIVERELAY_DISPATCH_BATCH (512),
                 LIVERELAY_DISPATCH_LEASE_SECONDS (30), LIVERELAY_WORKER_ID tune it. LIVERELAY_METRICS_LISTEN=host:port
                 serves /metrics, /healthz and /readyz (default: none).
                 """)

@@ -77,6 +77,9 @@ final class ConfigurationTests: XCTestCase {
             assertRefused(k, String(range.lowerBound - 1))
             assertRefused(k, String(range.upperBound + 1))
         }
+        // Unset: 512 operations per claim and apply (docs/delivery.md "Batch size": a 64-row
+        // batch paid the claim's fixed cost eight times as often during a fan-out).
+        XCTAssertEqual(try load([:]).process.dispatchBatch, 512)
     }
 
     func testWorkerIdAndMetricsAddress() throws {

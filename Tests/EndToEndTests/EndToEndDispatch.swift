@@ -12,6 +12,10 @@ enum EndToEndDispatch {
         clock: @escaping @Sendable () -> Date = Date.init
     ) -> (() -> Void)? {
         var configuration = DispatcherConfiguration(workerId: "e2e-\(UUID().uuidString.prefix(8))", senderThreads: 4)
+        // deploy/bench/fanout's A/B knob: operations per claim and apply (`LIVERELAY_DISPATCH_BATCH` of `serve`).
+        if let b = ProcessInfo.processInfo.environment["BENCH_DISPATCH_BATCH"].flatMap(Int.init), b > 0 {
+            configuration.claimBatchSize = b; configuration.applyBatchSize = b; configuration.claimPerTenant = b
+        }
         configuration.clock = clock
         let d = Dispatcher(db: db, conninfo: conninfo, sender: sender, configuration: configuration, metrics: metrics, log: log)
         d.start()
