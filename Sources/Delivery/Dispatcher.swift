@@ -36,9 +36,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     let lag, claimSeconds, claimBatch, applyBatch: Histogram
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
-    private let lastUnpark = LockedValue<Date>(.distantPast)
+    private let unparkPacer: LockedValue<SweepPacer>
     private let lastStatistics = LockedValue<Date>(.distantPast)
-    private let lastTenantSample = LockedValue<Date>(.distantPast)
+    private let tenantSamplePacer: LockedValue<SweepPacer>
     private let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
     private let commitHints = CommitHints()
     private let counters = DispatcherCounters()
@@ -86,6 +86,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             sender.isEventDriven && !configuration.maxOutstandingIsExplicit
             ? configuration.eventDrivenMaxOutstanding : configuration.maxOutstanding
         self.log = log.with(["component": "dispatcher", "worker": .string(configuration.workerId)])
+        unparkPacer = LockedValue(SweepPacer(intervalSeconds: configuration.unparkSweepSeconds, maxShare: configuration.scanMaxShare))
+        tenantSamplePacer = LockedValue(SweepPacer(intervalSeconds: configuration.tenantGaugeSeconds, maxShare: configuration.scanMaxShare))
         operationsTotal = metrics.counter(
             "liverelay_operations_total", help: "Operation status transitions made by the dispatcher",
             labels: ["kind", "status"])
@@ -595,6 +597,21 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         }
     }
 
+    /// Records a paced scan's run (`SweepPacer`) and logs when its cost stretched the pause
+    /// beyond the configured interval (once per change of the stretched pause's whole seconds).
+    private func paced(_ pacer: LockedValue<SweepPacer>, _ name: String, started: Date) {
+        let seconds = Date().timeIntervalSince(started)
+        var p = pacer.get()
+        let before = p.lastPauseSeconds
+        let pause = p.ran(startedAt: started, seconds: seconds)
+        pacer.set(p)
+        if pause > p.intervalSeconds, Int(pause) != Int(before) {
+            log.info(
+                "scan spaced out by its cost",
+                ["scan": .string(name), "took_ms": .int(Int64(seconds * 1000)), "next_in_seconds": .int(Int64(pause.rounded()))])
+        }
+    }
+
     /// One maintenance pass: rescue expired leases, expire queued operations, un-park
     /// token-pending work whose token arrived (every `unparkSweepSeconds`), sample the queue depth.
     public func maintenance() {
@@ -625,18 +642,21 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             }
             for (op, d) in expired { operationsTotal.increment([op.kind.rawValue, d.operation.status.rawValue]) }
             if !expired.isEmpty { wake() }
-            if Date().timeIntervalSince(lastUnpark.get()) >= configuration.unparkSweepSeconds {
-                lastUnpark.set(Date())
-                if try db.system({ c in try DispatchStore.unparkTokenPending(c) }) > 0 { wake() }
+            if unparkPacer.get().isDue(Date()) {
+                let started = Date()
+                let unparked = try db.system { c in try DispatchStore.unparkTokenPending(c) }
+                paced(unparkPacer, "token-pending sweep", started: started)
+                if unparked > 0 { wake() }
             }
             if Date().timeIntervalSince(lastStatistics.get()) >= configuration.statisticsSweepSeconds {
                 lastStatistics.set(Date())
                 let analyzed = try db.system { c in try PlannerStatistics.refresh(c) }
                 if !analyzed.isEmpty { log.info("refreshed planner statistics", ["tables": .string(analyzed.joined(separator: ","))]) }
             }
-            if Date().timeIntervalSince(lastTenantSample.get()) >= configuration.tenantGaugeSeconds {
-                lastTenantSample.set(Date())
+            if tenantSamplePacer.get().isDue(Date()) {
+                let started = Date()
                 let queues = try db.system { c in try DispatchStore.tenantQueues(c) }
+                paced(tenantSamplePacer, "queue gauges", started: started)
                 queueDepthValue.set(Double(queues.reduce(0) { $0 + $1.depth }))
                 tenantQueues.set(
                     TenantQueueGauges.fold(

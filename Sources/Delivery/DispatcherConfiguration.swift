@@ -57,6 +57,11 @@ public struct DispatcherConfiguration: Sendable {
     public var statisticsSweepSeconds: Double = 5
     /// Seconds between runs of the token-pending safety net (the 0005 triggers un-park at once).
     public var unparkSweepSeconds: Double
+    /// Most of one core's time (a fraction, default 0.02) that each scan over every queued
+    /// operation (the token-pending safety net, the per-tenant queue gauges) may take: a run that
+    /// took d seconds waits at least d / this before the next (`SweepPacer`, docs/delivery.md
+    /// "Maintenance cost"), beyond `unparkSweepSeconds` / `tenantGaugeSeconds`.
+    public var scanMaxShare: Double = 0.02
     /// The 8 h lifetime sweep.
     public var lifetimeSweepSeconds: Double
     /// `apns-expiration` = now + this when a write had no `expires_at` (docs/providers.md).
