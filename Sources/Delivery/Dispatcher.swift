@@ -72,9 +72,10 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     /// Appliers inside an apply transaction now, and the results they hold.
     private var appliersBusy = 0
     private var resultsInApply = 0
-    /// Held while a batch with target effects is applied: such batches lock rows beyond their own
-    /// targets (an installation and all its targets, channel member counts), so two of them at
-    /// once could lock in opposite orders; batches without effects never wait for it.
+    /// Held while a batch is applied whose effects reach beyond its own targets
+    /// (`DispatchStore.reachesBeyondTarget`: a start target, an installation and all its targets,
+    /// channel member counts), so two of them at once could lock in opposite orders. Other
+    /// batches, accepted remote starts and ends included, never wait for it.
     private let effectsLock = NSLock()
 
     public init(
@@ -509,9 +510,9 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 )
             }
             var applied: [Bool] = []
-            let withEffects = decided.contains { DispatchStore.hasEffects($0.1) }
-            if withEffects { effectsLock.lock() }
-            defer { if withEffects { effectsLock.unlock() } }
+            let serial = decided.contains { DispatchStore.reachesBeyondTarget($0.0.op, $0.1) }
+            if serial { effectsLock.lock() }
+            defer { if serial { effectsLock.unlock() } }
             let began = Date()
             do {
                 applied = try db.system { c in try applyBatch(c, decided) }

@@ -34,7 +34,9 @@ public struct DispatcherConfiguration: Sendable {
     /// `applyBatchSize` or of what `maxOutstanding` leaves beside the results being applied), so
     /// batches stay large. Batches without target effects touch disjoint rows (no operation is
     /// in two batches, at most one operation per target is in flight, quota counters are
-    /// sharded by backend); batches with effects are applied one at a time.
+    /// sharded by backend), and neither do batches whose effects stay on their own targets (accepted
+    /// starts, ends); batches whose effects reach a start target, an installation or a channel's
+    /// counts (`DispatchStore.reachesBeyondTarget`) are applied one at a time.
     public var applierThreads: Int = 2
     /// Claimed-but-unfinished operations this worker holds at most: with an event-driven sender
     /// the bound on streams in flight (default `eventDrivenMaxOutstanding`), with a blocking one

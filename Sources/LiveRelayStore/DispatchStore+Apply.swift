@@ -93,8 +93,31 @@ extension DispatchStore {
     }
 
     /// Whether a decision changes anything beyond the operation row and the quota (target
-    /// status, queued work, tokens, installation): such results lock rows of other targets.
+    /// status, queued work, tokens, installation): `applyResults` locks such results' targets
+    /// up front, sorted.
     public static func hasEffects(_ d: DispatchDecision) -> Bool { d.target != .none || d.cancelQueued != nil || d.deadToken != nil }
+
+    /// Whether applying `d` for `op` locks rows that belong to no single target of the batch, in
+    /// an order `applyResults` does not fix (docs/delivery.md "Applying results"): a dead
+    /// push-to-start token (the start target, shared by its targets), a dead FCM token (the
+    /// installation, every target and start target of it), or a status change of a channel
+    /// member (its channel's member counts, one statement per result). Two such batches at once
+    /// could lock in opposite orders, so the dispatcher applies them one at a time. Every other
+    /// effect stays on the result's own target (locked up front, and no other batch holds an
+    /// operation of it: at most one is in flight per target), its queued operations, and
+    /// counters sharded by backend.
+    public static func reachesBeyondTarget(_ op: DispatchOperation, _ d: DispatchDecision) -> Bool {
+        reachesBeyondTarget(channelId: op.channelId, d)
+    }
+
+    /// `reachesBeyondTarget` for a target whose channel is `channelId` (nil: not a channel member).
+    public static func reachesBeyondTarget(channelId: String?, _ d: DispatchDecision) -> Bool {
+        switch d.deadToken {
+        case .startTargetPending?, .clearInstallationFCMToken?: return true
+        case .endTarget?, nil: break
+        }
+        return channelId != nil && d.target != .none
+    }
 
     /// A decision's effects on the target, its queued work, tokens and installation, plus the
     /// events NOTIFY, in the caller's transaction (target row locked). `currentToken`: the

@@ -130,7 +130,7 @@ final class DispatchHarness: @unchecked Sendable {
     /// A remote start as `LifecycleHandlers.start` commits it. Returns (target, operation).
     func remoteStart(
         _ tenant: String, startTarget: String, platform: String = "ios", state: JSONValue = ["eta": 1],
-        alert: PushAlert = PushAlert(title: "Order", body: "On its way"), expiresAt: Date? = nil
+        alert: PushAlert = PushAlert(title: "Order", body: "On its way"), expiresAt: Date? = nil, businessKey: String = "delivery:42"
     ) throws -> (String, String) {
         let targetId = Identifier.make(.target), opId = Identifier.make(.operation)
         try db.tenant(tenant) { c in
@@ -140,7 +140,7 @@ final class DispatchHarness: @unchecked Sendable {
                 c, tenantId: tenant,
                 TargetStore.New(
                     id: targetId, installationId: st.installationId, startTargetId: startTarget, createdByKeyId: nil, origin: "remote",
-                    activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: "delivery:42", businessGeneration: "1",
+                    activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: businessKey, businessGeneration: "1",
                     status: .starting, state: state, staleAt: nil, relevanceScore: nil, tokenStatus: platform == "android" ? "registered" : "pending")
             )
             let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: targetId)

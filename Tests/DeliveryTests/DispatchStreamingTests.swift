@@ -71,6 +71,47 @@ final class DispatchStreamingTests: DispatchTestCase {
         for op in others { try h.waitFor(t, op, .accepted) }
     }
 
+    /// Accepted remote starts have a target effect (`starting` → `ready`/`token_pending`) that
+    /// stays on their own targets (`DispatchStore.reachesBeyondTarget` is false), so their
+    /// batches are applied concurrently too: while one start's apply waits for its target's row
+    /// lock, other starts' results are committed. Fails when every batch with a target effect
+    /// is applied one at a time (the rule before 2026-12-03): the others wait on `effectsLock`.
+    func testAnApplyOfStartsWaitingOnALockDoesNotHoldBackOtherStarts() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let (x, first) = try h.remoteStart(t, startTarget: try h.startTarget(t, installation: inst, token: "pts-x"))
+        let fake = h.fakeSender()
+        fake.hold(first)
+        h.dispatcher(fake)
+        try eventually("the first start in flight") { fake.isHolding(first) }
+        let locker = try PostgresConnection(h.conninfo)
+        defer { locker.close() }
+        try locker.execute("BEGIN")
+        try locker.execute("SELECT set_config('app.scope', 'system', true)")
+        try locker.execute("SELECT 1 FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, x])
+        fake.release(first)
+        try eventually("its apply waits on the target's lock") {
+            try h.row(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).int("n") >= 1
+        }
+        let others = try (0..<16).map { i in
+            try h.remoteStart(
+                t, startTarget: try h.startTarget(t, installation: try h.installation(t), token: "pts-\(i)"), businessKey: "delivery:\(i)"
+            ).1
+        }
+        try eventually("a batch of the other starts applied while the first apply waits", within: 5) {
+            try h.row(
+                "SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'accepted'",
+                [t, PostgresTextArray(others)]
+            ).int("n") >= 8
+        }
+        XCTAssertEqual(try h.operation(t, first).status, .sending, "the first result is still waiting for the lock")
+        try locker.execute("ROLLBACK")
+        try h.waitFor(t, first, .accepted)
+        for op in others { try h.waitFor(t, op, .accepted) }
+        XCTAssertNotEqual(try h.targetRecord(t, x).status.rawValue, "starting", "the start's target effect was applied")
+    }
+
     /// The heartbeat (`DispatchStore.heartbeat`) skips a lease whose row another transaction
     /// holds (an apply finishing it) instead of waiting, and renews the others: waiting would
     /// hold every renewed row's lock and stall the other appliers behind it.
