@@ -56,7 +56,7 @@ public struct DispatcherConfiguration: Sendable {
     public var maintenanceSeconds: Double
     /// Seconds between checks of the hot tables' planner statistics (`PlannerStatistics.refresh`,
     /// docs/delivery.md "Planner statistics").
-    public var statisticsSweepSeconds: Double = 5
+    public var statisticsSweepSeconds: Double = 1
     /// Seconds between runs of the token-pending safety net (the 0005 triggers un-park at once).
     public var unparkSweepSeconds: Double
     /// Most of one core's time (a fraction, default 0.02) that each scan over every queued

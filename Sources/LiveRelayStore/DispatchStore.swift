@@ -31,23 +31,36 @@ public enum DispatchStore {
         LEFT JOIN LATERAL (SELECT c.last_timestamp, c.priority10_sends FROM target_clocks c
                             WHERE c.tenant_id = t.tenant_id AND c.target_id = t.id OFFSET 0) k ON true
         """
-    /// Everything `selectColumns` reads beside the operation `o`: its target `t`, installation
-    /// `i`, start target `s` and clock `k` (shared by `joins` and the claim's `locked` step).
+    /// What `selectColumns` reads beside the operation `o` and its target `t`: the target's
+    /// installation `i`, start target `s` and clock `k`, each one primary-key probe per row
+    /// (`LATERAL … OFFSET 0`: the probe stays a subquery the planner cannot move ahead of `t`).
+    /// Written as joins, they let a plan made with stale statistics start from the tenant's
+    /// installations and walk every target of each by `targets_installation`: one claim of 5
+    /// heads read 505,050 target rows and ran 23.9 s (auto_explain in deploy/bench/fanout, right
+    /// after 100,000 members were seeded), holding the claimed targets' locks the whole time.
+    static let probeJoins = """
+        JOIN LATERAL (SELECT i.* FROM installations i WHERE i.tenant_id = t.tenant_id AND i.id = t.installation_id OFFSET 0) i ON true
+        LEFT JOIN LATERAL (SELECT s.push_to_start_token FROM start_targets s
+                            WHERE s.tenant_id = t.tenant_id AND s.id = t.start_target_id OFFSET 0) s ON true
+        \(clockJoin)
+        """
+    /// The operation `o`'s target `t` and everything `probeJoins` adds (the dispatcher's reads).
     static let targetJoins = """
         JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-        JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
-        LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-        \(clockJoin)
+        \(probeJoins)
         """
     static let joins = """
         FROM operations o
         \(targetJoins)
         """
     /// The operation is the head of its target's queue: no earlier non-final operation and
-    /// nothing of the target in flight (at most one in flight per target, commit order).
+    /// nothing of the target in flight (at most one in flight per target, commit order). One
+    /// `operations_live` probe per row: `OFFSET 0` keeps PostgreSQL from turning the `NOT
+    /// EXISTS` into an anti-join, which a plan made with stale statistics ran as a merge over
+    /// every live operation of the index.
     static let isHead = """
         NOT EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = o.tenant_id AND p.target_id = o.target_id
-                      AND p.status IN ('queued', 'sending') AND (p.seq < o.seq OR p.status = 'sending'))
+                      AND p.status IN ('queued', 'sending') AND (p.seq < o.seq OR p.status = 'sending') OFFSET 0)
         """
     /// `o.status = '<status>'` for statements that join a batch (the `picked` heads of a claim, a
     /// fan-out's members) to operations, written so that no partial index on `status`
@@ -82,7 +95,13 @@ public enum DispatchStore {
     /// until the default's cost model flips. The dispatcher runs its claim statements only in
     /// such transactions, so their own plans (custom or generic) use it; plans of trigger
     /// statements are cached per connection by whichever transaction first ran them.
-    public static let claimSettings: [(String, String)] = [("random_page_cost", "1.1")]
+    ///
+    /// And `enable_seqscan = off`: every probe of a claim is keyed by a primary key, and a
+    /// table analyzed while nearly empty (a tenant's first burst of targets) looks like one page,
+    /// where a sequential scan costs less than an index probe; repeated per claimed row, that
+    /// scan makes the claim quadratic in the table's real size. Sequential scans stay possible
+    /// where no index serves a statement; transition tables and `unnest` are not affected.
+    public static let claimSettings: [(String, String)] = [("random_page_cost", "1.1"), ("enable_seqscan", "off")]
 
     /// Claims up to `limit` due operations in one statement (docs/delivery.md "Claims"):
     /// candidates come from `dispatch_heads` (migration 0007: at most one row per target, the
@@ -116,15 +135,15 @@ public enum DispatchStore {
                      ORDER BY h.tenant_id LIMIT 1)
               FROM due_tenants w WHERE w.tenant_id IS NOT NULL
         ), candidates AS (
-            SELECT x.tenant_id, x.operation_id,
+            SELECT x.tenant_id, x.target_id, x.operation_id,
                    row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
               FROM due_tenants w CROSS JOIN LATERAL (
                    SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
                     WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
              WHERE w.tenant_id IS NOT NULL
         ), picked AS (
-            SELECT tenant_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
-        ), \(claimTail)
+            SELECT tenant_id, target_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2
+        ), \(claimTail(operationKey: "o.tenant_id = p.tenant_id AND o.target_id = p.target_id AND o.id = p.operation_id"))
         """
 
     /// Claims exactly the operations `ids` (docs/delivery.md "Wake-ups": the ones a commit in this
@@ -141,7 +160,7 @@ public enum DispatchStore {
             """
             WITH picked AS (
                 SELECT DISTINCT x.tenant_id, x.operation_id FROM unnest($2::text[], $3::text[]) AS x(tenant_id, operation_id) LIMIT $4
-            ), \(claimTail)
+            ), \(claimTail(operationKey: "o.tenant_id = p.tenant_id AND o.id = p.operation_id"))
             """,
             [
                 worker, PostgresTextArray(ids.map(\.tenantId)), PostgresTextArray(ids.map(\.id)), limit, leaseSeconds,
@@ -155,15 +174,35 @@ public enum DispatchStore {
     /// The target's clock (`target_clocks`, migration 0024: a narrow row per target, so the stamp
     /// is a cheap HOT update) is written only when the new timestamp is above it (a resend keeps
     /// its timestamp, so its clock is not rewritten); the first claim of a target inserts it.
-    static let claimTail = """
+    ///
+    /// Every row is reached from `picked` by primary key, in a fixed order (operation, then its
+    /// target, then `probeJoins`), each step a `LATERAL` subquery the planner cannot reorder:
+    /// the operation and the target are locked inside their own step (`FOR UPDATE SKIP LOCKED`;
+    /// a skipped target drops the row, and its operation stays locked, unclaimed, until the claim
+    /// commits). The claim's settings (`claimSettings`) keep each probe an index scan.
+    /// `operationKey`: how the operation step finds `picked`'s row. The fair claim names the
+    /// target too (`dispatch_heads` has it), so even a plan made with statistics that take the
+    /// tenant's queue for one row cannot use an index by its tenant prefix alone: with
+    /// `operations` analyzed at 1 row and 20,000 rows in it, the probe by `(tenant_id, id)` was
+    /// planned as a scan of `operations_tenant_id_target_id_seq_key` by `tenant_id` (every
+    /// operation of the tenant, per claimed row; EXPLAIN on a quiet cluster). Claims by id
+    /// (`claim(ids:)`) have no target id to name. The target step has the same weakness and no
+    /// such cure: with `targets` analyzed at one row, PostgreSQL may probe it through the
+    /// smaller `targets_start_target` index by `tenant_id` alone (every target of the tenant per
+    /// claimed row) until `PlannerStatistics.refresh` re-analyzes it (within
+    /// `statisticsSweepSeconds`); docs/delivery.md "Planner statistics".
+    static func claimTail(operationKey: String) -> String {
+        """
         locked AS (
             SELECT \(selectColumns), \(tokenReady) AS token_ready, t.status IN ('ended', 'creation_failed') AS target_over
               FROM picked p
-              JOIN operations o ON o.tenant_id = p.tenant_id AND o.id = p.operation_id
-              \(targetJoins)
-             WHERE \(keyedStatus("o", "queued")) AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
-               AND \(isHead)
-               FOR UPDATE OF o, t SKIP LOCKED
+              CROSS JOIN LATERAL (SELECT o.* FROM operations o
+                                   WHERE \(operationKey) AND \(keyedStatus("o", "queued"))
+                                     AND o.next_attempt_at <= now() AND COALESCE(o.pending_reason, '') <> 'token_pending'
+                                     FOR UPDATE SKIP LOCKED) o
+              CROSS JOIN LATERAL (SELECT t.* FROM targets t WHERE t.tenant_id = o.tenant_id AND t.id = o.target_id FOR UPDATE SKIP LOCKED) t
+              \(probeJoins)
+             WHERE \(isHead)
         ), claimed AS (
             UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $5),
                    attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
@@ -189,6 +228,7 @@ public enum DispatchStore {
                (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
           FROM locked l
         """
+    }
 
     /// Rows of a claim statement → the claimed operations; targets found over get their queued work cancelled.
     static func claimed(_ c: PostgresConnection, _ rows: [PostgresRow]) throws -> [DispatchOperation] {

@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-import LiveRelayStore
+@testable import LiveRelayStore
 import Postgres
 import LiveRelayTestSupport
 
@@ -34,5 +34,60 @@ final class PlannerStatisticsTests: DispatchTestCase {
         XCTAssertFalse(analyzed.contains("operations"), "operations did not change: \(analyzed)")
         XCTAssertGreaterThanOrEqual(try reltuples("targets"), 2500)
         XCTAssertFalse(try h.db.system { c in try PlannerStatistics.refresh(c) }.contains("targets"), "nothing changed since the analyze")
+    }
+
+    /// The fair claim probes each operation by its target even when the planner's statistics
+    /// are stale (docs/delivery.md "Claims"): `operations` analyzed with one row, then 3,000
+    /// queued operations added (a tenant's first burst) before anything re-analyzes it. No
+    /// operation is found by an index's `tenant_id` prefix alone, no step walks every target of
+    /// an installation, nothing is scanned whole. The former statement named no target for the
+    /// operation (this test fails on it) and probed targets by `tenant_id` alone here, and a claim in
+    /// deploy/bench/fanout walked 505,050 targets through `targets_installation` (23.9 s).
+    func testTheFairClaimProbesOperationsByTargetWithStaleStatistics() throws {
+        let a = try h.tenant(), inst = try h.installation(a)
+        _ = try h.update(a, target: try h.target(a, installation: inst, token: "stale-0"), state: ["eta": 0])
+        try h.db.system { c in
+            for t in ["operations", "targets", "dispatch_heads", "installations", "start_targets", "target_clocks"] {
+                try c.execute("ANALYZE \(t)")
+            }
+        }
+        XCTAssertLessThan(try reltuples("operations"), 10, "analyzed while nearly empty")
+        try h.db.tenant(a) { c in
+            try c.execute(
+                """
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                     push_token, token_status, op_seq)
+                SELECT $1, 'tgt_b' || lpad(g::text, 6, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 1, '{"eta": 1}'::jsonb,
+                       lpad(to_hex(g), 64, '0'), 'registered', 1
+                  FROM generate_series(1, 3000) g
+                """, [a, inst])
+            try c.execute(
+                """
+                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
+                SELECT $1, 'op_b' || lpad(g::text, 6, '0'), 'tgt_b' || lpad(g::text, 6, '0'), 1, 'update', 'queued', 2, true,
+                       '{"eta": 2}'::jsonb, 10, false, NULL
+                  FROM generate_series(1, 3000) g
+                """, [a])
+        }
+        let plan = try h.db.system(settings: DispatchStore.claimSettings) { c in
+            try c.query("EXPLAIN (COSTS OFF) " + DispatchStore.fairClaimSQL, ["w-plan", 512, 512, "0", 30.0, Int64(Date().timeIntervalSince1970)])
+                .map { try $0.string("QUERY PLAN") }.joined(separator: "\n")
+        }
+        XCTAssertTrue(
+            plan.contains("(target_id = candidates.target_id)"), "each operation is probed by its tenant and target:\n\(plan)")
+        // An index scan on operations whose condition is the tenant alone reads the tenant's
+        // whole queue once per claimed row.
+        let lines = plan.split(separator: "\n").map(String.init)
+        // Targets are not checked: their probe by primary key can still lose to the smaller
+        // `targets_start_target` index under such statistics (DispatchStore.claimTail).
+        for (n, line) in lines.enumerated() where line.contains(" on operations ") {
+            guard n + 1 < lines.count, line.contains("Index") else { continue }
+            let cond = lines[n + 1].trimmingCharacters(in: .whitespaces)
+            XCTAssertFalse(
+                cond.range(of: #"^Index Cond: \(tenant_id = [a-z_0-9]+\.tenant_id\)$"#, options: .regularExpression) != nil,
+                "probed by the tenant alone: \(line) / \(cond)\n\(plan)")
+        }
+        XCTAssertFalse(plan.contains("targets_installation"), "no walk over an installation's targets:\n\(plan)")
+        XCTAssertFalse(plan.contains("Seq Scan on operations") || plan.contains("Seq Scan on targets"), "no full scans:\n\(plan)")
     }
 }

@@ -57,7 +57,16 @@ final class EndToEndHarness: @unchecked Sendable {
         try sandbox.start()
 
         let captured = logs
-        let log = Logger(minimum: .info, sink: { line in captured.append(line) })
+        // Benches (LIVERELAY_TEST_LOG_STDERR=1) also see the product's warnings and errors.
+        let echo = ProcessInfo.processInfo.environment["LIVERELAY_TEST_LOG_STDERR"] == "1"
+        let log = Logger(
+            minimum: .info,
+            sink: { line in
+                captured.append(line)
+                if echo, line.contains("\"level\":\"warning\"") || line.contains("\"level\":\"error\"") || line.contains("spaced out") {
+                    FileHandle.standardError.write(Data((line + "\n").utf8))
+                }
+            })
         kek = try AESGCM(key: SecureRandom.bytes(32))
         // The provider side exactly as `serve` wires it, pointed at the sandbox (its `env` file);
         // built before the API, whose channel routes create APNs channels through it.

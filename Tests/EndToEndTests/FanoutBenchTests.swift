@@ -148,6 +148,7 @@ final class FanoutBenchTests: XCTestCase {
                 SELECT count(*) AS n, EXTRACT(EPOCH FROM max(o.sent_at) - min(k.created_at))::float8 AS to_last,
                        EXTRACT(EPOCH FROM max(o.sent_at) - min(o.sent_at))::float8 AS spread,
                        count(*) FILTER (WHERE o.status = 'accepted') AS accepted,
+                       count(*) FILTER (WHERE o.attempts > 1) AS retried, COALESCE(max(o.attempts), 0) AS max_attempts,
                        EXTRACT(EPOCH FROM max(k.fanout_done_at) - min(k.created_at))::float8 AS expanded,
                        EXTRACT(EPOCH FROM min(o.sent_at) - min(k.created_at))::float8 AS to_first
                   FROM operations o JOIN channel_operations k ON k.tenant_id = o.tenant_id AND k.id = o.channel_operation_id
@@ -157,6 +158,7 @@ final class FanoutBenchTests: XCTestCase {
         let n = try row.int("n"), toLast = try row.optionalDouble("to_last") ?? 0, spread = try row.optionalDouble("spread") ?? 0
         out = [
             "fanout_members=\(fanout)", "fanout_operations=\(n)", "fanout_accepted=\(try row.int("accepted"))",
+            "fanout_retried_operations=\(try row.int("retried"))", "fanout_max_attempts=\(try row.int("max_attempts"))",
             String(format: "fanout_commit_to_last_request_seconds=%.2f", toLast),
             String(format: "fanout_pushes_per_second=%.0f", spread > 0 ? Double(n) / spread : 0),
             String(format: "fanout_commit_to_first_request_seconds=%.2f", try row.optionalDouble("to_first") ?? 0),
