@@ -44,17 +44,8 @@ final class DispatchStreamingTests: DispatchTestCase {
     func testAnApplyWaitingOnALockDoesNotHoldBackOtherResults() throws {
         // 8 outstanding at most (4 threads): a second applier starts once 4 results wait.
         let (t, inst, x, waiting, fake) = try h.heldUpdate(token: "apply-x")
-        let locker = try PostgresConnection(h.conninfo)
+        let locker = try holdTargetRowWhileItsApplyWaits(t, x) { fake.release(waiting) }
         defer { locker.close() }
-        try locker.execute("BEGIN")
-        try locker.execute("SELECT set_config('app.scope', 'system', true)")
-        try locker.execute("SELECT 1 FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, x])
-        fake.release(waiting)
-        try eventually("its apply waits on the target's lock") {
-            try h.row(
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).int("n") >= 1
-        }
         let others = try (0..<16).map { i in
             try h.update(t, target: try h.target(t, installation: inst, token: "apply-\(i)"), state: ["eta": .int(Int64(i))])
         }
@@ -83,17 +74,8 @@ final class DispatchStreamingTests: DispatchTestCase {
         fake.hold(first)
         h.dispatcher(fake)
         try eventually("the first start in flight") { fake.isHolding(first) }
-        let locker = try PostgresConnection(h.conninfo)
+        let locker = try holdTargetRowWhileItsApplyWaits(t, x) { fake.release(first) }
         defer { locker.close() }
-        try locker.execute("BEGIN")
-        try locker.execute("SELECT set_config('app.scope', 'system', true)")
-        try locker.execute("SELECT 1 FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, x])
-        fake.release(first)
-        try eventually("its apply waits on the target's lock") {
-            try h.row(
-                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).int("n") >= 1
-        }
         let others = try (0..<16).map { i in
             try h.remoteStart(
                 t, startTarget: try h.startTarget(t, installation: try h.installation(t), token: "pts-\(i)"), businessKey: "delivery:\(i)"
@@ -171,5 +153,22 @@ final class DispatchStreamingTests: DispatchTestCase {
         try h.waitFor(t, op, .accepted, within: 5)
         XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))
         XCTAssertEqual(d.stats.namedClaimed, 1, "claimed by name, as committed (docs/delivery.md \"Wake-ups\")")
+    }
+
+    /// Locks target `x` of tenant `t` in a transaction of its own (the returned connection;
+    /// roll it back to let go), runs `release` (lets the held push answer), and waits until its
+    /// apply waits on that lock.
+    func holdTargetRowWhileItsApplyWaits(_ t: String, _ x: String, release: () -> Void) throws -> PostgresConnection {
+        let locker = try PostgresConnection(h.conninfo)
+        try locker.execute("BEGIN")
+        try locker.execute("SELECT set_config('app.scope', 'system', true)")
+        try locker.execute("SELECT 1 FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, x])
+        release()
+        try eventually("its apply waits on the target's lock") {
+            try h.row(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).int("n") >= 1
+        }
+        return locker
     }
 }
