@@ -510,7 +510,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 )
             }
             var applied: [Bool] = []
-            let serial = decided.contains { DispatchStore.reachesBeyondTarget($0.0.op, $0.1) }
+            let serial = decided.contains { DispatchStore.reachesBeyondTarget(channelId: $0.0.op.channelId, $0.1) }
             if serial { effectsLock.lock() }
             defer { if serial { effectsLock.unlock() } }
             let began = Date()

@@ -97,7 +97,8 @@ extension DispatchStore {
     /// up front, sorted.
     public static func hasEffects(_ d: DispatchDecision) -> Bool { d.target != .none || d.cancelQueued != nil || d.deadToken != nil }
 
-    /// Whether applying `d` for `op` locks rows that belong to no single target of the batch, in
+    /// Whether applying `d` for an operation whose target's channel is `channelId` (nil: not a
+    /// channel member) locks rows that belong to no single target of the batch, in
     /// an order `applyResults` does not fix (docs/delivery.md "Applying results"): a dead
     /// push-to-start token (the start target, shared by its targets), a dead FCM token (the
     /// installation, every target and start target of it), or a status change of a channel
@@ -106,11 +107,6 @@ extension DispatchStore {
     /// effect stays on the result's own target (locked up front, and no other batch holds an
     /// operation of it: at most one is in flight per target), its queued operations, and
     /// counters sharded by backend.
-    public static func reachesBeyondTarget(_ op: DispatchOperation, _ d: DispatchDecision) -> Bool {
-        reachesBeyondTarget(channelId: op.channelId, d)
-    }
-
-    /// `reachesBeyondTarget` for a target whose channel is `channelId` (nil: not a channel member).
     public static func reachesBeyondTarget(channelId: String?, _ d: DispatchDecision) -> Bool {
         switch d.deadToken {
         case .startTargetPending?, .clearInstallationFCMToken?: return true

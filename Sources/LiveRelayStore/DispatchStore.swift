@@ -96,7 +96,7 @@ public enum DispatchStore {
     /// such transactions, so their own plans (custom or generic) use it; plans of trigger
     /// statements are cached per connection by whichever transaction first ran them.
     ///
-    /// And `enable_seqscan = off`: every probe of a claim is keyed by a primary key, and a
+    /// And `enable_seqscan = off`: every probe of a claim is keyed by a unique key, and a
     /// table analyzed while nearly empty (a tenant's first burst of targets) looks like one page,
     /// where a sequential scan costs less than an index probe; repeated per claimed row, that
     /// scan makes the claim quadratic in the table's real size. Sequential scans stay possible
@@ -169,7 +169,8 @@ public enum DispatchStore {
         return try claimed(c, rows)
     }
 
-    /// Everything of a claim after `picked(tenant_id, operation_id)`: re-check and lock
+    /// Everything of a claim after `picked(tenant_id, operation_id)` (plus `target_id` when
+    /// `operationKey` names it): re-check and lock
     /// (`$1` worker, `$5` lease seconds, `$6` now in epoch seconds), mark sending, stamp, park.
     /// The target's clock (`target_clocks`, migration 0024: a narrow row per target, so the stamp
     /// is a cheap HOT update) is written only when the new timestamp is above it (a resend keeps
@@ -186,7 +187,9 @@ public enum DispatchStore {
     /// `operations` analyzed at 1 row and 20,000 rows in it, the probe by `(tenant_id, id)` was
     /// planned as a scan of `operations_tenant_id_target_id_seq_key` by `tenant_id` (every
     /// operation of the tenant, per claimed row; EXPLAIN on a quiet cluster). Claims by id
-    /// (`claim(ids:)`) have no target id to name. The target step has the same weakness and no
+    /// (`claim(ids:)`) have no target id to name. The `claimed` and `parked` updates find their
+    /// rows by tenant, target and id for the same reason (with stale statistics, by `(tenant_id,
+    /// id)` alone they were planned as a scan of the tenant's operations per locked row). The target step has the same weakness and no
     /// such cure: with `targets` analyzed at one row, PostgreSQL may probe it through the
     /// smaller `targets_start_target` index by `tenant_id` alone (every target of the tenant per
     /// claimed row) until `PlannerStatistics.refresh` re-analyzes it (within
@@ -208,7 +211,7 @@ public enum DispatchStore {
                    attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
                    provider_timestamp = COALESCE(o.provider_timestamp, GREATEST($6::bigint, l.last_timestamp + 1)), updated_at = now()
               FROM locked l
-             WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
+             WHERE o.tenant_id = l.tenant_id AND o.target_id = l.target_id AND o.id = l.id AND l.token_ready AND NOT l.target_over
             RETURNING o.tenant_id, o.id, o.target_id, o.provider_timestamp AS claimed_ts
         ), stamped AS (
             INSERT INTO target_clocks AS k (tenant_id, target_id, last_timestamp)
@@ -219,7 +222,7 @@ public enum DispatchStore {
         ), parked AS (
             UPDATE operations o SET pending_reason = 'token_pending', updated_at = now()
               FROM locked l
-             WHERE o.tenant_id = l.tenant_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
+             WHERE o.tenant_id = l.tenant_id AND o.target_id = l.target_id AND o.id = l.id AND NOT l.token_ready AND NOT l.target_over
             RETURNING o.id
         ), stamps AS (  -- id -> timestamp in one object: a join of two CTEs estimated at one row each was a nested loop (n^2)
             SELECT jsonb_object_agg(c.id, c.claimed_ts) AS m FROM claimed c

@@ -39,32 +39,6 @@ final class DispatchBenchTests: XCTestCase {
             + "apply_batch_mean=\(avg(Double(s.applied), s.applies))"
     }
 
-    /// `count` ready iOS targets named `prefix…`, one queued state-only update each (as the write path leaves them).
-    func loadQueue(_ h: DispatchHarness, tenant t: String, installation inst: String, prefix: String, count: Int, queued: Int? = nil) throws {
-        try h.db.tenant(t) { c in
-            // Set-up, not the measured path: 1,000,000 targets and their target.ready events in
-            // one statement take longer than the product's 30 s statement timeout.
-            try c.execute("SET LOCAL statement_timeout = 0")
-            let day = QuotaStore.day(Date())
-            try c.execute(
-                """
-                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
-                                     push_token, token_status, op_seq)
-                SELECT $1, 'tgt_' || $4 || lpad(g::text, 8, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2,
-                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), lpad(to_hex(g), 64, '0'), 'registered', 1
-                  FROM generate_series(1, $3) g
-                """, [t, inst, count, prefix])
-            try c.execute(
-                """
-                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
-                SELECT $1, 'op_' || $4 || lpad(g::text, 8, '0'), 'tgt_' || $4 || lpad(g::text, 8, '0'), 1, 'update', 'queued', 2, true,
-                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), 10, true, $3::date
-                  FROM generate_series(1, $2) g
-                """, [t, queued ?? count, day, prefix])
-            try c.execute("ANALYZE operations"); try c.execute("ANALYZE targets"); try c.execute("ANALYZE dispatch_heads")
-        }
-    }
-
     /// Starts a dispatcher on `sender`, waits until `count` results of tenant `t` are committed.
     /// Returns (seconds until the last result was committed, streams in flight high-water mark).
     func drain(
@@ -129,7 +103,7 @@ final class DispatchBenchTests: XCTestCase {
         let t = try h.tenant(quota: 100_000_000)
         let inst = try h.installation(t)
         let setup = Date()
-        try loadQueue(h, tenant: t, installation: inst, prefix: "bench", count: count)
+        try h.loadQueue(tenant: t, installation: inst, prefix: "bench", count: count)
         print("bench: setup of \(count) targets + queued updates took \(String(format: "%.1f", Date().timeIntervalSince(setup))) s")
 
         // Phase 1: drain the backlog, counted until the last result is committed.
@@ -218,7 +192,7 @@ final class DispatchBenchTests: XCTestCase {
         sink.setFaults(HTTP2ServerFaults(responseDelaySeconds: Double(delayMs) / 1000))
         let t2 = try h.tenant(quota: 100_000_000)
         let inst2 = try h.installation(t2)
-        try loadQueue(h, tenant: t2, installation: inst2, prefix: "slow", count: delayedCount)
+        try h.loadQueue(tenant: t2, installation: inst2, prefix: "slow", count: delayedCount)
         let slowSender = makeSender()
         defer { slowSender.pool.close() }
         let (slowSeconds, slowStreams, d2) = try drain(
@@ -247,14 +221,14 @@ final class DispatchBenchTests: XCTestCase {
         let largeTargets = env("BENCH_CLAIM_TARGETS", 1_000_000), largeQueued = env("BENCH_CLAIM_QUEUED", 100_000)
         if env("BENCH_CLAIM", 1) == 1 {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
-            try loadQueue(h, tenant: ts, installation: insts, prefix: "small", count: 1000)
+            try h.loadQueue(tenant: ts, installation: insts, prefix: "small", count: 1000)
             claimSmall = claimP50(60)
             _ = try h.db.tenant(ts) { c in
                 try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts])
             }
             let tl = try h.tenant(quota: 100_000_000), il = try h.installation(tl)
             let t0 = Date()
-            try loadQueue(h, tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
+            try h.loadQueue(tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
             print("bench: setup of \(largeTargets) targets, \(largeQueued) queued took \(String(format: "%.1f", Date().timeIntervalSince(t0))) s")
             claimLarge = claimP50(60)
         }
@@ -264,7 +238,7 @@ final class DispatchBenchTests: XCTestCase {
         var profile: [String] = []
         if env("BENCH_PROFILE", 1) >= 1 {
             let tp = try h.tenant(quota: 100_000_000), ip = try h.installation(tp)
-            try loadQueue(h, tenant: tp, installation: ip, prefix: "prof", count: 512)
+            try h.loadQueue(tenant: tp, installation: ip, prefix: "prof", count: 512)
             let wholePlans = env("BENCH_PROFILE", 1) == 2  // every plan line, not only triggers and totals
             func keep(_ rows: [PostgresRow], _ label: String) throws {
                 var first = true

@@ -316,6 +316,35 @@ final class FakeSender: PushSender, @unchecked Sendable {  // state under `lock`
 }
 
 extension DispatchHarness {
+    /// `count` ready iOS targets named `tgt_<prefix>…`, one queued state-only update each (as the
+    /// write path leaves them; the first `queued` of them when given). `analyze`: refresh the
+    /// planner's statistics of `operations`, `targets` and `dispatch_heads` afterwards (false
+    /// keeps them stale, as after a burst).
+    func loadQueue(tenant t: String, installation inst: String, prefix: String, count: Int, queued: Int? = nil, analyze: Bool = true) throws {
+        try db.tenant(t) { c in
+            // Set-up, not the measured path: 1,000,000 targets and their target.ready events in
+            // one statement take longer than the product's 30 s statement timeout.
+            try c.execute("SET LOCAL statement_timeout = 0")
+            let day = QuotaStore.day(Date())
+            try c.execute(
+                """
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
+                                     push_token, token_status, op_seq)
+                SELECT $1, 'tgt_' || $4 || lpad(g::text, 8, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 2,
+                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), lpad(to_hex(g), 64, '0'), 'registered', 1
+                  FROM generate_series(1, $3) g
+                """, [t, inst, count, prefix])
+            try c.execute(
+                """
+                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
+                SELECT $1, 'op_' || $4 || lpad(g::text, 8, '0'), 'tgt_' || $4 || lpad(g::text, 8, '0'), 1, 'update', 'queued', 2, true,
+                       jsonb_build_object('eta', g % 60, 'driver', 'Ana', 'stop', g), 10, true, $3::date
+                  FROM generate_series(1, $2) g
+                """, [t, queued ?? count, day, prefix])
+            if analyze { try c.execute("ANALYZE operations"); try c.execute("ANALYZE targets"); try c.execute("ANALYZE dispatch_heads") }
+        }
+    }
+
     /// One tenant, installation and target (update token `token`) with one queued update, a
     /// started dispatcher (`testConfiguration`) on a `FakeSender` that holds that update's send,
     /// returned once the send is held in flight.

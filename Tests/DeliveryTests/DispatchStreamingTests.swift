@@ -49,17 +49,7 @@ final class DispatchStreamingTests: DispatchTestCase {
         let others = try (0..<16).map { i in
             try h.update(t, target: try h.target(t, installation: inst, token: "apply-\(i)"), state: ["eta": .int(Int64(i))])
         }
-        // Within 5 s, well under the 10 s lock_timeout that would end the waiting apply.
-        try eventually("a batch of the others applied while the first apply waits", within: 5) {
-            try h.row(
-                "SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'accepted'",
-                [t, PostgresTextArray(others)]
-            ).int("n") >= 8
-        }
-        XCTAssertEqual(try h.operation(t, waiting).status, .sending, "the first result is still waiting for the lock")
-        try locker.execute("ROLLBACK")
-        try h.waitFor(t, waiting, .accepted)
-        for op in others { try h.waitFor(t, op, .accepted) }
+        try assertOthersCommitWhileItWaits(t, first: waiting, others: others, locker: locker)
     }
 
     /// Accepted remote starts have a target effect (`starting` → `ready`/`token_pending`) that
@@ -81,16 +71,7 @@ final class DispatchStreamingTests: DispatchTestCase {
                 t, startTarget: try h.startTarget(t, installation: try h.installation(t), token: "pts-\(i)"), businessKey: "delivery:\(i)"
             ).1
         }
-        try eventually("a batch of the other starts applied while the first apply waits", within: 5) {
-            try h.row(
-                "SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'accepted'",
-                [t, PostgresTextArray(others)]
-            ).int("n") >= 8
-        }
-        XCTAssertEqual(try h.operation(t, first).status, .sending, "the first result is still waiting for the lock")
-        try locker.execute("ROLLBACK")
-        try h.waitFor(t, first, .accepted)
-        for op in others { try h.waitFor(t, op, .accepted) }
+        try assertOthersCommitWhileItWaits(t, first: first, others: others, locker: locker)
         XCTAssertNotEqual(try h.targetRecord(t, x).status.rawValue, "starting", "the start's target effect was applied")
     }
 
@@ -170,5 +151,21 @@ final class DispatchStreamingTests: DispatchTestCase {
             ).int("n") >= 1
         }
         return locker
+    }
+
+    /// Within 5 s (well under the 10 s lock_timeout that would end the waiting apply) at least a
+    /// batch of `others` is accepted while `first` is still `sending`, its apply waiting on the
+    /// row `locker` holds; then the lock is let go and every one is accepted.
+    func assertOthersCommitWhileItWaits(_ t: String, first: String, others: [String], locker: PostgresConnection) throws {
+        try eventually("a batch of the others applied while the first apply waits", within: 5) {
+            try h.row(
+                "SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND id = ANY($2::text[]) AND status = 'accepted'",
+                [t, PostgresTextArray(others)]
+            ).int("n") >= 8
+        }
+        XCTAssertEqual(try h.operation(t, first).status, .sending, "the first result is still waiting for the lock")
+        try locker.execute("ROLLBACK")
+        try h.waitFor(t, first, .accepted)
+        for op in others { try h.waitFor(t, op, .accepted) }
     }
 }

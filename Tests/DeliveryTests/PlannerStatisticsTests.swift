@@ -52,23 +52,7 @@ final class PlannerStatisticsTests: DispatchTestCase {
             }
         }
         XCTAssertLessThan(try reltuples("operations"), 10, "analyzed while nearly empty")
-        try h.db.tenant(a) { c in
-            try c.execute(
-                """
-                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, template_version, status, revision, state,
-                                     push_token, token_status, op_seq)
-                SELECT $1, 'tgt_b' || lpad(g::text, 6, '0'), $2, 'local', 'delivery', 'tv_test', 'ready', 1, '{"eta": 1}'::jsonb,
-                       lpad(to_hex(g), 64, '0'), 'registered', 1
-                  FROM generate_series(1, 3000) g
-                """, [a, inst])
-            try c.execute(
-                """
-                INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, priority, consumes_quota, quota_day)
-                SELECT $1, 'op_b' || lpad(g::text, 6, '0'), 'tgt_b' || lpad(g::text, 6, '0'), 1, 'update', 'queued', 2, true,
-                       '{"eta": 2}'::jsonb, 10, false, NULL
-                  FROM generate_series(1, 3000) g
-                """, [a])
-        }
+        try h.loadQueue(tenant: a, installation: inst, prefix: "b", count: 3000, analyze: false)
         let plan = try h.db.system(settings: DispatchStore.claimSettings) { c in
             try c.query("EXPLAIN (COSTS OFF) " + DispatchStore.fairClaimSQL, ["w-plan", 512, 512, "0", 30.0, Int64(Date().timeIntervalSince1970)])
                 .map { try $0.string("QUERY PLAN") }.joined(separator: "\n")
