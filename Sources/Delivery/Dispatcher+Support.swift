@@ -47,6 +47,8 @@ final class CommitHints: Sendable {
 public struct DispatcherStats: Sendable, Equatable {
     /// Claim transactions run (fair claims + named claims) and of those the named ones.
     public var claims = 0, namedClaims = 0
+    /// Operations claimed by the writes that queued them (docs/delivery.md "Claims at commit").
+    public var claimedAtCommit = 0
     /// Operations claimed, and by named claims.
     public var claimed = 0, namedClaimed = 0
     /// Summed duration of the claim transactions.
@@ -65,6 +67,7 @@ final class DispatcherCounters: Sendable {
             if named { s.namedClaims += 1; s.namedClaimed += n }
         }
     }
+    func claimedAtCommit(_ n: Int) { state.withLock { $0.claimedAtCommit += n } }
     func applied(_ n: Int, seconds: Double) {
         state.withLock { s in
             s.applies += 1; s.applied += n; s.applySeconds += seconds

@@ -23,7 +23,7 @@ import Locking
 /// No thread waits per push. State is split over three locks that are never held together:
 /// `cond` (lifecycle, outstanding, wake-ups), `jobsCond` (claimed, not yet submitted),
 /// `applyCond` (completed, not yet applied).
-public final class Dispatcher: @unchecked Sendable {  // mutable state only under its lock (see above)
+public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutable state only under its lock (see above)
     public let configuration: DispatcherConfiguration
     let db: Database
     let conninfo: String
@@ -58,6 +58,8 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private var claimRotation = 0
     /// Operations named by commits / NOTIFYs, not yet tried by the named-claim thread.
     private var named: [(tenantId: String, id: String)] = []
+    /// Outstanding slots lent to writes claiming at commit, not yet taken or released.
+    private var commitReserved = 0
     private let exited = DispatchSemaphore(value: 0)
     private var threadCount = 0
     // `jobsCond`
@@ -140,6 +142,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         running = true
         cond.unlock()
         db.addCommitObserver { [weak self] notifications, at in self?.committed(notifications, at: at) }
+        if configuration.claimAtCommit { db.commitClaims.register(self) }
         spawn("dispatch-claim") { self.claimLoop() }
         if configuration.claimNamedOperations { spawn("dispatch-claim-named") { self.namedClaimLoop() } }
         spawn("dispatch-listen") { self.listenLoop() }
@@ -165,6 +168,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         stopping = true
         cond.broadcast()
         cond.unlock()
+        db.commitClaims.withdraw(self)
         jobsCond.lock()
         let unsent = jobs[jobsHead...].map { (tenantId: $0.op.tenantId, id: $0.op.id) }
         jobs.removeAll(); jobsHead = 0
@@ -203,6 +207,47 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         wake()
     }
 
+    /// Lends one outstanding slot to a write that claims its operation at commit
+    /// (docs/delivery.md "Claims at commit"; `CommitClaimTaker`): only while running, with
+    /// `claimAtCommit` on, and while fewer than half of `maxOutstanding` are outstanding or
+    /// lent, so the fair and named claims always keep the other half for every tenant's queue.
+    public func reserveCommitClaim() -> CommitClaimTerms? {
+        cond.lock()
+        defer { cond.unlock() }
+        guard isRunning, configuration.claimAtCommit, outstanding.count + commitReserved < max(1, maxOutstanding / 2) else { return nil }
+        commitReserved += 1
+        return CommitClaimTerms(
+            worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
+            clock: configuration.clock)
+    }
+
+    /// Takes what a write claimed at commit (`CommitClaimTaker`): records each operation's
+    /// commit time (the start of its lag) and queues it for the submitters like a claim's
+    /// result; frees the lent slot.
+    public func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date) {
+        commitHints.record(ops.map(\.id), at: committedAt)
+        cond.lock()
+        commitReserved -= 1
+        if ops.isEmpty { cond.broadcast() }
+        cond.unlock()
+        if !ops.isEmpty {
+            counters.claimedAtCommit(ops.count)
+            for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
+            _ = hand(ops)
+        }
+    }
+
+    /// Slots lent to writes claiming at commit and not yet taken or released (tests).
+    public var commitClaimsLent: Int { cond.lock(); defer { cond.unlock() }; return commitReserved }
+
+    /// Frees a slot lent to a write that did not commit (`CommitClaimTaker`).
+    public func releaseCommitClaim() {
+        cond.lock()
+        commitReserved -= 1
+        cond.broadcast()
+        cond.unlock()
+    }
+
     /// Commit observer of `db`: the write path's NOTIFY on `liverelay_dispatch` carries
     /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert): a named operation goes to the
     /// named claim (its commit time recorded for the lag), a bare tenant wakes the fair claim loop.
@@ -211,6 +256,11 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
         var general = false
         for n in notifications where n.channel == OperationStore.dispatchChannel {
             if let pair = Self.namedOperation(n.payload) { pairs.append(pair) } else { general = true }
+        }
+        if !pairs.isEmpty {  // claimed at commit already (its transaction hook ran first): nothing to name
+            cond.lock()
+            pairs.removeAll { outstanding[$0.id] != nil }
+            cond.unlock()
         }
         guard general || !pairs.isEmpty else { return }
         commitHints.record(pairs.map(\.id), at: at)
@@ -268,7 +318,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
             cond.lock()
             while true {
                 if !isRunning { cond.unlock(); return }
-                let free = maxOutstanding - outstanding.count
+                let free = maxOutstanding - outstanding.count - commitReserved
                 let worthIt = outstanding.isEmpty || free >= min(configuration.claimBatchSize, max(1, maxOutstanding / 2))
                 if free > 0 && worthIt && (wakeRequested || lastClaimFull) { break }
                 if !cond.wait(until: Date().addingTimeInterval(configuration.pollSeconds)) {
@@ -276,7 +326,7 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
                 }
             }
             wakeRequested = false
-            let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count)
+            let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count - commitReserved)
             claimRotation &+= 1
             let rotation = claimRotation
             cond.unlock()
@@ -339,12 +389,12 @@ public final class Dispatcher: @unchecked Sendable {  // mutable state only unde
     private func namedClaimLoop() {
         while true {
             cond.lock()
-            while isRunning && (named.isEmpty || outstanding.count >= maxOutstanding) {
+            while isRunning && (named.isEmpty || outstanding.count + commitReserved >= maxOutstanding) {
                 if !named.isEmpty { named.removeAll(); wakeRequested = true; cond.broadcast() }  // no slot: the fair loop takes them later
                 cond.wait()
             }
             if !isRunning { cond.unlock(); return }
-            let free = maxOutstanding - outstanding.count
+            let free = maxOutstanding - outstanding.count - commitReserved
             var batch = named.filter { outstanding[$0.id] == nil }
             named.removeAll()
             if batch.count > free { batch.removeLast(batch.count - free); wakeRequested = true }

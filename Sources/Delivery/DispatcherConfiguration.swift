@@ -78,6 +78,11 @@ public struct DispatcherConfiguration: Sendable {
     /// by id, on their own thread (docs/delivery.md "Wake-ups"); false: every wake-up runs the
     /// general fair claim.
     public var claimNamedOperations = true
+    /// Lend outstanding slots (at most half of `maxOutstanding`) to writes in this process on
+    /// the same `Database`, which claim the operation they queue inside their own transaction
+    /// and hand it over after COMMIT (docs/delivery.md "Claims at commit"); false: such writes
+    /// queue and the named or fair claim sends them.
+    public var claimAtCommit = true
     /// The clock of priority-budget decisions and of the send times they count
     /// (docs/priority-budget.md); tests inject one to slide the 60-minute window.
     public var clock: @Sendable () -> Date = Date.init

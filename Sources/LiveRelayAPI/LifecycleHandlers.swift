@@ -117,10 +117,14 @@ enum LifecycleHandlers {
     }
 
     /// Round trip 3: stores the response under the idempotency key and commits, in one pipeline.
-    static func finish(_ c: PostgresConnection, tenant: String, _ idem: Idempotency, status: Int, _ value: JSONValue) throws -> HTTPResponse {
+    /// `before`: statements that join this round trip ahead of the stored response (a claim
+    /// at commit's priority decision).
+    static func finish(
+        _ c: PostgresConnection, tenant: String, _ idem: Idempotency, status: Int, _ value: JSONValue, before: [PostgresStatement] = []
+    ) throws -> HTTPResponse {
         let bytes = value.serialized()
         _ = try c.pipeline(
-            [
+            before + [
                 WritePath.complete(
                     tenantId: tenant, endpoint: idem.endpoint, key: idem.key,
                     response: StoredResponse(status: status, body: bytes))
@@ -212,8 +216,13 @@ enum LifecycleHandlers {
                     attributesType: st.attributesType, businessKey: s.businessKey), now: now)
             try TenantCapStore.evaluate(result(r1, capIndex), .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 2)), exact: exactQuota, now: now)
-            // Round trip 2: the target, its start operation, the quota re-check.
-            var writes = [
+            // Round trip 2: the target, its start operation (claimed at commit when a dispatcher
+            // of this process lends a slot: docs/delivery.md "Claims at commit"), the quota re-check.
+            let opId = Identifier.make(.operation)
+            let claim = CommitClaim.begin(c, db: ctx.db)
+            var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
+            let first = writes.count
+            writes += [
                 WritePath.insertTarget(
                     tenantId: tenant,
                     TargetStore.New(
@@ -224,7 +233,7 @@ enum LifecycleHandlers {
                 WritePath.insertOperation(
                     tenantId: tenant,
                     OperationStore.New(
-                        id: Identifier.make(.operation), targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
+                        id: opId, targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
                         options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey))
             ]
             if let join {
@@ -233,14 +242,17 @@ enum LifecycleHandlers {
                         tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
                         channelSeq: join.channel.opSeq, ready: false))
             }
+            if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }  // after the join: it reads the delivery
+            let claimIndex = writes.count - 1
             let quotaIndex = writes.count
             if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
             // Further statements of this write (e.g. event rows) join `writes` here.
             let r2 = try c.pipeline(writes).get()
-            let target = try WritePath.updatedTarget(r2[join == nil ? 0 : 2]), op = try WritePath.operation(r2[1])
+            let target = try WritePath.updatedTarget(r2[first + (join == nil ? 0 : 2)]), op = try WritePath.operation(r2[first + 1])
             if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
-            try WritePath.notify(c, tenantId: tenant, queued: true, superseded: [], targetChanged: nil)
-            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
+            let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: targetId) ?? []
+            try WritePath.notify(c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: [], targetChanged: nil)
+            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
@@ -377,7 +389,7 @@ enum LifecycleHandlers {
             opts.staleAt = u.options.staleAt ?? t.staleAt
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
             return try commitQueued(
-                c, tenant: tenant, target: t,
+                c, db: ctx.db, tenant: tenant, target: t,
                 targetWrite: WritePath.applyState(
                     tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
                     staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
@@ -450,7 +462,7 @@ enum LifecycleHandlers {
                     return try finish(c, tenant: tenant, w.idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
                 }
                 return try queueEnd(
-                    c, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
+                    c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
                     day: nil, recheck: false, exactNext: &exactQuota, idem: w.idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
@@ -463,7 +475,7 @@ enum LifecycleHandlers {
                     staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
             return try queueEnd(
-                c, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
+                c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
                 day: day, recheck: recheck, exactNext: &exactQuota, idem: w.idem)
         }
     }
@@ -473,13 +485,13 @@ enum LifecycleHandlers {
     /// queued operations it supersedes (`WriteRules.superseded`) are marked, then the response
     /// is stored and the transaction commits.
     static func queueEnd(
-        _ c: PostgresConnection, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
+        _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
         scope: SenderScope?, queued: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
         idem: Idempotency
     ) throws -> HTTPResponse {
         let revision = state == nil ? t.revision : t.revision + 1
         return try commitQueued(
-            c, tenant: tenant, target: t,
+            c, db: db, tenant: tenant, target: t,
             targetWrite: state.map {
                 WritePath.applyState(
                     tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
@@ -503,22 +515,30 @@ enum LifecycleHandlers {
     /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
     static func commitQueued(
-        _ c: PostgresConnection, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
+        _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
         operation: OperationStore.New, victims: [String], recheckDay: String?, exactNext: inout Bool,
         targetChanged: Bool, idem: Idempotency
     ) throws -> HTTPResponse {
-        var writes = [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
+        // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
+        // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
+        let claim = CommitClaim.begin(c, db: db)
+        var writes = claim.map { [$0.prelude(operationId: operation.id)] } ?? []
+        let targetIndex = writes.count
+        writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }
+        if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
+        let claimIndex = writes.count - 1
         let quotaIndex = writes.count
         if let recheckDay { writes.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
         // Further statements of this write (e.g. event rows) join `writes` here.
         let r2 = try c.pipeline(writes).get()
-        let target = try WritePath.updatedTarget(r2[0]), op = try WritePath.operation(r2[1])
+        let target = try WritePath.updatedTarget(r2[targetIndex]), op = try WritePath.operation(r2[targetIndex + 1])
         if recheckDay != nil { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
+        let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: t.id) ?? []
         try WritePath.notify(
-            c, tenantId: tenant, queued: true, superseded: victims, targetChanged: targetChanged ? t.id : nil,
+            c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: victims, targetChanged: targetChanged ? t.id : nil,
             operationId: operation.id)
-        return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target))
+        return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit)
     }
 
     /// `{operation, target}` of a write (docs/write-semantics.md).

@@ -14,6 +14,9 @@ public final class Database: Sendable {
     /// Transaction-local settings added to every transaction (e.g. `PriorityBudgetSQL.settings`:
     /// the deployment's default budgets, read by SQL that builds event objects).
     public let settings: [(String, String)]
+    /// The dispatcher of this process that takes claims at commit, if any (docs/delivery.md
+    /// "Claims at commit").
+    public let commitClaims = CommitClaimRegistry()
 
     /// - Parameter settings: `(name, value)` pairs set (`SET LOCAL`) in every transaction.
     public init(pool: PostgresPool, settings: [(String, String)] = []) {
@@ -64,18 +67,39 @@ public final class Database: Sendable {
     /// first statement (`lazyBegin`), so they cost no round trip of their own.
     /// Notifications are wake-up hints: every listener re-checks the database, so one lost to
     /// a crash between the two commits costs at most a poll interval, never correctness.
+    ///
+    /// Transaction hooks (`PostgresConnection.addTransactionHook`, e.g. a claim at commit,
+    /// docs/delivery.md "Claims at commit") run once the outcome is known: `committed` after
+    /// COMMIT returned (before the commit observers), `rolledBack` when the body threw or
+    /// COMMIT failed, including each attempt the pool runs again.
     func run<T>(isolation: IsolationLevel, settings: [(String, String)], _ body: (PostgresConnection) throws -> T) throws -> T {
         var pending: [(channel: String, payload: String)] = []
-        let result = try pool.transaction(isolation: isolation, settings: settings, lazyBegin: true) { c in
-            c.deferNotifications()
-            do {
-                let v = try body(c)
-                pending = c.takeDeferredNotifications()
-                return v
-            } catch {
-                _ = c.takeDeferredNotifications()
-                throw error
+        var hooks: [TransactionHook] = []
+        let result: T
+        do {
+            result = try pool.transaction(isolation: isolation, settings: settings, lazyBegin: true) { c in
+                for h in hooks { h.rolledBack() }  // an earlier attempt whose COMMIT failed
+                hooks = []
+                c.deferNotifications()
+                _ = c.takeTransactionHooks()
+                do {
+                    let v = try body(c)
+                    pending = c.takeDeferredNotifications()
+                    hooks = c.takeTransactionHooks()
+                    return v
+                } catch {
+                    _ = c.takeDeferredNotifications()
+                    for h in c.takeTransactionHooks() { h.rolledBack() }
+                    throw error
+                }
             }
+        } catch {
+            for h in hooks { h.rolledBack() }
+            throw error
+        }
+        if !hooks.isEmpty {
+            let committedAt = Date()
+            for h in hooks { h.committed(committedAt) }
         }
         if !pending.isEmpty {
             let observers = commitObservers.withLock { $0 }

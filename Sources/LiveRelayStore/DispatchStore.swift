@@ -156,7 +156,16 @@ public enum DispatchStore {
         leaseSeconds: Double, now: Date
     ) throws -> [DispatchOperation] {
         guard limit > 0, !ids.isEmpty else { return [] }
-        let rows = try c.query(
+        let st = claimStatement(worker: worker, ids: ids, limit: limit, leaseSeconds: leaseSeconds, now: now)
+        return try claimed(c, try c.query(st.sql, st.params))
+    }
+
+    /// The statement of `claim(ids:)` (same parameters), for callers that pipeline it (a claim
+    /// at commit, docs/delivery.md "Claims at commit"); read its rows with `claimedRows`.
+    public static func claimStatement(
+        worker: String, ids: [(tenantId: String, id: String)], limit: Int, leaseSeconds: Double, now: Date
+    ) -> PostgresStatement {
+        PostgresStatement(
             """
             WITH picked AS (
                 SELECT DISTINCT x.tenant_id, x.operation_id FROM unnest($2::text[], $3::text[]) AS x(tenant_id, operation_id) LIMIT $4
@@ -166,7 +175,6 @@ public enum DispatchStore {
                 worker, PostgresTextArray(ids.map(\.tenantId)), PostgresTextArray(ids.map(\.id)), limit, leaseSeconds,
                 Timestamp.epochSeconds(now)
             ])
-        return try claimed(c, rows)
     }
 
     /// Everything of a claim after `picked(tenant_id, operation_id)` (plus `target_id` when
@@ -235,6 +243,15 @@ public enum DispatchStore {
 
     /// Rows of a claim statement → the claimed operations; targets found over get their queued work cancelled.
     static func claimed(_ c: PostgresConnection, _ rows: [PostgresRow]) throws -> [DispatchOperation] {
+        let (claimed, over) = try claimedRows(rows)
+        for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
+        return claimed
+    }
+
+    /// Rows of a claim statement → the operations claimed (`sending`, attempt and timestamp
+    /// set) and those whose target was found over (left `queued`: the caller cancels them, see
+    /// `claimed`); parked rows are in neither.
+    public static func claimedRows(_ rows: [PostgresRow]) throws -> (claimed: [DispatchOperation], over: [DispatchOperation]) {
         var claimed: [DispatchOperation] = []
         var over: [DispatchOperation] = []
         for r in rows {
@@ -243,8 +260,7 @@ public enum DispatchStore {
             guard let ts = try r.optionalInt64("claimed_ts") else { continue }  // parked
             claimed.append(op.claimed(providerTimestamp: ts))
         }
-        for op in over { try OperationStore.cancelQueued(c, tenantId: op.tenantId, targetId: op.targetId, reason: "target_ended") }
-        return claimed
+        return (claimed, over)
     }
 
     /// Extends the leases of `worker`'s in-flight sends (heartbeat). Returns how many it renewed.

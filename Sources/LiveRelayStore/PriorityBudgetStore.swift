@@ -55,7 +55,17 @@ extension DispatchStore {
     /// the row shows (`sent_priority`, NULL when as requested): one UPDATE, only when some
     /// decision changed. Returns the operations carrying their decision (`budgetDecision`).
     public static func decidePriorities(_ c: PostgresConnection, _ ops: [DispatchOperation], now: Date) throws -> [DispatchOperation] {
-        guard !ops.isEmpty else { return ops }
+        let (out, update) = priorityDecisions(ops, now: now)
+        if let update { try c.execute(update.sql, update.params) }
+        return out
+    }
+
+    /// The pure half of `decidePriorities`: the operations carrying their decision, and the
+    /// UPDATE of `sent_priority` to run in the claim's transaction (nil when no decision
+    /// differs from the row), for callers that pipeline it (a claim at commit,
+    /// docs/delivery.md "Claims at commit").
+    public static func priorityDecisions(_ ops: [DispatchOperation], now: Date) -> ([DispatchOperation], PostgresStatement?) {
+        guard !ops.isEmpty else { return (ops, nil) }
         let nowMs = PriorityBudget.epochMilliseconds(now)
         var out = ops
         var changed: [(tenant: String, id: String, sent: String)] = []
@@ -70,15 +80,16 @@ extension DispatchStore {
             let stored = d.priority == op.priority ? nil : d.priority
             if stored != op.sentPriority { changed.append((op.tenantId, op.id, stored.map(String.init) ?? "")) }
         }
-        if !changed.isEmpty {
-            try c.execute(
+        guard !changed.isEmpty else { return (out, nil) }
+        return (
+            out,
+            PostgresStatement(
                 """
                 UPDATE operations o SET sent_priority = NULLIF(x.sent, '')::smallint
                   FROM unnest($1::text[], $2::text[], $3::text[]) AS x(tenant_id, id, sent)
                  WHERE o.tenant_id = x.tenant_id AND o.id = x.id
                 """, [PostgresTextArray(changed.map(\.tenant)), PostgresTextArray(changed.map(\.id)), PostgresTextArray(changed.map(\.sent))])
-        }
-        return out
+        )
     }
 
     /// Adds the counted sends among `applied` (decision `counts`, now `accepted` or `unknown`:

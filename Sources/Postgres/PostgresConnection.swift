@@ -39,6 +39,10 @@ public final class PostgresConnection {
     /// A free-form name of the current transaction's purpose (e.g. `"update"`), reported to the
     /// transaction observer (`PostgresInstrumentation`); cleared when the transaction ends.
     public var transactionLabel: String?
+    /// Work the owner of the current transaction runs once it knows how the transaction ended
+    /// (`addTransactionHook`, `takeTransactionHooks`): after COMMIT returned, or after a
+    /// rollback or a failed COMMIT.
+    var transactionHooks: [TransactionHook] = []
 
     /// Connects synchronously.
     ///

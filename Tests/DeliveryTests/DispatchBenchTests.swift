@@ -52,6 +52,7 @@ final class DispatchBenchTests: XCTestCase {
             leaseSeconds: 60, pollSeconds: 1, lagObserver: observer)
         config.applierThreads = env("BENCH_APPLIERS", config.applierThreads)
         if env("BENCH_CLAIM_SETTINGS", 1) == 0 { config.claimSettings = [] }  // A/B of DispatchStore.claimSettings
+        config.claimAtCommit = env("BENCH_CLAIM_AT_COMMIT", 1) == 1  // A/B of claims at commit (docs/delivery.md)
         let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: sender, configuration: config, metrics: h.metrics, log: h.logger)
         h.dispatchers.append(d)
         let started = Date()
@@ -156,6 +157,7 @@ final class DispatchBenchTests: XCTestCase {
         let liveStats =
             "live: claims=\(afterLive.claims - beforeLive.claims) (named \(afterLive.namedClaims - beforeLive.namedClaims), "
             + "\(afterLive.namedClaimed - beforeLive.namedClaimed) ops) claimed=\(afterLive.claimed - beforeLive.claimed) "
+            + "claimed_at_commit=\(afterLive.claimedAtCommit - beforeLive.claimedAtCommit) "
             + "applies=\(afterLive.applies - beforeLive.applies)"
         d.stop()
 

@@ -156,30 +156,48 @@ final class DispatchHarness: @unchecked Sendable {
 
     /// An update as `LifecycleHandlers.update` commits it (supersedes queued state-only updates).
     @discardableResult
-    func update(_ tenant: String, target: String, state: JSONValue, alert: PushAlert? = nil, expiresAt: Date? = nil) throws -> String {
-        let opId = Identifier.make(.operation)
-        try db.tenant(tenant) { c in
-            let t = try TargetStore.get(c, tenantId: tenant, id: target, forUpdate: true)!
-            let day = try reserveQuota(c, tenant)
-            let queued = try OperationStore.queued(c, tenantId: tenant, targetId: target)
-            let victims = WriteRules.superseded(
-                by: .update, hasState: true,
-                queued: queued.map {
-                    QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert)
-                })
-            try TargetStore.applyState(
-                c, tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
-                staleAt: nil, relevanceScore: nil, status: nil)
-            let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: target)
-            _ = try OperationStore.insert(
-                c, tenantId: tenant,
-                OperationStore.New(
-                    id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
-                    options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
-            try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
-        }
+    func update(
+        _ tenant: String, target: String, state: JSONValue, alert: PushAlert? = nil, expiresAt: Date? = nil, id: String? = nil
+    ) throws -> String {
+        let opId = id ?? Identifier.make(.operation)
+        try db.tenant(tenant) { c in try writeUpdate(c, tenant, target: target, state: state, alert: alert, expiresAt: expiresAt, id: opId) }
         targetOfOperation.m.withLock { $0[opId] = target }
         return opId
+    }
+
+    /// The statements of `update` inside the caller's transaction `c` (operation id `id`).
+    func writeUpdate(
+        _ c: PostgresConnection, _ tenant: String, target: String, state: JSONValue, alert: PushAlert? = nil, expiresAt: Date? = nil,
+        id opId: String
+    ) throws {
+        targetOfOperation.m.withLock { $0[opId] = target }
+        let t = try TargetStore.get(c, tenantId: tenant, id: target, forUpdate: true)!
+        let day = try reserveQuota(c, tenant)
+        let queued = try OperationStore.queued(c, tenantId: tenant, targetId: target)
+        let victims = WriteRules.superseded(
+            by: .update, hasState: true,
+            queued: queued.map {
+                QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert)
+            })
+        try TargetStore.applyState(
+            c, tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
+            staleAt: nil, relevanceScore: nil, status: nil)
+        let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: target)
+        // The write path's claim at commit (docs/delivery.md "Claims at commit"), as
+        // `LifecycleHandlers.commitQueued` runs it: when a dispatcher on `db` lends a slot, the
+        // operation is claimed in this transaction and handed over after COMMIT.
+        let claim = CommitClaim.begin(c, db: db)
+        if let prelude = claim?.prelude(operationId: opId) { try c.execute(prelude.sql, prelude.params) }
+        _ = try OperationStore.insert(
+            c, tenantId: tenant,
+            OperationStore.New(
+                id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
+                options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
+        try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
+        if let claim {
+            let claimed = try c.pipeline([claim.claim(tenantId: tenant, operationId: opId)]).get()
+            for st in try claim.read(claimed[0], tenantId: tenant, targetId: target) { try c.execute(st.sql, st.params) }
+        }
     }
 
     /// An end as `LifecycleHandlers.queueEnd` commits it; `state: nil` is the stateless cleanup.

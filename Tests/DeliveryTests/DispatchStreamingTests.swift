@@ -122,6 +122,7 @@ final class DispatchStreamingTests: DispatchTestCase {
         let tgt = try h.target(t, installation: inst, token: "tok")
         var config = DispatchHarness.testConfiguration(worker: "w-inproc")
         config.pollSeconds = 3600  // no poll fallback within this test
+        config.claimAtCommit = false  // the named claim is under test (claims at commit: the tests below)
         // A dispatcher whose LISTEN connection points nowhere: only the in-process hook can wake it.
         let d = Dispatcher(
             db: h.db, conninfo: "host=/nonexistent dbname=none connect_timeout=1", sender: h.fakeSender(),
@@ -134,6 +135,116 @@ final class DispatchStreamingTests: DispatchTestCase {
         try h.waitFor(t, op, .accepted, within: 5)
         XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))
         XCTAssertEqual(d.stats.namedClaimed, 1, "claimed by name, as committed (docs/delivery.md \"Wake-ups\")")
+    }
+
+    /// docs/delivery.md "Claims at commit": a write in the dispatcher's process claims its own
+    /// operation in its transaction. When the write returns, the row is already `sending` under
+    /// this dispatcher's lease — no claim transaction ran for it, named or fair — and
+    /// it is delivered once, with its lag measured from the commit.
+    func testAWriteClaimsItsOperationAtCommit() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-commit")
+        var config = DispatchHarness.testConfiguration(worker: "w-commit")
+        config.pollSeconds = 3600
+        let fake = h.fakeSender()
+        let d = Dispatcher(
+            db: h.db, conninfo: "host=/nonexistent dbname=none connect_timeout=1", sender: fake,
+            configuration: config, metrics: h.metrics, log: h.logger)
+        h.dispatchers.append(d)
+        d.start()
+        eventually("first claim done") { h.metrics.render().contains("liverelay_dispatch_claim_seconds_count 1\n") }
+        let claimedBefore = d.stats.claimed
+        let op = Identifier.make(.operation)
+        fake.hold(op)  // so the row is still `sending` when read below
+        _ = try h.update(t, target: tgt, state: ["eta": 7], id: op)
+        let row = try h.row("SELECT status, lease_owner FROM operations WHERE tenant_id = $1 AND id = $2", [t, op])
+        XCTAssertEqual(try row.string("status"), "sending", "claimed by the write itself")
+        XCTAssertEqual(try row.optionalString("lease_owner"), "w-commit")
+        fake.release(op)
+        try h.waitFor(t, op, .accepted, within: 5)
+        XCTAssertEqual(d.stats.claimedAtCommit, 1)
+        XCTAssertEqual(d.stats.claimed, claimedBefore, "no claim transaction took it, named or fair")
+        XCTAssertEqual(fake.calls.map(\.push.operationId), [op], "delivered once")
+        XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))
+        XCTAssertEqual(d.commitClaimsLent, 0)
+    }
+
+    /// Claims at commit borrow at most half of the outstanding slots (8 here: 4 threads of a
+    /// blocking sender), so the fair claim always has the other half for every tenant's queue;
+    /// a write whose transaction rolls back after its claim gives the slot back and hands over
+    /// nothing (its operation never existed).
+    func testClaimsAtCommitBorrowHalfTheSlotsAndRollbacksGiveThemBack() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let fake = h.fakeSender()
+        let d = h.dispatcher(fake)
+        XCTAssertEqual(d.maxOutstanding, 8)
+        let targets = try (0..<6).map { i in try h.target(t, installation: inst, token: "half-\(i)") }
+        var ops: [String] = []
+        for (i, tgt) in targets.enumerated() {
+            let op = Identifier.make(.operation)
+            fake.hold(op)
+            ops.append(op)
+            _ = try h.update(t, target: tgt, state: ["eta": .int(Int64(i))], id: op)
+        }
+        // The held sends keep the 4 sender threads (a blocking sender), so 4 are in flight.
+        try eventually("four in flight") { ops.filter { fake.isHolding($0) }.count == 4 }
+        XCTAssertEqual(d.stats.claimedAtCommit, 4, "half of the 8 slots; the fair or named claim takes the other two")
+
+        struct Refused: Error {}
+        let rolledBack = Identifier.make(.operation)
+        let extra = try h.target(t, installation: inst, token: "half-rolled-back")
+        for op in ops { fake.release(op) }
+        try eventually("the six accepted") { try ops.allSatisfy { try h.operation(t, $0).status == .accepted } }
+        XCTAssertThrowsError(
+            try h.db.tenant(t) { c in
+                try h.writeUpdate(c, t, target: extra, state: ["eta": 9], id: rolledBack)
+                throw Refused()
+            })
+        XCTAssertEqual(d.commitClaimsLent, 0, "the slot came back")
+        XCTAssertEqual(d.stats.claimedAtCommit, 4, "nothing handed over")
+        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM operations WHERE tenant_id = $1 AND id = $2", [t, rolledBack]).int("n"), 0)
+        XCTAssertFalse(fake.calls.contains { $0.push.operationId == rolledBack })
+    }
+
+    /// Migration 0027 and `CommitClaim.read`: the insert of the operation a transaction claims at
+    /// commit does not refresh its target's dispatch head (no row right after the insert), and
+    /// when the claim does not take it (here its target was found over), the write refreshes
+    /// the head itself before COMMIT, so the dispatcher still finds the operation and cancels
+    /// it (reason `target_ended`). Without that refresh the operation would stay queued with no
+    /// head row, claimed by nobody but a named claim (off here).
+    func testAClaimAtCommitThatTakesNothingLeavesTheHeadForTheDispatcher() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-over")
+        var config = DispatchHarness.testConfiguration(worker: "w-over")
+        config.claimNamedOperations = false  // only `dispatch_heads` can lead the dispatcher to the operation
+        let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: h.fakeSender(), configuration: config, metrics: h.metrics, log: h.logger)
+        h.dispatchers.append(d)
+        d.start()
+        let op = Identifier.make(.operation)
+        let headAfterInsert = try h.db.tenant(t) { c -> Int in
+            let claim = try XCTUnwrap(CommitClaim.begin(c, db: h.db))
+            let prelude = claim.prelude(operationId: op)
+            try c.execute(prelude.sql, prelude.params)
+            let seq = try TargetStore.nextSeq(c, tenantId: t, id: tgt)
+            _ = try OperationStore.insert(
+                c, tenantId: t,
+                OperationStore.New(
+                    id: op, targetId: tgt, seq: seq, kind: .update, revision: 2, state: ["eta": 1], alert: nil, options: WriteOptions(),
+                    consumesQuota: false, quotaDay: nil, createdByKeyId: nil, idempotencyKey: op))
+            let heads = try c.query("SELECT count(*) AS n FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, tgt])[0].int("n")
+            try c.execute("UPDATE targets SET status = 'ended', ended_at = now() WHERE tenant_id = $1 AND id = $2", [t, tgt])
+            let claimed = try c.pipeline([claim.claim(tenantId: t, operationId: op)]).get()
+            let before = try claim.read(claimed[0], tenantId: t, targetId: tgt)
+            XCTAssertFalse(claim.claimedAny)
+            XCTAssertEqual(before.count, 1, "the head refresh the insert left out")
+            for st in before { try c.execute(st.sql, st.params) }
+            return heads
+        }
+        XCTAssertEqual(headAfterInsert, 0, "the insert of the claimed operation did not refresh its head")
+        try h.waitFor(t, op, .cancelled, within: 10)
+        XCTAssertEqual(try h.operation(t, op).pendingReason, "target_ended")
+        XCTAssertEqual(d.stats.claimedAtCommit, 0)
+        XCTAssertEqual(d.commitClaimsLent, 0)
     }
 
     /// Locks target `x` of tenant `t` in a transaction of its own (the returned connection;

@@ -56,6 +56,61 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(update, [3], "update: reads, writes, stored response + COMMIT")
     }
 
+    /// docs/delivery.md "Claims at commit": with a dispatcher of this process lending a slot, an
+    /// update and a stateful end claim their operation inside their own transaction, still within
+    /// three round trips (the claim joins round trip 2), and hand it over only after COMMIT: the
+    /// row is `sending` under the lent lease when the taker gets it. A write that is refused
+    /// (409, rolled back) gives its slot back and hands nothing over.
+    func testAClaimAtCommitJoinsTheWritesRoundTrips() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let target = w.start()
+        XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // caches the schema; nothing lent yet
+        let taker = StubCommitClaimTaker(db: env.db)
+        env.db.commitClaims.register(taker)
+        defer { env.db.commitClaims.withdraw(taker) }
+
+        // The first update's operation is still queued (no dispatcher ran), so this one is not
+        // its target's head: the claim finds nothing and the slot comes back empty.
+        let behind = roundTrips("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
+        XCTAssertEqual(behind, [3])
+        XCTAssertEqual(taker.taken.withLock { $0 }.map(\.count), [0], "not the head: nothing claimed")
+        // As if the start had been delivered and the activity had registered its update token.
+        try env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND status = 'queued'", [target])
+            try c.execute(
+                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
+                [target, String(repeating: "ab", count: 32)])
+        }
+
+        var opId = ""
+        let update = roundTrips("update") {
+            let r = w.update(target, ["eta": 3], revision: 3)
+            XCTAssertEqual(r.status, 202)
+            opId = r["operation"]?["id"]?.stringValue ?? ""
+        }
+        XCTAssertEqual(update, [3], "update with a claim at commit: reads, writes + claim, stored response + COMMIT")
+        let taken = taker.taken.withLock { $0 }
+        XCTAssertEqual(taken.count, 2)
+        XCTAssertEqual(taken.last?.map(\.id), [opId], "the write's own operation, handed over after COMMIT")
+        XCTAssertEqual(taken.last?.first?.attempts, 1)
+        XCTAssertEqual(taker.statusesWhenTaken.withLock { $0 }.last, "sending stub-worker", "committed as sending under the lent lease")
+
+        let refused = w.update(target, ["eta": 4], revision: 1)  // stale revision: 409, rolled back
+        XCTAssertEqual(refused.status, 409)
+        XCTAssertEqual(taker.reserved.withLock { $0 }, taker.taken.withLock { $0.count } + taker.released.withLock { $0 })
+        XCTAssertEqual(taker.taken.withLock { $0.count }, 2, "a refused write hands nothing over")
+
+        // A remote start claims its start operation the same way, within its four round trips.
+        var started = ""
+        let start = roundTrips("start") { started = w.start() }
+        XCTAssertEqual(start.count, 1)
+        XCTAssertLessThanOrEqual(start.first ?? 99, 4)
+        let startTaken = taker.taken.withLock { $0.last } ?? []
+        XCTAssertEqual(startTaken.map(\.targetId), [started])
+        XCTAssertEqual(startTaken.first?.kind, .start)
+        XCTAssertEqual(taker.statusesWhenTaken.withLock { $0.last }, "sending stub-worker")
+    }
+
     func testTheExactQuotaPathStaysWithinFourRoundTrips() throws {
         let w = try LifecycleWorld.make(env, quota: 10)  // below the fast path's margin: counters are locked
         let t = w.start()
@@ -274,4 +329,30 @@ final class WritePathTests: XCTestCase {
     }
 
     struct Counts: Equatable { let reserved: Int64; let used: Int64 }
+}
+
+/// A `CommitClaimTaker` that lends every slot and records what it is handed, with the
+/// operation's status and lease owner as committed (read after COMMIT, in its own transaction).
+final class StubCommitClaimTaker: CommitClaimTaker, @unchecked Sendable {
+    let db: Database
+    let reserved = Locked(0), released = Locked(0)
+    let taken = Locked<[[DispatchOperation]]>([])
+    let statusesWhenTaken = Locked<[String]>([])
+    init(db: Database) { self.db = db }
+
+    func reserveCommitClaim() -> CommitClaimTerms? {
+        reserved.withLock { $0 += 1 }
+        return CommitClaimTerms(worker: "stub-worker", leaseSeconds: 30, settings: DispatchStore.claimSettings, clock: Date.init)
+    }
+    func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date) {
+        taken.withLock { $0.append(ops) }
+        guard let op = ops.first else { return }
+        let seen = try? db.system { c in
+            try c.query("SELECT status, lease_owner FROM operations WHERE tenant_id = $1 AND id = $2", [op.tenantId, op.id]).first.map {
+                "\(try $0.string("status")) \(try $0.optionalString("lease_owner") ?? "-")"
+            }
+        }
+        statusesWhenTaken.withLock { $0.append((seen ?? nil) ?? "missing") }
+    }
+    func releaseCommitClaim() { released.withLock { $0 += 1 } }
 }

@@ -1,0 +1,132 @@
+import Foundation
+import Locking
+import Postgres
+
+/// What a dispatcher in this process lends a write for a claim at commit
+/// (docs/delivery.md "Claims at commit"): the lease owner and length, the claim's planner
+/// settings and the clock of priority-budget decisions.
+public struct CommitClaimTerms: Sendable {
+    /// Lease owner written on the claimed operation (the dispatcher's `workerId`).
+    public let worker: String
+    /// Lease length in seconds.
+    public let leaseSeconds: Double
+    /// Transaction-local planner settings of claims (`DispatchStore.claimSettings`).
+    public let settings: [(String, String)]
+    /// The clock of the priority-budget decision (`DispatchStore.priorityDecisions`).
+    public let clock: @Sendable () -> Date
+
+    /// - Parameters: see the properties.
+    public init(worker: String, leaseSeconds: Double, settings: [(String, String)], clock: @escaping @Sendable () -> Date) {
+        self.worker = worker
+        self.leaseSeconds = leaseSeconds
+        self.settings = settings
+        self.clock = clock
+    }
+}
+
+/// A dispatcher in this process that takes operations claimed by the very transaction that
+/// wrote them (docs/delivery.md "Claims at commit"). Every successful `reserveCommitClaim` is
+/// followed by exactly one `takeCommitClaim` (the transaction committed) or
+/// `releaseCommitClaim` (it did not).
+public protocol CommitClaimTaker: AnyObject, Sendable {
+    /// Holds one outstanding slot for a claim at commit; nil when the dispatcher is not
+    /// running or the slots it lends to such claims are taken (then the write queues as usual
+    /// and the fair or named claim sends it).
+    func reserveCommitClaim() -> CommitClaimTerms?
+    /// After COMMIT returned at `committedAt`: `ops` (claimed by the write; empty when its
+    /// claim found nothing to claim) become this dispatcher's outstanding work; the slot is freed.
+    func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date)
+    /// The transaction did not commit: the slot is freed, nothing was claimed.
+    func releaseCommitClaim()
+}
+
+/// Where a `Database`'s writes find the dispatcher of this process that takes claims at
+/// commit (at most one; `Dispatcher.start` registers itself, `stop` withdraws).
+public final class CommitClaimRegistry: Sendable {
+    private let taker = Locked<(any CommitClaimTaker)?>(nil)
+
+    /// Makes `t` the taker (nil: none).
+    public func register(_ t: (any CommitClaimTaker)?) { taker.withLock { $0 = t } }
+
+    /// Withdraws `t` when it is the registered taker.
+    public func withdraw(_ t: any CommitClaimTaker) { taker.withLock { if $0 === t { $0 = nil } } }
+
+    /// The registered taker, if any.
+    public var current: (any CommitClaimTaker)? { taker.withLock { $0 } }
+}
+
+/// A claim at commit (docs/delivery.md "Claims at commit"): a write that queues an operation
+/// on a target claims it in its own transaction, with the dispatcher's claim statement
+/// (`DispatchStore.claimStatement`: same re-check, locks, lease, timestamp and parking), and
+/// hands it to the dispatcher of this process after COMMIT, so no claim transaction stands
+/// between the commit and the provider request. When the operation is not its target's head
+/// (an older one is in flight), the claim finds nothing and the operation waits in
+/// `dispatch_heads` as usual. Statements only join the write's existing pipelines: the write
+/// makes no extra round trip.
+///
+/// Use: `begin` (nil → queue as usual); pipeline `prelude` before the operation's insert and
+/// `claim` after it (and after any supersede) in the same round trip; pass the claim's result
+/// to `read` and pipeline the statements it returns before COMMIT.
+public final class CommitClaim: @unchecked Sendable {  // the box is written before COMMIT, read after
+    /// The transaction-local setting naming the operation this transaction claims at commit:
+    /// the insert trigger of migration 0027 does not refresh that operation's dispatch head
+    /// (the claim would delete the row again), and `read` refreshes it when the claim did not
+    /// take the operation.
+    public static let operationSetting = "liverelay.claim_at_commit"
+
+    /// The lent terms.
+    public let terms: CommitClaimTerms
+    private let taker: any CommitClaimTaker
+    private let box = Locked<[DispatchOperation]>([])
+
+    private init(terms: CommitClaimTerms, taker: any CommitClaimTaker) {
+        self.terms = terms
+        self.taker = taker
+    }
+
+    /// Reserves a slot of `db`'s registered taker and registers the transaction hook that
+    /// hands the claimed operations over after COMMIT (or frees the slot on rollback).
+    /// Returns nil when there is no taker or it has no slot to lend.
+    public static func begin(_ c: PostgresConnection, db: Database) -> CommitClaim? {
+        guard let taker = db.commitClaims.current, let terms = taker.reserveCommitClaim() else { return nil }
+        let claim = CommitClaim(terms: terms, taker: taker)
+        c.addTransactionHook(
+            TransactionHook(
+                committed: { at in taker.takeCommitClaim(claim.box.withLock { $0 }, committedAt: at) },
+                rolledBack: { taker.releaseCommitClaim() }))
+        return claim
+    }
+
+    /// To pipeline before the insert of operation `operationId`: sets (transaction-local)
+    /// `operationSetting` and the claim's planner settings, which stay in force for the rest
+    /// of the write.
+    public func prelude(operationId: String) -> PostgresStatement {
+        let settings = [(Self.operationSetting, operationId)] + terms.settings
+        let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
+        return PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
+    }
+
+    /// To pipeline after the insert (and supersede) of operation `operationId` of `tenantId`:
+    /// the claim; its result goes to `read`.
+    public func claim(tenantId: String, operationId: String) -> PostgresStatement {
+        DispatchStore.claimStatement(worker: terms.worker, ids: [(tenantId, operationId)], limit: 1, leaseSeconds: terms.leaseSeconds, now: Date())
+    }
+
+    /// Reads the claim's result: remembers what was claimed for the hand-over and returns the
+    /// statements to run before COMMIT: the priority-budget UPDATE when a decision changed the
+    /// row, or, when the claim did not take the operation (not the head, parked, target over),
+    /// the dispatch-head refresh its insert left to this write (`operationSetting`).
+    /// - Throws: `PostgresError` when a row cannot be decoded.
+    public func read(_ r: PostgresResult, tenantId: String, targetId: String) throws -> [PostgresStatement] {
+        let (claimed, _) = try DispatchStore.claimedRows(r.rows)
+        let (decided, update) = DispatchStore.priorityDecisions(claimed, now: terms.clock())
+        box.withLock { $0 = decided }
+        if decided.isEmpty {
+            return [PostgresStatement("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [tenantId, targetId])]
+        }
+        return update.map { [$0] } ?? []
+    }
+
+    /// Whether the claim took the operation (valid after `read`).
+    public var claimedAny: Bool { box.withLock { !$0.isEmpty } }
+}
