@@ -70,6 +70,8 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     // `applyCond`
     private let applyCond = NSCondition()
     private var completions: [Completion] = []
+    /// When the oldest waiting completion arrived (`applyGatherSeconds`).
+    private var oldestCompletionAt = Date.distantPast
     private var applierStop = false
     /// Appliers inside an apply transaction now, and the results they hold.
     private var appliersBusy = 0
@@ -512,6 +514,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private func complete(_ c: Completion) {
         applyCond.lock()
         completions.append(c)
+        if completions.count == 1 { oldestCompletionAt = Date() }
         if completions.count == 1 || (appliersBusy > 0 && completions.count >= applyStartThreshold) { applyCond.signal() }
         applyCond.unlock()
     }
@@ -531,12 +534,19 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private func applyLoop() {
         while true {
             applyCond.lock()
-            while !(completions.count > 0 && (appliersBusy == 0 || completions.count >= applyStartThreshold || applierStop)) {
-                if applierStop && completions.isEmpty { applyCond.unlock(); return }
-                applyCond.wait()
+            while true {
+                while !(completions.count > 0 && (appliersBusy == 0 || completions.count >= applyStartThreshold || applierStop)) {
+                    if applierStop && completions.isEmpty { applyCond.unlock(); return }
+                    applyCond.wait()
+                }
+                // A small batch waits a moment for results still in flight to join it.
+                let gatherUntil = oldestCompletionAt.addingTimeInterval(configuration.applyGatherSeconds)
+                guard !applierStop, completions.count < applyStartThreshold, gatherUntil > Date() else { break }
+                _ = applyCond.wait(until: gatherUntil)
             }
             let batch = Array(completions.prefix(configuration.applyBatchSize))
             completions.removeFirst(batch.count)
+            if !completions.isEmpty { oldestCompletionAt = Date() }
             appliersBusy += 1
             resultsInApply += batch.count
             if completions.count >= applyStartThreshold { applyCond.signal() }  // enough left for another applier

@@ -38,6 +38,11 @@ public struct DispatcherConfiguration: Sendable {
     /// starts, ends); batches whose effects reach a start target, an installation or a channel's
     /// counts (`DispatchStore.reachesBeyondTarget`) are applied one at a time.
     public var applierThreads: Int = 2
+    /// Seconds a small batch of results (under half a batch) waits for more before the free
+    /// applier applies it (docs/delivery.md "Applying results"): default 0.002. Results
+    /// trickling in one at a time (claims at commit) otherwise cost an apply transaction each;
+    /// 0 applies at once.
+    public var applyGatherSeconds: Double = 0.002
     /// Claimed-but-unfinished operations this worker holds at most: with an event-driven sender
     /// the bound on streams in flight (default `eventDrivenMaxOutstanding`), with a blocking one
     /// 2 × threads unless given.

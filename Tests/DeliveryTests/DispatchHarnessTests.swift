@@ -185,19 +185,25 @@ final class DispatchHarness: @unchecked Sendable {
         let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: target)
         // The write path's claim at commit (docs/delivery.md "Claims at commit"), as
         // `LifecycleHandlers.commitQueued` runs it: when a dispatcher on `db` lends a slot, the
-        // operation is claimed in this transaction and handed over after COMMIT.
+        // operation is claimed in this transaction and handed over after COMMIT; the prelude, the
+        // insert, the supersede and the claim share one round trip.
         let claim = CommitClaim.begin(c, db: db)
-        if let prelude = claim?.prelude(operationId: opId) { try c.execute(prelude.sql, prelude.params) }
-        _ = try OperationStore.insert(
-            c, tenantId: tenant,
-            OperationStore.New(
-                id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
-                options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId))
-        try OperationStore.supersede(c, tenantId: tenant, ids: victims, by: opId)
+        var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
+        writes.append(
+            OperationStore.insertStatement(
+                tenantId: tenant,
+                OperationStore.New(
+                    id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
+                    options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId)))
+        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: target, ids: victims, by: opId)) }
+        if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }
+        let results = try c.pipeline(writes).get()
+        for id in victims { try c.notify(OperationStore.eventsChannel, payload: id) }
         if let claim {
-            let claimed = try c.pipeline([claim.claim(tenantId: tenant, operationId: opId)]).get()
-            for st in try claim.read(claimed[0], tenantId: tenant, targetId: target) { try c.execute(st.sql, st.params) }
+            let before = try claim.read(results[results.count - 1], tenantId: tenant, targetId: target)
+            if !before.isEmpty { _ = try c.pipeline(before).get() }
         }
+        if claim?.claimedAny != true { try c.notify(OperationStore.dispatchChannel, payload: tenant + ":" + opId) }
     }
 
     /// An end as `LifecycleHandlers.queueEnd` commits it; `state: nil` is the stateless cleanup.
