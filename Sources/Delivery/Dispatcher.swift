@@ -70,8 +70,8 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     // `applyCond`
     private let applyCond = NSCondition()
     private var completions: [Completion] = []
-    /// When the oldest waiting completion arrived (`applyGatherSeconds`).
-    private var oldestCompletionAt = Date.distantPast
+    /// When (`ProcessInfo.systemUptime`, seconds) the oldest waiting completion arrived (`applyGatherSeconds`).
+    private var oldestCompletionAt = 0.0
     private var applierStop = false
     /// Appliers inside an apply transaction now, and the results they hold.
     private var appliersBusy = 0
@@ -185,7 +185,10 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         }
         let deadline = Date().addingTimeInterval(timeoutSeconds)
         cond.lock()
-        while !outstanding.isEmpty && Date() < deadline { _ = cond.wait(until: min(deadline, Date().addingTimeInterval(0.05))) }
+        // Lent slots too: a write that reserved one before `withdraw` may still commit and hand over.
+        while (!outstanding.isEmpty || commitReserved > 0) && Date() < deadline {
+            _ = cond.wait(until: min(deadline, Date().addingTimeInterval(0.05)))
+        }
         running = false
         cond.broadcast()
         let n = threadCount
@@ -212,11 +215,12 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// Lends one outstanding slot to a write that claims its operation at commit
     /// (docs/delivery.md "Claims at commit"; `CommitClaimTaker`): only while running, with
     /// `claimAtCommit` on, and while fewer than half of `maxOutstanding` are outstanding or
-    /// lent, so the fair and named claims always keep the other half for every tenant's queue.
+    /// lent (none when `maxOutstanding` < 2), so the fair and named claims always keep the other
+    /// half for every tenant's queue.
     public func reserveCommitClaim() -> CommitClaimTerms? {
         cond.lock()
         defer { cond.unlock() }
-        guard isRunning, configuration.claimAtCommit, outstanding.count + commitReserved < max(1, maxOutstanding / 2) else { return nil }
+        guard isRunning, configuration.claimAtCommit, outstanding.count + commitReserved < maxOutstanding / 2 else { return nil }
         commitReserved += 1
         return CommitClaimTerms(
             worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
@@ -225,29 +229,57 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
 
     /// Takes what a write claimed at commit (`CommitClaimTaker`): records each operation's
     /// commit time (the start of its lag) and queues it for the submitters like a claim's
-    /// result; frees the lent slot.
+    /// result. The lent slot becomes the operation's outstanding entry in one step, so the
+    /// claim loops never see a free slot in between. When stopping, the operations go back to
+    /// the queue instead.
     public func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date) {
         commitHints.record(ops.map(\.id), at: committedAt)
         cond.lock()
         commitReserved -= 1
-        if ops.isEmpty { cond.broadcast() }
-        cond.unlock()
-        if !ops.isEmpty {
-            counters.claimedAtCommit(ops.count)
-            for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
-            _ = hand(ops)
+        if ops.isEmpty || stopping {
+            cond.broadcast()
+            cond.unlock()
+            if !ops.isEmpty { returnToQueue(ops.map { ($0.tenantId, $0.id) }, why: "claimed at commit while stopping") }
+            return
         }
+        for op in ops { outstanding[op.id] = (op.tenantId, op.id) }
+        cond.unlock()
+        counters.claimedAtCommit(ops.count)
+        for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
+        jobsCond.lock()
+        jobs.append(contentsOf: ops.map { Job(op: $0) })
+        jobsCond.broadcast()
+        jobsCond.unlock()
     }
 
     /// Slots lent to writes claiming at commit and not yet taken or released (tests).
     public var commitClaimsLent: Int { cond.lock(); defer { cond.unlock() }; return commitReserved }
 
-    /// Frees a slot lent to a write that did not commit (`CommitClaimTaker`).
-    public func releaseCommitClaim() {
+    /// Frees a slot lent to a write that did not commit, or whose COMMIT's outcome is unknown
+    /// (`CommitClaimTaker`). What its claim had taken is returned to the queue should the
+    /// transaction have committed after all (`DispatchStore.unclaim`: nothing when it did not).
+    public func releaseCommitClaim(claimed ops: [DispatchOperation]) {
         cond.lock()
         commitReserved -= 1
         cond.broadcast()
         cond.unlock()
+        if !ops.isEmpty { returnToQueue(ops.map { ($0.tenantId, $0.id) }, why: "a claim at commit whose transaction did not report COMMIT") }
+    }
+
+    /// Puts claimed, never-sent operations of this worker back in the queue, on a thread of its
+    /// own (the caller may be a request thread). A failure is logged; their leases then expire
+    /// and are rescued (docs/delivery.md "Claims at commit").
+    private func returnToQueue(_ ops: [(tenantId: String, id: String)], why: String) {
+        let db = self.db, worker = configuration.workerId, log = self.log
+        DispatchQueue.global().async {
+            do {
+                _ = try db.system { c in try DispatchStore.unclaim(c, worker: worker, operations: ops) }
+            } catch {
+                log.warning(
+                    "could not return operations to the queue; their leases will expire",
+                    ["reason": .string(why), "count": .int(Int64(ops.count)), "error": .string("\(error)")])
+            }
+        }
     }
 
     /// Commit observer of `db`: the write path's NOTIFY on `liverelay_dispatch` carries
@@ -514,8 +546,11 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private func complete(_ c: Completion) {
         applyCond.lock()
         completions.append(c)
-        if completions.count == 1 { oldestCompletionAt = Date() }
-        if completions.count == 1 || (appliersBusy > 0 && completions.count >= applyStartThreshold) { applyCond.signal() }
+        if completions.count == 1 { oldestCompletionAt = ProcessInfo.processInfo.systemUptime }
+        // The threshold also ends a gathering applier's wait (`applyLoop`).
+        if completions.count == 1 || completions.count == applyStartThreshold || (appliersBusy > 0 && completions.count >= applyStartThreshold) {
+            applyCond.signal()
+        }
         applyCond.unlock()
     }
 
@@ -539,14 +574,14 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                     if applierStop && completions.isEmpty { applyCond.unlock(); return }
                     applyCond.wait()
                 }
-                // A small batch waits a moment for results still in flight to join it.
-                let gatherUntil = oldestCompletionAt.addingTimeInterval(configuration.applyGatherSeconds)
-                guard !applierStop, completions.count < applyStartThreshold, gatherUntil > Date() else { break }
-                _ = applyCond.wait(until: gatherUntil)
+                // A small batch waits a moment (monotonic clock) for more results to join it.
+                let left = oldestCompletionAt + configuration.applyGatherSeconds - ProcessInfo.processInfo.systemUptime
+                guard !applierStop, completions.count < applyStartThreshold, left > 0 else { break }
+                _ = applyCond.wait(until: Date().addingTimeInterval(min(left, configuration.applyGatherSeconds)))
             }
             let batch = Array(completions.prefix(configuration.applyBatchSize))
             completions.removeFirst(batch.count)
-            if !completions.isEmpty { oldestCompletionAt = Date() }
+            if !completions.isEmpty { oldestCompletionAt = ProcessInfo.processInfo.systemUptime }  // approximately: arrived while applying
             appliersBusy += 1
             resultsInApply += batch.count
             if completions.count >= applyStartThreshold { applyCond.signal() }  // enough left for another applier

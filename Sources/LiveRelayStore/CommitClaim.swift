@@ -36,8 +36,11 @@ public protocol CommitClaimTaker: AnyObject, Sendable {
     /// After COMMIT returned at `committedAt`: `ops` (claimed by the write; empty when its
     /// claim found nothing to claim) become this dispatcher's outstanding work; the slot is freed.
     func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date)
-    /// The transaction did not commit: the slot is freed, nothing was claimed.
-    func releaseCommitClaim()
+    /// The transaction did not commit, or the outcome of its COMMIT is unknown (the connection
+    /// broke after COMMIT was sent): the slot is freed. `claimed`: what the transaction's claim
+    /// had taken (empty when the claim never ran or took nothing); the taker must put those back
+    /// in the queue should they have been committed after all (they were never sent).
+    func releaseCommitClaim(claimed: [DispatchOperation])
 }
 
 /// Where a `Database`'s writes find the dispatcher of this process that takes claims at
@@ -93,7 +96,7 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
         c.addTransactionHook(
             TransactionHook(
                 committed: { at in taker.takeCommitClaim(claim.box.withLock { $0 }, committedAt: at) },
-                rolledBack: { taker.releaseCommitClaim() }))
+                rolledBack: { taker.releaseCommitClaim(claimed: claim.box.withLock { $0 }) }))
         return claim
     }
 

@@ -81,7 +81,7 @@ public final class Database: Sendable {
                 for h in hooks { h.rolledBack() }  // an earlier attempt whose COMMIT failed
                 hooks = []
                 c.deferNotifications()
-                _ = c.takeTransactionHooks()
+                for h in c.takeTransactionHooks() { h.rolledBack() }  // left by a use outside this method: never committed here
                 do {
                     let v = try body(c)
                     pending = c.takeDeferredNotifications()

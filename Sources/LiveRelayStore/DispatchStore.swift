@@ -4,8 +4,9 @@ import LiveRelayCore
 import Postgres
 
 /// All SQL of the dispatcher (docs/write-semantics.md ordering/unknown outcomes, §8 responses, §9 workers).
-/// Runs in the system scope (`Database.system`); every statement names `tenant_id` where it
-/// touches one tenant's rows.
+/// Runs in the system scope (`Database.system`), except the claim statement of a claim at
+/// commit (`claimStatement` through `CommitClaim`), which runs in the writing tenant's scope on
+/// that tenant's rows only; every statement names `tenant_id` where it touches one tenant's rows.
 public enum DispatchStore {
     static let selectColumns = """
         o.tenant_id, o.id, o.target_id, o.seq, o.kind, o.revision, o.has_state, o.state::text AS state, o.alert::text AS alert,
@@ -215,8 +216,8 @@ public enum DispatchStore {
               \(probeJoins)
              WHERE \(isHead)
         ), claimed AS (
-            UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = now() + make_interval(secs => $5),
-                   attempts = o.attempts + 1, sent_at = now(), pending_reason = NULL,
+            UPDATE operations o SET status = 'sending', lease_owner = $1, lease_expires_at = statement_timestamp() + make_interval(secs => $5),
+                   attempts = o.attempts + 1, sent_at = statement_timestamp(), pending_reason = NULL,
                    provider_timestamp = COALESCE(o.provider_timestamp, GREATEST($6::bigint, l.last_timestamp + 1)), updated_at = now()
               FROM locked l
              WHERE o.tenant_id = l.tenant_id AND o.target_id = l.target_id AND o.id = l.id AND l.token_ready AND NOT l.target_over

@@ -247,6 +247,48 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(d.commitClaimsLent, 0)
     }
 
+    /// A claim at commit whose COMMIT's outcome is unknown (`Database.run` calls `rolledBack`
+    /// when the connection broke after COMMIT was sent) although the transaction did commit:
+    /// the operation it claimed is `sending` under this worker's lease but was never handed over.
+    /// Releasing the slot with what the claim took puts it back in the queue, so it is sent at
+    /// once instead of waiting for its lease to expire (and, as a start or an alert, ending
+    /// `unknown` without ever being sent).
+    func testAReleasedClaimAtCommitThatCommittedAfterAllIsSentAtOnce() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-in-doubt")
+        let fake = h.fakeSender()
+        let d = h.dispatcher(fake, lease: 600)  // a lease expiry would take ten minutes
+        // The write, on a connection of its own: COMMIT succeeds, but no `Database.run` runs its hook.
+        let c = try PostgresConnection(h.conninfo)
+        defer { c.close() }
+        try c.execute("BEGIN")
+        try c.execute("SELECT set_config('app.scope', 'system', true)")
+        let claim = try XCTUnwrap(CommitClaim.begin(c, db: h.db))
+        XCTAssertEqual(d.commitClaimsLent, 1)
+        let op = Identifier.make(.operation)
+        h.targetOfOperation.m.withLock { $0[op] = tgt }
+        let prelude = claim.prelude(operationId: op)
+        try c.execute(prelude.sql, prelude.params)
+        let seq = try TargetStore.nextSeq(c, tenantId: t, id: tgt)
+        let insert = OperationStore.insertStatement(
+            tenantId: t,
+            OperationStore.New(
+                id: op, targetId: tgt, seq: seq, kind: .update, revision: 2, state: ["eta": 3], alert: nil, options: WriteOptions(),
+                consumesQuota: false, quotaDay: nil, createdByKeyId: nil, idempotencyKey: op))
+        _ = try c.query(insert.sql, insert.params)
+        let claimed = try c.pipeline([claim.claim(tenantId: t, operationId: op)]).get()
+        XCTAssertEqual(try claim.read(claimed[0], tenantId: t, targetId: tgt).count, 0)
+        XCTAssertTrue(claim.claimedAny)
+        try c.execute("COMMIT")
+        XCTAssertEqual(try h.operation(t, op).status, .sending, "committed as sending, never handed over")
+
+        for hook in c.takeTransactionHooks() { hook.rolledBack() }  // what `Database.run` does when COMMIT's reply was lost
+        XCTAssertEqual(d.commitClaimsLent, 0)
+        try h.waitFor(t, op, .accepted, within: 10)
+        XCTAssertEqual(fake.calls.map(\.push.operationId), [op], "sent once, after it went back to the queue")
+        XCTAssertEqual(d.stats.claimedAtCommit, 0)
+    }
+
     /// Locks target `x` of tenant `t` in a transaction of its own (the returned connection;
     /// roll it back to let go), runs `release` (lets the held push answer), and waits until its
     /// apply waits on that lock.

@@ -354,5 +354,5 @@ final class StubCommitClaimTaker: CommitClaimTaker, @unchecked Sendable {
         }
         statusesWhenTaken.withLock { $0.append((seen ?? nil) ?? "missing") }
     }
-    func releaseCommitClaim() { released.withLock { $0 += 1 } }
+    func releaseCommitClaim(claimed: [DispatchOperation]) { released.withLock { $0 += 1 } }
 }
