@@ -179,16 +179,17 @@ final class DispatchHarness: @unchecked Sendable {
             queued: queued.map {
                 QueuedOperation(id: $0.id, kind: $0.kind, hasState: $0.hasState, hasAlert: $0.hasAlert)
             })
-        try TargetStore.applyState(
-            c, tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
-            staleAt: nil, relevanceScore: nil, status: nil)
-        let seq = try TargetStore.nextSeq(c, tenantId: tenant, id: target)
-        // The write path's claim at commit (docs/delivery.md "Claims at commit"), as
-        // `LifecycleHandlers.commitQueued` runs it: when a dispatcher on `db` lends a slot, the
-        // operation is claimed in this transaction and handed over after COMMIT; the prelude, the
-        // insert, the supersede and the claim share one round trip.
+        // One round trip for the target's new state and sequence, the operation, the supersede
+        // and, when a dispatcher on `db` lends a slot, the write path's claim at commit
+        // (docs/delivery.md "Claims at commit"), as `LifecycleHandlers.commitQueued` runs them;
+        // the claimed operation is handed over after COMMIT.
+        let seq = t.opSeq + 1
         let claim = CommitClaim.begin(c, db: db)
         var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
+        writes.append(
+            WritePath.applyState(
+                tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
+                staleAt: nil, relevanceScore: nil, status: nil))
         writes.append(
             OperationStore.insertStatement(
                 tenantId: tenant,
