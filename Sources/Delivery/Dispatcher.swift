@@ -32,7 +32,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// Claimed-but-unfinished operations held at most (see `DispatcherConfiguration.maxOutstanding`).
     public let maxOutstanding: Int
 
-    let operationsTotal, priorityDowngrades: Counter
+    let operationsTotal, priorityDowngrades, claimedAtCommitTotal: Counter
     let lag, claimSeconds, claimBatch, applyBatch: Histogram
     private let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
@@ -114,6 +114,11 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             help: "State-only iOS updates sent at priority 5 instead of 10 because the target's priority-10 budget was spent (one per send attempt)",
             labels: [])
         priorityDowngrades.increment([], by: 0)  // exposed as 0 from the start
+        claimedAtCommitTotal = metrics.counter(
+            "liverelay_dispatch_claimed_at_commit_total",
+            help: "Operations claimed by the write that queued them and handed to this dispatcher after COMMIT (docs/delivery.md, Claims at commit)",
+            labels: [])
+        claimedAtCommitTotal.increment([], by: 0)
         let depth = queueDepthValue, inflight = inFlight
         metrics.gauge("liverelay_queue_depth", help: "Queued operations (all tenants), sampled every maintenance interval") {
             [([], depth.get())]
@@ -245,6 +250,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         for op in ops { outstanding[op.id] = (op.tenantId, op.id) }
         cond.unlock()
         counters.claimedAtCommit(ops.count)
+        claimedAtCommitTotal.increment([], by: Double(ops.count))
         for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
         jobsCond.lock()
         jobs.append(contentsOf: ops.map { Job(op: $0) })

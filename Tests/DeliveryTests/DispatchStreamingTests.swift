@@ -166,6 +166,7 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(d.stats.claimed, claimedBefore, "no claim transaction took it, named or fair")
         XCTAssertEqual(fake.calls.map(\.push.operationId), [op], "delivered once")
         XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_lag_seconds_count 1"))
+        XCTAssertTrue(h.metrics.render().contains("liverelay_dispatch_claimed_at_commit_total 1\n"))
         XCTAssertEqual(d.commitClaimsLent, 0)
     }
 
