@@ -22,7 +22,9 @@ import Locking
 /// batches (a second applier only while the first is busy; batches with target effects one at a time).
 /// No thread waits per push. State is split over three locks that are never held together:
 /// `cond` (lifecycle, outstanding, wake-ups), `jobsCond` (claimed, not yet submitted),
-/// `applyCond` (completed, not yet applied).
+/// `applyCond` (completed, not yet applied). Claims at commit live in `Dispatcher+CommitClaim.swift`,
+/// heartbeats and maintenance in `Dispatcher+Housekeeping.swift` (state they share is internal,
+/// touched only under the lock named here).
 public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutable state only under its lock (see above)
     public let configuration: DispatcherConfiguration
     let db: Database
@@ -34,14 +36,14 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
 
     let operationsTotal, priorityDowngrades, claimedAtCommitTotal: Counter
     let lag, claimSeconds, claimBatch, applyBatch: Histogram
-    private let queueDepthValue = LockedValue<Double>(0)
+    let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
-    private let unparkPacer: LockedValue<SweepPacer>
-    private let lastStatistics = LockedValue<Date>(.distantPast)
-    private let tenantSamplePacer: LockedValue<SweepPacer>
-    private let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
-    private let commitHints = CommitHints()
-    private let counters = DispatcherCounters()
+    let unparkPacer: LockedValue<SweepPacer>
+    let lastStatistics = LockedValue<Date>(.distantPast)
+    let tenantSamplePacer: LockedValue<SweepPacer>
+    let tenantQueues = LockedValue<[TenantQueueGauges.Entry]>([])
+    let commitHints = CommitHints()
+    let counters = DispatcherCounters()
 
     struct Job { let op: DispatchOperation }
     /// One finished attempt, as the applier gets it. `apnsId`: the attempt's `apns-id`;
@@ -49,17 +51,17 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     struct Completion { let op: DispatchOperation; let result: DispatchAttemptResult; let apnsId: String?; let token: String? }
 
     // `cond`
-    private let cond = NSCondition()
-    private var running = false
-    private var stopping = false
+    let cond = NSCondition()
+    var running = false
+    var stopping = false
     private var wakeRequested = true
     /// Claimed and not yet applied, by operation id.
-    private var outstanding: [String: (tenantId: String, id: String)] = [:]
+    var outstanding: [String: (tenantId: String, id: String)] = [:]
     private var claimRotation = 0
     /// Operations named by commits / NOTIFYs, not yet tried by the named-claim thread.
     private var named: [(tenantId: String, id: String)] = []
     /// Outstanding slots lent to writes claiming at commit, not yet taken or released.
-    private var commitReserved = 0
+    var commitReserved = 0
     private let exited = DispatchSemaphore(value: 0)
     private var threadCount = 0
     // `jobsCond`
@@ -183,11 +185,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         cond.lock()
         for u in unsent { outstanding[u.id] = nil }
         cond.unlock()
-        if !unsent.isEmpty {
-            do { _ = try db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: unsent) } } catch {
-                log.warning("could not return unsent operations to the queue; their leases will expire", ["error": .string("\(error)")])
-            }
-        }
+        returnToQueue(unsent, why: "unsent when the dispatcher stopped")
         let deadline = Date().addingTimeInterval(timeoutSeconds)
         cond.lock()
         // Lent slots too: a write that reserved one before `withdraw` may still commit and hand over.
@@ -217,77 +215,6 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         wake()
     }
 
-    /// Lends one outstanding slot to a write that claims its operation at commit
-    /// (docs/delivery.md "Claims at commit"; `CommitClaimTaker`): only while running, with
-    /// `claimAtCommit` on, and while fewer than half of `maxOutstanding` are outstanding or
-    /// lent (none when `maxOutstanding` < 2), so the fair and named claims always keep the other
-    /// half for every tenant's queue.
-    public func reserveCommitClaim() -> CommitClaimTerms? {
-        cond.lock()
-        defer { cond.unlock() }
-        guard isRunning, configuration.claimAtCommit, outstanding.count + commitReserved < maxOutstanding / 2 else { return nil }
-        commitReserved += 1
-        return CommitClaimTerms(
-            worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
-            clock: configuration.clock)
-    }
-
-    /// Takes what a write claimed at commit (`CommitClaimTaker`): records each operation's
-    /// commit time (the start of its lag) and queues it for the submitters like a claim's
-    /// result. The lent slot becomes the operation's outstanding entry in one step, so the
-    /// claim loops never see a free slot in between. When stopping, the operations go back to
-    /// the queue instead.
-    public func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date) {
-        commitHints.record(ops.map(\.id), at: committedAt)
-        cond.lock()
-        commitReserved -= 1
-        if ops.isEmpty || stopping {
-            cond.broadcast()
-            cond.unlock()
-            if !ops.isEmpty { returnToQueue(ops.map { ($0.tenantId, $0.id) }, why: "claimed at commit while stopping") }
-            return
-        }
-        for op in ops { outstanding[op.id] = (op.tenantId, op.id) }
-        cond.unlock()
-        counters.claimedAtCommit(ops.count)
-        claimedAtCommitTotal.increment([], by: Double(ops.count))
-        for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
-        jobsCond.lock()
-        jobs.append(contentsOf: ops.map { Job(op: $0) })
-        jobsCond.broadcast()
-        jobsCond.unlock()
-    }
-
-    /// Slots lent to writes claiming at commit and not yet taken or released (tests).
-    public var commitClaimsLent: Int { cond.lock(); defer { cond.unlock() }; return commitReserved }
-
-    /// Frees a slot lent to a write that did not commit, or whose COMMIT's outcome is unknown
-    /// (`CommitClaimTaker`). What its claim had taken is returned to the queue should the
-    /// transaction have committed after all (`DispatchStore.unclaim`: nothing when it did not).
-    public func releaseCommitClaim(claimed ops: [DispatchOperation]) {
-        cond.lock()
-        commitReserved -= 1
-        cond.broadcast()
-        cond.unlock()
-        if !ops.isEmpty { returnToQueue(ops.map { ($0.tenantId, $0.id) }, why: "a claim at commit whose transaction did not report COMMIT") }
-    }
-
-    /// Puts claimed, never-sent operations of this worker back in the queue, on a thread of its
-    /// own (the caller may be a request thread). A failure is logged; their leases then expire
-    /// and are rescued (docs/delivery.md "Claims at commit").
-    private func returnToQueue(_ ops: [(tenantId: String, id: String)], why: String) {
-        let db = self.db, worker = configuration.workerId, log = self.log
-        DispatchQueue.global().async {
-            do {
-                _ = try db.system { c in try DispatchStore.unclaim(c, worker: worker, operations: ops) }
-            } catch {
-                log.warning(
-                    "could not return operations to the queue; their leases will expire",
-                    ["reason": .string(why), "count": .int(Int64(ops.count)), "error": .string("\(error)")])
-            }
-        }
-    }
-
     /// Commit observer of `db`: the write path's NOTIFY on `liverelay_dispatch` carries
     /// `<tenant>` or `<tenant>:<operation>` (OperationStore.insert): a named operation goes to the
     /// named claim (its commit time recorded for the lag), a bare tenant wakes the fair claim loop.
@@ -296,11 +223,6 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         var general = false
         for n in notifications where n.channel == OperationStore.dispatchChannel {
             if let pair = Self.namedOperation(n.payload) { pairs.append(pair) } else { general = true }
-        }
-        if !pairs.isEmpty {  // claimed at commit already (its transaction hook ran first): nothing to name
-            cond.lock()
-            pairs.removeAll { outstanding[$0.id] != nil }
-            cond.unlock()
         }
         guard general || !pairs.isEmpty else { return }
         commitHints.record(pairs.map(\.id), at: at)
@@ -348,7 +270,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         t.start()
     }
 
-    private var isRunning: Bool { running && !stopping }
+    var isRunning: Bool { running && !stopping }
 
     // MARK: claim
 
@@ -402,23 +324,43 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         return claimed
     }
 
-    /// Records `claimed` as outstanding and queues it for the submitters; when stopping,
-    /// returns it to the queue instead and answers false.
-    private func hand(_ claimed: [DispatchOperation]) -> Bool {
-        guard !claimed.isEmpty else { return true }
+    /// Records `claimed` as outstanding and queues it for the submitters, freeing `lent` slots
+    /// lent to claims at commit in the same step (so the claim loops never see a free slot in
+    /// between); when stopping, returns it to the queue instead and answers false.
+    func hand(_ claimed: [DispatchOperation], lent: Int = 0) -> Bool {
+        guard !claimed.isEmpty || lent > 0 else { return true }
         cond.lock()
+        commitReserved -= lent
         if stopping {
+            cond.broadcast()
             cond.unlock()
-            _ = try? db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: claimed.map { ($0.tenantId, $0.id) }) }
+            returnToQueue(claimed.map { ($0.tenantId, $0.id) }, why: "claimed while stopping")
             return false
         }
         for op in claimed { outstanding[op.id] = (op.tenantId, op.id) }
+        if lent > 0 { cond.broadcast() }
         cond.unlock()
+        guard !claimed.isEmpty else { return true }
         jobsCond.lock()
         jobs.append(contentsOf: claimed.map { Job(op: $0) })
         jobsCond.broadcast()
         jobsCond.unlock()
         return true
+    }
+
+    /// Puts claimed, never-sent operations of this worker back in the queue
+    /// (`DispatchStore.unclaim`: the attempt is not counted; a row that is no longer this
+    /// worker's `sending` one is left alone). A failure is logged with `why`; their leases then
+    /// expire and are rescued.
+    func returnToQueue(_ ops: [(tenantId: String, id: String)], why: String) {
+        guard !ops.isEmpty else { return }
+        do {
+            _ = try db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: ops) }
+        } catch {
+            log.warning(
+                "could not return operations to the queue; their leases will expire",
+                ["reason": .string(why), "count": .int(Int64(ops.count)), "error": .string("\(error)")])
+        }
     }
 
     /// The named-claim thread (docs/delivery.md "Wake-ups"): claims exactly the operations that
@@ -456,7 +398,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         }
     }
 
-    private func isRunningLocked() -> Bool { cond.lock(); defer { cond.unlock() }; return isRunning }
+    func isRunningLocked() -> Bool { cond.lock(); defer { cond.unlock() }; return isRunning }
 
     /// NOTIFYs on `liverelay_dispatch`: operations they name go to the named claim unless this
     /// process's commit observer already named them (same process) or they are claimed here.
@@ -664,110 +606,4 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// (events, budgets): called with every result applied, in the same transaction, after the
     /// operation rows and their target effects were written. Does nothing yet.
     func afterApply(_ c: PostgresConnection, _ applied: [DispatchStore.Result]) throws {}
-
-    // MARK: housekeeping
-
-    private func housekeepingLoop() {
-        var lastHeartbeat = Date(), lastMaintenance = Date.distantPast, lastLifetime = Date.distantPast
-        while true {
-            cond.lock()
-            if running { _ = cond.wait(until: Date().addingTimeInterval(min(0.25, configuration.maintenanceSeconds))) }
-            let live = running
-            let mine = Array(outstanding.values)
-            cond.unlock()
-            if !live { return }
-            let now = Date()
-            if now.timeIntervalSince(lastHeartbeat) >= configuration.heartbeatSeconds {
-                lastHeartbeat = now
-                do {
-                    _ = try db.system { c in
-                        try DispatchStore.heartbeat(c, worker: configuration.workerId, operations: mine, leaseSeconds: configuration.leaseSeconds)
-                    }
-                } catch { log.warning("heartbeat failed", ["error": .string("\(error)")]) }
-            }
-            if now.timeIntervalSince(lastMaintenance) >= configuration.maintenanceSeconds {
-                lastMaintenance = now
-                maintenance()
-            }
-            if now.timeIntervalSince(lastLifetime) >= configuration.lifetimeSweepSeconds {
-                lastLifetime = now
-                do {
-                    let ended = try db.system { c in try DispatchStore.endExpiredLifetimes(c) }
-                    if !ended.isEmpty { log.info("lifetime sweep ended targets", ["count": .int(Int64(ended.count))]) }
-                } catch { log.warning("lifetime sweep failed", ["error": .string("\(error)")]) }
-            }
-        }
-    }
-
-    /// Records a paced scan's run (`SweepPacer`) and logs when its cost stretched the pause
-    /// beyond the configured interval (once per change of the stretched pause's whole seconds).
-    private func paced(_ pacer: LockedValue<SweepPacer>, _ name: String, started: Date) {
-        let seconds = Date().timeIntervalSince(started)
-        var p = pacer.get()
-        let before = p.lastPauseSeconds
-        let pause = p.ran(startedAt: started, seconds: seconds)
-        pacer.set(p)
-        if pause > p.intervalSeconds, Int(pause) != Int(before) {
-            log.info(
-                "scan spaced out by its cost",
-                ["scan": .string(name), "took_ms": .int(Int64(seconds * 1000)), "next_in_seconds": .int(Int64(pause.rounded()))])
-        }
-    }
-
-    /// One maintenance pass: rescue expired leases, expire queued operations, un-park
-    /// token-pending work whose token arrived (every `unparkSweepSeconds`), sample the queue depth.
-    public func maintenance() {
-        do {
-            let rescued = try db.system { c -> [(DispatchOperation, DispatchDecision)] in
-                let now = Date()
-                var out: [(DispatchOperation, DispatchDecision)] = []
-                for op in try DispatchStore.expiredLeases(c, limit: 200) {
-                    let d = DispatchDecision.decide(
-                        op.facts, .leaseExpired, now: now, random: configuration.random(), policy: configuration.retryPolicy)
-                    if try DispatchStore.apply(c, op, d, guard: .expiredLease, apnsId: nil, usedToken: op.deviceToken) { out.append((op, d)) }
-                }
-                return out
-            }
-            for (op, d) in rescued {
-                operationsTotal.increment([op.kind.rawValue, d.operation.status.rawValue])
-                log.info("rescued an expired lease", ["operation_id": .string(op.id), "status": .string(d.operation.status.rawValue)])
-            }
-            if !rescued.isEmpty { wake() }
-            let expired = try db.system { c -> [(DispatchOperation, DispatchDecision)] in
-                let now = Date()
-                var out: [(DispatchOperation, DispatchDecision)] = []
-                for op in try DispatchStore.expiredQueued(c, limit: 200) {
-                    let d = DispatchDecision.decide(op.facts, .expired, now: now, random: 0, policy: configuration.retryPolicy)
-                    if try DispatchStore.apply(c, op, d, guard: .queued, apnsId: nil, usedToken: nil) { out.append((op, d)) }
-                }
-                return out
-            }
-            for (op, d) in expired { operationsTotal.increment([op.kind.rawValue, d.operation.status.rawValue]) }
-            if !expired.isEmpty { wake() }
-            if unparkPacer.get().isDue(Date()) {
-                let started = Date()
-                let unparked = try db.system { c in try DispatchStore.unparkTokenPending(c) }
-                paced(unparkPacer, "token-pending sweep", started: started)
-                if unparked > 0 { wake() }
-            }
-            if Date().timeIntervalSince(lastStatistics.get()) >= configuration.statisticsSweepSeconds {
-                lastStatistics.set(Date())
-                let analyzed = try db.system { c in try PlannerStatistics.refresh(c) }
-                if !analyzed.isEmpty { log.info("refreshed planner statistics", ["tables": .string(analyzed.joined(separator: ","))]) }
-            }
-            if tenantSamplePacer.get().isDue(Date()) {
-                let started = Date()
-                let queues = try db.system { c in try DispatchStore.tenantQueues(c) }
-                paced(tenantSamplePacer, "queue gauges", started: started)
-                queueDepthValue.set(Double(queues.reduce(0) { $0 + $1.depth }))
-                tenantQueues.set(
-                    TenantQueueGauges.fold(
-                        queues.map {
-                            TenantQueueGauges.Entry(tenant: $0.tenantId, depth: Double($0.depth), oldestDueSeconds: $0.oldestDueSeconds)
-                        }, top: configuration.tenantGaugeTop))
-            }
-        } catch {
-            if isRunningLocked() { log.warning("maintenance failed", ["error": .string("\(error)")]) }
-        }
-    }
 }
