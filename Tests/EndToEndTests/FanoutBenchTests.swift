@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import LiveRelayTestSupport
+import Crypto
 import JSON
 import LiveRelayCore
 import LiveRelayStore
@@ -16,7 +17,12 @@ import Postgres
 /// 2. after the queue drained, one write to the large channel: seconds from its commit to the
 ///    last fan-out request (`max(sent_at)` of its per-target operations), fan-out pushes/s over
 ///    the walk, seconds from the commit to the first fan-out request and to the end of the walk
-///    (`fanout_done_at`: the expander's share), and the broadcast requests the sandbox received.
+///    (`fanout_done_at`: the expander's share), and the broadcast requests the sandbox received;
+/// 3. h2load into the same sink (the sandbox's APNs port): as many requests as fan-out members,
+///    with the headers and body of the last fan-out push and a provider token minted with the
+///    sandbox's own key, one connection, `BENCH_H2LOAD_STREAMS` (128) streams in flight:
+///    h2load's `finished in … req/s` line, `h2load_requests_per_second=` and
+///    `ratio_fanout_to_h2load=` (fan-out pushes/s over h2load's req/s, same run).
 final class FanoutBenchTests: XCTestCase {
     func env(_ k: String, _ d: Int) -> Int { ProcessInfo.processInfo.environment[k].flatMap(Int.init) ?? d }
 
@@ -156,11 +162,12 @@ final class FanoutBenchTests: XCTestCase {
                 """, [cop])[0]
         }
         let n = try row.int("n"), toLast = try row.optionalDouble("to_last") ?? 0, spread = try row.optionalDouble("spread") ?? 0
+        let fanoutRate = spread > 0 ? Double(n) / spread : 0
         out = [
             "fanout_members=\(fanout)", "fanout_operations=\(n)", "fanout_accepted=\(try row.int("accepted"))",
             "fanout_retried_operations=\(try row.int("retried"))", "fanout_max_attempts=\(try row.int("max_attempts"))",
             String(format: "fanout_commit_to_last_request_seconds=%.2f", toLast),
-            String(format: "fanout_pushes_per_second=%.0f", spread > 0 ? Double(n) / spread : 0),
+            String(format: "fanout_pushes_per_second=%.0f", fanoutRate),
             String(format: "fanout_commit_to_first_request_seconds=%.2f", try row.optionalDouble("to_first") ?? 0),
             String(format: "fanout_commit_to_expanded_seconds=%.2f", try row.optionalDouble("expanded") ?? 0),
             "broadcast_requests_per_write=\(h.sandbox.stats.broadcastRequests - broadcastsBefore)",
@@ -168,9 +175,48 @@ final class FanoutBenchTests: XCTestCase {
         ]
         for line in out { print(line) }
         lines += out
+        lines += try h2loadIntoTheSandbox(h, requests: fanout, fanoutRate: fanoutRate)
         let report = ([String](lat.keys.sorted().map { "bench: \($0) writes=\(lat[$0]!.count)" }) + lines).joined(separator: "\n") + "\n"
         try? report.write(
             toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "fanout-bench.txt"),
             atomically: true, encoding: .utf8)
+    }
+
+    /// Step 3: h2load posts `requests` copies of the last fan-out push (its path, headers and
+    /// body, as the sandbox recorded them; no `apns-id`, which h2load would repeat) to the
+    /// sandbox's APNs port with a provider token minted from the sandbox's key. Returns the
+    /// report lines; a missing or failing h2load is reported, not hidden (`h2load: …`).
+    func h2loadIntoTheSandbox(_ h: EndToEndHarness, requests: Int, fanoutRate: Double) throws -> [String] {
+        let streams = env("BENCH_H2LOAD_STREAMS", 128)
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/h2load") else { return ["h2load: not installed"] }
+        guard let last = h.sandbox.deliveries(provider: "apns").last(where: { $0.accepted }) else { return ["h2load: no fan-out push to copy"] }
+        let body = NSTemporaryDirectory() + "fanout-bench-body-\(getpid()).json"
+        try Data(last.payload.serialized()).write(to: URL(fileURLWithPath: body))
+        defer { try? FileManager.default.removeItem(atPath: body) }
+        let jwt = try JWT.sign(
+            header: ["kid": .string(h.sandbox.keyId)],
+            claims: ["iss": .string(h.sandbox.teamId), "iat": .int(Int64(Date().timeIntervalSince1970))], algorithm: .es256(h.sandbox.apnsKey))
+        var args = ["-n", String(requests), "-c", "1", "-m", String(streams), "-t", "1", "-d", body, "-H", "authorization: bearer \(jwt)"]
+        for k in ["apns-topic", "apns-push-type", "apns-priority", "apns-expiration"] {
+            if let v = last.headers[k] { args += ["-H", "\(k): \(v)"] }
+        }
+        args.append("https://127.0.0.1:\(h.sandbox.port)/3/device/\(last.token)")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/h2load")
+        p.arguments = args
+        let pipe = Pipe()
+        p.standardOutput = pipe; p.standardError = pipe
+        try p.run()
+        let text = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        guard let finished = text.split(separator: "\n").first(where: { $0.hasPrefix("finished in") }).map(String.init),
+            let r = finished.range(of: #"[0-9.]+ req/s"#, options: .regularExpression), let rate = Double(finished[r].dropLast(6))
+        else { return ["h2load: failed: \(text.suffix(400))"] }
+        let statusLine = text.split(separator: "\n").first { $0.hasPrefix("status codes:") }.map(String.init) ?? "status codes: ?"
+        return [
+            "h2load (1 connection, \(streams) streams in flight, \(requests) requests into the sandbox): \(finished); \(statusLine)",
+            String(format: "h2load_requests_per_second=%.0f", rate),
+            String(format: "ratio_fanout_to_h2load=%.3f", rate > 0 ? fanoutRate / rate : 0)
+        ]
     }
 }
