@@ -240,14 +240,14 @@ public final class PostgresConnection {
     static func rows(of res: OpaquePointer) -> [PostgresRow] {
         let rowCount = PQntuples(res)
         let fieldCount = PQnfields(res)
-        let columns = (0..<fieldCount).map { String(cString: PQfname(res, $0)) }
+        let layout = PostgresColumnLayout((0..<fieldCount).map { String(cString: PQfname(res, $0)) })
         var rows: [PostgresRow] = []
         rows.reserveCapacity(Int(rowCount))
         for r in 0..<rowCount {
             let values: [String?] = (0..<fieldCount).map { c in
                 PQgetisnull(res, r, c) == 1 ? nil : String(cString: PQgetvalue(res, r, c))
             }
-            rows.append(PostgresRow(columns: columns, values: values))
+            rows.append(PostgresRow(layout: layout, values: values))
         }
         return rows
     }

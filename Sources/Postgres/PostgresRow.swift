@@ -9,20 +9,27 @@ import Foundation
 /// for a missing column or bad format.
 public struct PostgresRow: Sendable {
     /// Column names in result order.
-    public let columns: [String]
+    public var columns: [String] { layout.names }
     /// Raw text values, parallel to `columns`; nil is SQL NULL.
     public let values: [String?]
+    /// The result's column names and their positions, shared by every row of one result.
+    let layout: PostgresColumnLayout
 
     /// A row from names and values (same count). Public so callers can build rows in tests.
     public init(columns: [String], values: [String?]) {
-        precondition(columns.count == values.count, "PostgresRow: columns and values differ in count")
-        self.columns = columns
+        self.init(layout: PostgresColumnLayout(columns), values: values)
+    }
+
+    /// A row of a result whose rows share `layout`.
+    init(layout: PostgresColumnLayout, values: [String?]) {
+        precondition(layout.names.count == values.count, "PostgresRow: columns and values differ in count")
+        self.layout = layout
         self.values = values
     }
 
     /// The raw text of `column`; nil when it is NULL or not in the row.
     public subscript(_ column: String) -> String? {
-        guard let index = columns.firstIndex(of: column) else { return nil }
+        guard let index = layout.index(of: column) else { return nil }
         return values[index]
     }
 
@@ -33,7 +40,7 @@ public struct PostgresRow: Sendable {
 
     /// The text of `c`, nil for NULL. Throws `.decoding` when the column is missing.
     public func optionalString(_ c: String) throws -> String? {
-        guard let index = columns.firstIndex(of: c) else {
+        guard let index = layout.index(of: c) else {
             throw PostgresError(kind: .decoding, message: "column \"\(c)\" is not in the result (have: \(columns.joined(separator: ", ")))")
         }
         return values[index]
@@ -123,4 +130,24 @@ public struct PostgresRow: Sendable {
         }
         return value
     }
+}
+
+
+/// The column names of one result and a name → position table built once for all its rows:
+/// a row is decoded by name field after field (the dispatcher's claim reads ~40 columns of
+/// hundreds of rows), and a linear search of the names per field cost more than the decoding.
+/// The first position wins when a name repeats, as `Array.firstIndex(of:)` did.
+final class PostgresColumnLayout: Sendable {
+    let names: [String]
+    private let positions: [String: Int]
+
+    init(_ names: [String]) {
+        self.names = names
+        var positions: [String: Int] = [:]
+        positions.reserveCapacity(names.count)
+        for (i, n) in names.enumerated() where positions[n] == nil { positions[n] = i }
+        self.positions = positions
+    }
+
+    func index(of name: String) -> Int? { positions[name] }
 }
