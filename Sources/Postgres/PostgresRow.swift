@@ -132,7 +132,6 @@ public struct PostgresRow: Sendable {
     }
 }
 
-
 /// The column names of one result and a name → position table built once for all its rows:
 /// a row is decoded by name field after field (the dispatcher's claim reads ~40 columns of
 /// hundreds of rows), and a linear search of the names per field cost more than the decoding.
