@@ -244,10 +244,28 @@ public final class Authenticator: Sendable {
     }
 
     /// 503 `SERVICE_UNAVAILABLE`: every credential-verification slot stayed busy.
-    static func busy(retryAfter: Int = 1) -> HTTPError {
+    static func busy(retryAfter: Int = 1, doing: String = "credential verification") -> HTTPError {
         HTTPError(
-            status: 503, code: "SERVICE_UNAVAILABLE", message: "credential verification is busy; retry shortly",
+            status: 503, code: "SERVICE_UNAVAILABLE", message: "\(doing) is busy; retry shortly",
             headers: [("Retry-After", String(retryAfter))])
+    }
+
+    /// The argon2 limiter shared by verifications and `mint` (tests, metrics).
+    public var argon2Limiter: Argon2idLimiter { limits.argon2 }
+
+    /// Mints a credential of `kind` (`CredentialMint.make`: its argon2id hash, ~20–60 ms of one
+    /// core and 19 MiB) in a slot of the same argon2 limiter as verifications
+    /// (docs/http-limits.md "argon2 concurrency"), so registrations, renewals and key creation
+    /// cannot run argon2 without bound either. Call it before the request's transaction: the hash
+    /// must not hold a pooled database connection while it runs.
+    /// - Throws: `HTTPError` 503 `SERVICE_UNAVAILABLE` with `Retry-After` when no slot freed
+    ///   within the limiter's wait; `CryptoError` when argon2 fails.
+    public func mint(_ kind: CredentialKind) throws -> CredentialMint.Minted {
+        do {
+            return try limits.argon2.run { try CredentialMint.make(kind) }
+        } catch let busy as Argon2idLimiter.Busy {
+            throw Self.busy(retryAfter: busy.retryAfterSeconds, doing: "credential issuance")
+        }
     }
 
     static func suspended() -> HTTPError {

@@ -53,6 +53,7 @@ enum SenderKeyHandlers {
         let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
         var (r, json) = try Endpoint.reader(req)
         let b = try parse(&r, now: ctx.now())
+        let minted = try ctx.auth.mint(.sender)  // argon2 in a limiter slot, before the transaction
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: b.key, body: json, seal: true) { c in
             let found = try ObjectIds.existing(c, tenantId: tenant, ids: b.targets + b.createdFrom)
             if let (i, id) = b.targets.enumerated().first(where: { !found.contains($0.element) }) {
@@ -61,7 +62,6 @@ enum SenderKeyHandlers {
             if let (i, id) = b.createdFrom.enumerated().first(where: { !found.contains($0.element) }) {
                 throw DomainError.invalid("created_from.\(i)", "created_from.\(i): no start target \(id) in this tenant")
             }
-            let minted = try CredentialMint.make(.sender)
             let k = try KeyStore.insertSenderKey(
                 c, tenantId: tenant, id: minted.id, label: b.label, secretHash: minted.secretHash,
                 targets: b.targets, createdFrom: b.createdFrom, permissions: b.permissions,

@@ -160,6 +160,40 @@ final class AuthLimitsTests: TenancyTestCase {
         XCTAssertNil(Self.outcome(auth, Self.request(t.master, from: "127.0.0.1")), "verifies once a slot is free")
     }
 
+    /// Minting a credential runs argon2id too (19 MiB, one core for ~20–60 ms): an installation
+    /// registration (publishable key, so anyone holding the app) and a sender-key creation take a
+    /// slot of the same limiter as verifications, before their transaction, and answer 503 with
+    /// `Retry-After` when none frees in time, instead of running argon2 without bound while
+    /// holding a pooled connection.
+    func testMintingTakesAnArgon2SlotAndAnswers503WhenNoneFrees() throws {
+        let t = try tenant()
+        XCTAssertEqual(call("GET", "/v1/remote-updates/sender-keys", as: t.master).status, 200)  // cache the master key
+        XCTAssertEqual(call("GET", "/v1/remote-updates/capabilities", as: t.publishable).status, 200)  // and the publishable key
+        let limiter = env.api.auth.argon2Limiter
+        let before = limiter.totalRuns
+        let holding = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        for _ in 0..<limiter.maxConcurrent {
+            DispatchQueue.global().async { _ = try? limiter.run { holding.signal(); release.wait() } }
+        }
+        for _ in 0..<limiter.maxConcurrent { holding.wait() }
+        let registration: JSONValue = [
+            "platform": "android", "app_id": "com.example.app", "environment": "production",
+            "install_id": .string(UUID().uuidString.lowercased())
+        ]
+        let busy = env.call("POST", "/v1/installations", registration, as: t.publishable)
+        let busyKey = call(
+            "POST", "/v1/remote-updates/sender-keys", ["targets": [.string(Identifier.make(.startTarget))], "permissions": ["activities:update"], "idempotency_key": "k1"], as: t.master)
+        for _ in 0..<limiter.maxConcurrent { release.signal() }
+        XCTAssertEqual(busy.status, 503, String(decoding: busy.raw, as: UTF8.self))
+        XCTAssertEqual(busy.errorCode, "SERVICE_UNAVAILABLE")
+        XCTAssertEqual(busy.headers["retry-after"], "1")
+        XCTAssertEqual(busyKey.status, 503)
+        XCTAssertEqual(limiter.totalRuns - before, limiter.maxConcurrent, "no argon2 ran beyond the held slots")
+        let registered = env.call("POST", "/v1/installations", registration, as: t.publishable)
+        XCTAssertEqual(registered.status, 201, String(decoding: registered.raw, as: UTF8.self))
+        XCTAssertEqual(limiter.totalRuns - before, limiter.maxConcurrent + 1, "the registration's argon2 ran in a slot")
+    }
+
     func testConcurrentRequestsOfAnUncachedCredentialRunArgon2Once() throws {
         let t = try tenant()
         let limiter = Argon2idLimiter(maxConcurrent: 4, maxWaitSeconds: 5)
