@@ -173,7 +173,11 @@ final class AuthLimitsTests: TenancyTestCase {
         let before = limiter.totalRuns
         let holding = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
         for _ in 0..<limiter.maxConcurrent {
-            DispatchQueue.global().async { _ = try? limiter.run { holding.signal(); release.wait() } }
+            DispatchQueue.global().async {
+                _ = try? limiter.run {
+                    holding.signal(); release.wait()
+                }
+            }
         }
         for _ in 0..<limiter.maxConcurrent { holding.wait() }
         let registration: JSONValue = [
@@ -182,7 +186,8 @@ final class AuthLimitsTests: TenancyTestCase {
         ]
         let busy = env.call("POST", "/v1/installations", registration, as: t.publishable)
         let busyKey = call(
-            "POST", "/v1/remote-updates/sender-keys", ["targets": [.string(Identifier.make(.startTarget))], "permissions": ["activities:update"], "idempotency_key": "k1"], as: t.master)
+            "POST", "/v1/remote-updates/sender-keys",
+            ["targets": [.string(Identifier.make(.startTarget))], "permissions": ["activities:update"], "idempotency_key": "k1"], as: t.master)
         for _ in 0..<limiter.maxConcurrent { release.signal() }
         XCTAssertEqual(busy.status, 503, String(decoding: busy.raw, as: UTF8.self))
         XCTAssertEqual(busy.errorCode, "SERVICE_UNAVAILABLE")
