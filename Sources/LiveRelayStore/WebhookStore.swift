@@ -205,7 +205,10 @@ public enum WebhookStore {
     /// minus what is in flight for its tenant, and takes deliveries round-robin — every tenant's
     /// first before any tenant's second, and within a tenant every endpoint's first before any
     /// endpoint's second. So one tenant's slow endpoints never hold more than its share of the
-    /// worker's threads. Candidates are the 2,000 earliest due deliveries.
+    /// worker's threads. Candidates are taken per endpoint (migration 0028): each enabled
+    /// endpoint's earliest due deliveries, up to `shares.perEndpoint`, and each other endpoint's
+    /// due `webhook.test` deliveries; so neither another tenant's backlog nor deliveries of a
+    /// disabled endpoint (they stay pending) can crowd an endpoint out of the candidates.
     public static func claim(
         _ c: PostgresConnection, owner: String, now: Date, limit: Int, leaseSeconds: Double,
         shares: WebhookClaimShares
@@ -217,10 +220,20 @@ public enum WebhookStore {
             WITH cand AS (
               SELECT d.tenant_id, d.endpoint_id, d.event_id, d.next_attempt_at,
                      row_number() OVER (PARTITION BY d.tenant_id, d.endpoint_id ORDER BY d.next_attempt_at, d.event_id) AS rn_e
-                FROM (SELECT * FROM webhook_deliveries WHERE status = 'pending' AND next_attempt_at <= $1
-                       ORDER BY next_attempt_at LIMIT 2000) d
-                JOIN webhook_endpoints e ON e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-               WHERE (e.status = 'enabled' OR d.event_type = 'webhook.test')
+                FROM (SELECT x.* FROM webhook_endpoints e
+                       CROSS JOIN LATERAL (
+                             SELECT d.tenant_id, d.endpoint_id, d.event_id, d.next_attempt_at FROM webhook_deliveries d
+                              WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id AND d.status = 'pending' AND d.next_attempt_at <= $1
+                              ORDER BY d.next_attempt_at LIMIT $9) x
+                      WHERE e.status = 'enabled'
+                      UNION ALL
+                      SELECT x.* FROM webhook_endpoints e
+                       CROSS JOIN LATERAL (
+                             SELECT d.tenant_id, d.endpoint_id, d.event_id, d.next_attempt_at FROM webhook_deliveries d
+                              WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id AND d.status = 'pending'
+                                AND d.event_type = 'webhook.test' AND d.next_attempt_at <= $1
+                              ORDER BY d.next_attempt_at LIMIT $9) x
+                      WHERE e.status <> 'enabled') d
             ), endpoint_ok AS (
               SELECT cand.*, row_number() OVER (PARTITION BY cand.tenant_id ORDER BY cand.rn_e, cand.next_attempt_at, cand.event_id) AS rn_t
                 FROM cand LEFT JOIN unnest($5::text[], $6::text[]::int[]) AS f(endpoint_id, n) ON f.endpoint_id = cand.endpoint_id

@@ -132,6 +132,35 @@ final class WebhookDeliveryTests: XCTestCase {
         XCTAssertNotEqual(third.first?.endpointId, aEndpoints[0])
     }
 
+    /// docs/webhooks.md "Delivery", migration 0028: 2,100 due deliveries of one tenant's
+    /// disabled endpoint (they stay pending) and another 2,100 of its enabled endpoint do not keep
+    /// another tenant's single due delivery out of a claim; the disabled endpoint's deliveries are
+    /// never claimed, its `webhook.test` one is. (With the former 2,000 earliest candidates of the
+    /// whole table, the claim found only the first tenant's rows.)
+    func testNeitherADisabledEndpointsBacklogNorAnotherTenantsBacklogCrowdsATenantOut() throws {
+        let a = try tenant(), b = try tenant()
+        let disabled = try endpoint(a.master, path: "/off"), busy = try endpoint(a.master, path: "/busy")
+        let quiet = try endpoint(b.master, path: "/b")
+        // 2,100 events of a (one delivery per endpoint each), due a minute ago: older than b's.
+        try h.db.tenant(a.id) { c in
+            for _ in 0..<2100 { _ = try EventStore.record(c, tenantId: a.id, type: .targetReady, object: ["object": "target", "id": "tgt_x"]) }
+        }
+        _ = try h.db.system { c in
+            try c.execute("UPDATE webhook_deliveries SET next_attempt_at = now() - interval '1 minute' WHERE tenant_id = $1", [a.id])
+            try c.execute("UPDATE webhook_endpoints SET status = 'disabled' WHERE tenant_id = $1 AND id = $2", [a.id, disabled.id])
+        }
+        XCTAssertEqual(h.call("POST", "/v1/webhook-endpoints/\(disabled.id)/test", as: a.master).status, 202)
+        _ = try record(b.id)
+        let claimed = try h.db.system { c in
+            try WebhookStore.claim(
+                c, owner: "w", now: Date().addingTimeInterval(1), limit: 8, leaseSeconds: 60,
+                shares: WebhookClaimShares(perEndpoint: 4, perTenant: 4))
+        }
+        XCTAssertEqual(claimed.filter { $0.endpointId == quiet.id }.count, 1, "b's delivery is claimed")
+        XCTAssertEqual(claimed.filter { $0.endpointId == busy.id }.count, 3, "a's enabled endpoint: a's share less its test")
+        XCTAssertEqual(claimed.filter { $0.endpointId == disabled.id }.map(\.eventType), ["webhook.test"], "only the test reaches a disabled endpoint")
+    }
+
     /// docs/webhooks.md "Delivery": one tenant's hanging receivers (four endpoints) hold at most
     /// half of the worker's threads; another tenant's delivery goes out before any of them ends.
     func testOneTenantsSlowEndpointsDoNotDelayAnotherTenantsDelivery() throws {
