@@ -158,7 +158,8 @@ final class WebhookDeliveryTests: XCTestCase {
         }
         XCTAssertEqual(claimed.filter { $0.endpointId == quiet.id }.count, 1, "b's delivery is claimed")
         XCTAssertEqual(claimed.filter { $0.endpointId == busy.id }.count, 3, "a's enabled endpoint: a's share less its test")
-        XCTAssertEqual(claimed.filter { $0.endpointId == disabled.id }.map(\.eventType), ["webhook.test"], "only the test reaches a disabled endpoint")
+        XCTAssertEqual(
+            claimed.filter { $0.endpointId == disabled.id }.map(\.eventType), ["webhook.test"], "only the test reaches a disabled endpoint")
     }
 
     /// docs/webhooks.md "Delivery": one tenant's hanging receivers (four endpoints) hold at most
