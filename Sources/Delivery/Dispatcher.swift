@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import JSON
 import LiveRelayCore
@@ -133,13 +134,22 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         }
         let perTenant = tenantQueues
         metrics.gauge(
-            "liverelay_tenant_queue_depth", help: "Queued operations per tenant (deepest tenants by id, the rest as other)",
+            "liverelay_tenant_queue_depth", help: "Queued operations per tenant (deepest tenants by fingerprint, the rest as other)",
             labels: ["tenant"]
-        ) { perTenant.get().map { ([$0.tenant], $0.depth) } }
+        ) { perTenant.get().map { ([Self.tenantLabel($0.tenant)], $0.depth) } }
         metrics.gauge(
             "liverelay_tenant_oldest_due_seconds", help: "Age of each tenant's oldest due claimable operation, seconds",
             labels: ["tenant"]
-        ) { perTenant.get().map { ([$0.tenant], $0.oldestDueSeconds) } }
+        ) { perTenant.get().map { ([Self.tenantLabel($0.tenant)], $0.oldestDueSeconds) } }
+    }
+
+    /// The `tenant` label of the per-tenant gauges: `tfp_` and the first 16 hex digits of the
+    /// SHA-256 of the tenant id (`TenantQueueGauges.otherLabel` unchanged). `GET /metrics`
+    /// needs no credential and must not show tenant data (docs/operations.md "Metrics"), so
+    /// the series never carry a tenant id; an operator who knows one finds its series with
+    /// `printf %s <tenant id> | sha256sum | cut -c1-16`.
+    public static func tenantLabel(_ tenant: String) -> String {
+        tenant == TenantQueueGauges.otherLabel ? tenant : "tfp_" + String(Digest.sha256Hex(Array(tenant.utf8)).prefix(16))
     }
 
     // MARK: lifecycle

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import XCTest
 import Delivery
@@ -220,6 +221,21 @@ final class DispatchOrderingTests: DispatchTestCase {
         XCTAssertTrue(text.contains("liverelay_operations_total{kind=\"update\",status=\"accepted\"} 1"), text)
         XCTAssertTrue(text.contains("liverelay_dispatch_lag_seconds_count 1"), text)
         XCTAssertTrue(text.contains("liverelay_dispatch_in_flight 0"), text)
+    }
+
+    /// docs/operations.md "Metrics": `GET /metrics` needs no credential, so the per-tenant
+    /// gauges are labelled by a fingerprint of the tenant id (`tfp_` + 16 hex digits of its
+    /// SHA-256), never by the id itself.
+    func testPerTenantGaugesCarryAFingerprintNotTheTenantId() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: nil)  // no token yet: the update waits, parked
+        _ = try h.update(t, target: tgt, state: ["v": 1])
+        h.dispatcher(h.fakeSender())
+        let label = "tfp_" + String(Digest.sha256Hex(Array(t.utf8)).prefix(16))
+        XCTAssertEqual(Dispatcher.tenantLabel(t), label)
+        XCTAssertEqual(Dispatcher.tenantLabel(TenantQueueGauges.otherLabel), "other")
+        eventually("the tenant's depth sampled") { h.metrics.render().contains("liverelay_tenant_queue_depth{tenant=\"\(label)\"} 1") }
+        XCTAssertFalse(h.metrics.render().contains(t), "no tenant id in the metrics")
     }
 }
 
