@@ -128,12 +128,17 @@ public enum DispatchStore {
 
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
     /// rotation (text), `$5` lease seconds, `$6` now (epoch seconds). Internal for profiling.
+    ///
+    /// `due_tenants` walks the distinct tenants of `dispatch_heads` (one probe of
+    /// `dispatch_heads_due` per tenant, whether or not its heads are due); the due test is the
+    /// per-tenant `LATERAL`'s index range. With the due test in the walk, PostgreSQL 15 (no
+    /// skip scan) read every index entry of a tenant whose heads were all in the future (in
+    /// backoff) on each claim: one tenant's deferred backlog made every tenant's claim slower.
     static let fairClaimSQL = """
         WITH RECURSIVE due_tenants AS (  -- not `tenants`: the priority budget reads that table
-            (SELECT h.tenant_id FROM dispatch_heads h WHERE h.due_at <= now() ORDER BY h.tenant_id LIMIT 1)
+            (SELECT h.tenant_id FROM dispatch_heads h ORDER BY h.tenant_id LIMIT 1)
           UNION ALL
-            SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id AND h.due_at <= now()
-                     ORDER BY h.tenant_id LIMIT 1)
+            SELECT (SELECT h.tenant_id FROM dispatch_heads h WHERE h.tenant_id > w.tenant_id ORDER BY h.tenant_id LIMIT 1)
               FROM due_tenants w WHERE w.tenant_id IS NOT NULL
         ), candidates AS (
             SELECT x.tenant_id, x.target_id, x.operation_id,
