@@ -37,12 +37,12 @@ extension Dispatcher {
 
     /// Frees a slot lent to a write that did not commit, or whose COMMIT's outcome is unknown
     /// (`CommitClaimTaker`). What its claim had taken is returned to the queue should the
-    /// transaction have committed after all (`DispatchStore.unclaim`: nothing when it did not),
-    /// on a thread of its own: the caller is the write's request thread.
+    /// transaction have committed after all (`DispatchStore.unclaim`, fenced by the claim's
+    /// `sent_at`: nothing when it did not), on a thread of its own and a little later
+    /// (`returnToQueueLater`): the caller is the write's request thread, and the server may
+    /// still be finishing that COMMIT.
     public func releaseCommitClaim(claimed ops: [DispatchOperation]) {
         _ = hand([], lent: 1)
-        guard !ops.isEmpty else { return }
-        let pairs = ops.map { (tenantId: $0.tenantId, id: $0.id) }
-        DispatchQueue.global().async { self.returnToQueue(pairs, why: "a claim at commit whose transaction did not report COMMIT") }
+        returnToQueueLater(ops, why: "a claim at commit whose transaction did not report COMMIT")
     }
 }

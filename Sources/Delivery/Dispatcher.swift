@@ -189,7 +189,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         cond.unlock()
         db.commitClaims.withdraw(self)
         jobsCond.lock()
-        let unsent = jobs[jobsHead...].map { (tenantId: $0.op.tenantId, id: $0.op.id) }
+        let unsent = jobs[jobsHead...].map(\.op)
         jobs.removeAll(); jobsHead = 0
         jobsCond.unlock()
         cond.lock()
@@ -322,9 +322,23 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// Runs one claim transaction and records its duration and size (metrics, `stats`).
     private func timedClaim(named: Bool, _ body: (PostgresConnection) throws -> [DispatchOperation]) throws -> [DispatchOperation] {
         let began = Date()
+        // What the transaction claimed, for the case where its COMMIT's outcome is unknown.
+        let taken = Locked<[DispatchOperation]>([])
         // The priority-budget decision is taken as the push is claimed (docs/priority-budget.md).
-        let claimed = try db.system(settings: configuration.claimSettings) { c in
-            try DispatchStore.decidePriorities(c, try body(c), now: configuration.clock())
+        let claimed: [DispatchOperation]
+        do {
+            claimed = try db.system(settings: configuration.claimSettings) { c in
+                let ops = try DispatchStore.decidePriorities(c, try body(c), now: configuration.clock())
+                taken.withLock { $0 = ops }
+                return ops
+            }
+        } catch let e as PostgresError where e.kind == .connection {
+            // The connection broke: maybe after COMMIT was sent and the claim did commit. Its
+            // operations would then sit `sending` under this worker's lease, never sent, until
+            // the lease expired (and an alert or a start would end `unknown`). Put back what
+            // it took; nothing happens when it rolled back (docs/delivery.md "Claims").
+            returnToQueueLater(taken.withLock { $0 }, why: "a claim whose COMMIT's outcome is unknown")
+            throw e
         }
         for op in claimed where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
         let seconds = Date().timeIntervalSince(began)
@@ -344,7 +358,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         if stopping {
             cond.broadcast()
             cond.unlock()
-            returnToQueue(claimed.map { ($0.tenantId, $0.id) }, why: "claimed while stopping")
+            returnToQueue(claimed, why: "claimed while stopping")
             return false
         }
         for op in claimed { outstanding[op.id] = (op.tenantId, op.id) }
@@ -362,14 +376,41 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// (`DispatchStore.unclaim`: the attempt is not counted; a row that is no longer this
     /// worker's `sending` one is left alone). A failure is logged with `why`; their leases then
     /// expire and are rescued.
-    func returnToQueue(_ ops: [(tenantId: String, id: String)], why: String) {
-        guard !ops.isEmpty else { return }
+    /// Each claim's operations are fenced by the `sent_at` that claim wrote
+    /// (`DispatchOperation.claimedAt`), so a return never touches a later claim of the same
+    /// operation. Returns false when the database could not be reached (logged).
+    @discardableResult
+    func returnToQueue(_ ops: [DispatchOperation], why: String, logFailure: Bool = true) -> Bool {
+        guard !ops.isEmpty else { return true }
         do {
-            _ = try db.system { c in try DispatchStore.unclaim(c, worker: configuration.workerId, operations: ops) }
+            try db.system { c in
+                for (stamp, group) in Dictionary(grouping: ops, by: \.claimedAt) {
+                    try DispatchStore.unclaim(
+                        c, worker: configuration.workerId, operations: group.map { ($0.tenantId, $0.id) }, claimedAt: stamp)
+                }
+            }
+            return true
         } catch {
-            log.warning(
-                "could not return operations to the queue; their leases will expire",
-                ["reason": .string(why), "count": .int(Int64(ops.count)), "error": .string("\(error)")])
+            if logFailure {
+                log.warning(
+                    "could not return operations to the queue; their leases will expire",
+                    ["reason": .string(why), "count": .int(Int64(ops.count)), "error": .string("\(error)")])
+            }
+            return false
+        }
+    }
+
+    /// `returnToQueue` on a thread of its own, for operations a claim's transaction may or may
+    /// not have committed (its COMMIT's outcome is unknown): first after 0.5 s, so a COMMIT the
+    /// server was still finishing is visible, then again after 2 and 5 s while the database
+    /// cannot be reached. The fence makes a repeat harmless.
+    func returnToQueueLater(_ ops: [DispatchOperation], why: String) {
+        guard !ops.isEmpty else { return }
+        DispatchQueue.global().async { [self] in
+            for (i, delay) in [0.5, 2, 5].enumerated() {
+                Thread.sleep(forTimeInterval: delay)
+                if returnToQueue(ops, why: why, logFailure: i == 2) { return }
+            }
         }
     }
 

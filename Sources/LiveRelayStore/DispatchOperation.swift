@@ -58,6 +58,11 @@ public struct DispatchOperation: Sendable, Equatable {
     public let priority10Budget: Int?
     public internal(set) var budgetDecision: PriorityBudget.Decision?
     public internal(set) var budgetDecidedAtMs: Int64?
+    /// The `sent_at` the claim that took this operation wrote: PostgreSQL's text of that claim
+    /// statement's `statement_timestamp()`, distinct for every claim of the operation. The fence
+    /// of `DispatchStore.unclaim`: a late return to the queue never touches a later claim of
+    /// the same operation. nil outside a claim's result.
+    public internal(set) var claimedAt: String? = nil
 
     /// The `apns-priority` to send: the budget decision's, else the requested `priority`.
     public var sendPriority: Int { budgetDecision?.priority ?? priority }
@@ -97,7 +102,7 @@ public struct DispatchOperation: Sendable, Equatable {
         pushToStartToken = o.pushToStartToken; attributesType = o.attributesType
         channelId = o.channelId; inputPushChannel = o.inputPushChannel
         sentPriority = o.sentPriority; priority10Sends = o.priority10Sends; priority10Budget = o.priority10Budget
-        budgetDecision = o.budgetDecision; budgetDecidedAtMs = o.budgetDecidedAtMs
+        budgetDecision = o.budgetDecision; budgetDecidedAtMs = o.budgetDecidedAtMs; claimedAt = o.claimedAt
     }
 
     func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }

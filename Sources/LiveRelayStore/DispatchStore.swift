@@ -241,7 +241,7 @@ public enum DispatchStore {
         ), stamps AS (  -- id -> timestamp in one object: a join of two CTEs estimated at one row each was a nested loop (n^2)
             SELECT jsonb_object_agg(c.id, c.claimed_ts) AS m FROM claimed c
         )
-        SELECT l.*, ((SELECT m FROM stamps) ->> l.id)::bigint AS claimed_ts,
+        SELECT l.*, ((SELECT m FROM stamps) ->> l.id)::bigint AS claimed_ts, statement_timestamp() AS claim_stamp,
                (SELECT count(*) FROM stamped) AS n_stamped, (SELECT count(*) FROM parked) AS n_parked
           FROM locked l
         """
@@ -264,7 +264,9 @@ public enum DispatchStore {
             let op = try DispatchOperation(row: r)
             if try r.bool("target_over") { over.append(op); continue }
             guard let ts = try r.optionalInt64("claimed_ts") else { continue }  // parked
-            claimed.append(op.claimed(providerTimestamp: ts))
+            var c = op.claimed(providerTimestamp: ts)
+            c.claimedAt = r["claim_stamp"]  // the statement's timestamp, as its UPDATE wrote it to sent_at
+            claimed.append(c)
         }
         return (claimed, over)
     }
@@ -296,19 +298,25 @@ public enum DispatchStore {
             ])
     }
 
-    /// Puts claimed operations that were never sent back in the queue (graceful shutdown):
-    /// the attempt is not counted; the assigned timestamp stays.
+    /// Puts claimed operations that were never sent back in the queue (graceful shutdown, a
+    /// claim whose COMMIT's outcome is unknown): the attempt is not counted; the assigned
+    /// timestamp stays. Only `worker`'s `sending` rows are touched, and with `claimedAt` (the
+    /// claim's `DispatchOperation.claimedAt`) only rows that claim wrote: so running it late, or
+    /// twice, never returns a later claim of the same operation. Returns how many went back.
     @discardableResult
-    public static func unclaim(_ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)]) throws -> Int {
+    public static func unclaim(
+        _ c: PostgresConnection, worker: String, operations: [(tenantId: String, id: String)], claimedAt: String? = nil
+    ) throws -> Int {
         guard !operations.isEmpty else { return 0 }
         return try c.execute(
             """
             UPDATE operations o SET status = 'queued', lease_owner = NULL, lease_expires_at = NULL,
                    attempts = GREATEST(o.attempts - 1, 0), next_attempt_at = now(), updated_at = now()
              WHERE o.tenant_id = ANY($2::text[]) AND o.id = ANY($3::text[]) AND o.status = 'sending' AND o.lease_owner = $1
+               AND ($4::timestamptz IS NULL OR o.sent_at = $4::timestamptz)
             """,
             [
-                worker, distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))
+                worker, distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id)), claimedAt
             ])
     }
 

@@ -290,6 +290,35 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(d.stats.claimedAtCommit, 0)
     }
 
+    /// `DispatchStore.unclaim` fenced by the claim's `sent_at` (`DispatchOperation.claimedAt`):
+    /// a return meant for one claim never touches a later claim of the same operation, so the
+    /// dispatcher may put back, late or twice, what a claim whose COMMIT's outcome is unknown
+    /// took (docs/delivery.md "Claims") without ever requeueing an operation in flight.
+    func testAFencedUnclaimReturnsOnlyTheClaimItNames() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-fence")
+        let op = try h.update(t, target: tgt, state: ["eta": 1])
+        func claim() throws -> DispatchOperation {
+            try XCTUnwrap(
+                try h.db.system { c in
+                    try DispatchStore.claim(c, worker: "w-fence", ids: [(t, op)], limit: 1, leaseSeconds: 30, now: Date())
+                }.first)
+        }
+        func unclaim(_ stamp: String?) throws -> Int {
+            try h.db.system { c in try DispatchStore.unclaim(c, worker: "w-fence", operations: [(t, op)], claimedAt: stamp) }
+        }
+        let first = try claim()
+        let firstStamp = try XCTUnwrap(first.claimedAt)
+        XCTAssertEqual(try unclaim(firstStamp), 1, "the claim's own return")
+        XCTAssertEqual(try h.operation(t, op).status, .queued)
+        let second = try claim()
+        XCTAssertNotEqual(second.claimedAt, firstStamp)
+        XCTAssertEqual(second.attempts, 1, "the returned attempt was not counted")
+        XCTAssertEqual(try unclaim(firstStamp), 0, "a late return of the first claim leaves the second alone")
+        XCTAssertEqual(try h.operation(t, op).status, .sending)
+        XCTAssertEqual(try unclaim(second.claimedAt), 1)
+    }
+
     /// Locks target `x` of tenant `t` in a transaction of its own (the returned connection;
     /// roll it back to let go), runs `release` (lets the held push answer), and waits until its
     /// apply waits on that lock.
