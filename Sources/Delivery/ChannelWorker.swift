@@ -5,6 +5,7 @@ import LiveRelayStore
 import Logging
 import Metrics
 import Postgres
+import Synchronization
 
 /// Settings of the channel worker (docs/channels.md "Fan-out", "APNs wire").
 public struct ChannelWorkerConfiguration: Sendable {
@@ -62,6 +63,8 @@ public final class ChannelWorker: @unchecked Sendable {
     private var threads = 0
     private let exited = DispatchSemaphore(value: 0)
     private var rotation = 0
+    /// Tie-break rotation of broadcast claims across tenants (`BroadcastStore.claim`).
+    private let broadcastRotation = Atomic<Int>(0)
 
     /// - Parameters:
     ///   - sender: sends broadcasts (APNs broadcast host); `manager`: deletes ended channels' APNs channels.
@@ -182,7 +185,9 @@ public final class ChannelWorker: @unchecked Sendable {
         let claimed: [ClaimedBroadcast]
         do {
             claimed = try db.system { c in
-                try BroadcastStore.claim(c, worker: configuration.workerId, limit: 1, leaseSeconds: configuration.leaseSeconds, now: Date())
+                try BroadcastStore.claim(
+                    c, worker: configuration.workerId, limit: 1, leaseSeconds: configuration.leaseSeconds, now: Date(),
+                    rotation: broadcastRotation.add(1, ordering: .relaxed).newValue)
             }
         } catch {
             if isRunning { log.warning("broadcast claim failed", ["error": .string("\(error)")]) }

@@ -25,16 +25,39 @@ public enum BroadcastStore {
     /// Claims up to `limit` due broadcasts, each the head of its channel (no earlier broadcast
     /// queued or sending), `FOR UPDATE SKIP LOCKED`: marks them `sending` under `worker`'s lease
     /// and assigns the timestamp (max(now, channel's last + 1), kept on resends).
-    public static func claim(_ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date) throws -> [ClaimedBroadcast] {
+    ///
+    /// Fair across tenants (migration 0029): the tenants with queued broadcasts are walked one
+    /// index probe each, each contributes its earliest `limit` due heads, and the claim takes
+    /// them round robin (every tenant's first before any tenant's second; ties broken by a hash
+    /// of the tenant id and `rotation`), so one tenant's backlog delays another tenant's
+    /// broadcast by at most one claim per broadcaster.
+    public static func claim(
+        _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date, rotation: Int = 0
+    ) throws -> [ClaimedBroadcast] {
         let nowS = Timestamp.epochSeconds(now)
         let rows = try c.query(
             """
-            WITH picked AS (
+            WITH RECURSIVE queued_tenants AS (
+                (SELECT o.tenant_id FROM channel_operations o WHERE o.broadcast_status = 'queued' ORDER BY o.tenant_id LIMIT 1)
+              UNION ALL
+                SELECT (SELECT o.tenant_id FROM channel_operations o WHERE o.broadcast_status = 'queued' AND o.tenant_id > w.tenant_id
+                         ORDER BY o.tenant_id LIMIT 1)
+                  FROM queued_tenants w WHERE w.tenant_id IS NOT NULL
+            ), cand AS (
+              SELECT x.tenant_id, x.id, row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.broadcast_next_at, x.id) AS rn,
+                     x.broadcast_next_at
+                FROM queued_tenants w CROSS JOIN LATERAL (
+                     SELECT o.tenant_id, o.id, o.broadcast_next_at FROM channel_operations o
+                      WHERE o.tenant_id = w.tenant_id AND o.broadcast_status = 'queued' AND o.broadcast_next_at <= now()
+                        AND NOT EXISTS (SELECT 1 FROM channel_operations p WHERE p.tenant_id = o.tenant_id AND p.channel_id = o.channel_id
+                                          AND p.broadcast_status IN ('queued', 'sending') AND (p.seq < o.seq OR p.broadcast_status = 'sending'))
+                      ORDER BY o.broadcast_next_at LIMIT $2) x
+               WHERE w.tenant_id IS NOT NULL
+            ), picked AS (
               SELECT o.tenant_id, o.id, o.channel_id FROM channel_operations o
-               WHERE o.broadcast_status = 'queued' AND o.broadcast_next_at <= now()
-                 AND NOT EXISTS (SELECT 1 FROM channel_operations p WHERE p.tenant_id = o.tenant_id AND p.channel_id = o.channel_id
-                                   AND p.broadcast_status IN ('queued', 'sending') AND (p.seq < o.seq OR p.broadcast_status = 'sending'))
-               ORDER BY o.broadcast_next_at LIMIT $2
+                JOIN (SELECT * FROM cand ORDER BY rn, hashtext(tenant_id || $5), broadcast_next_at, id LIMIT $2) k
+                  ON o.tenant_id = k.tenant_id AND o.id = k.id
+               WHERE o.broadcast_status = 'queued'
                  FOR UPDATE OF o SKIP LOCKED
             ), chans AS (
               -- SKIP LOCKED: a channel write holds its channel while it locks queued broadcasts; never wait for it here.
@@ -57,7 +80,7 @@ public enum BroadcastStore {
                    c.fanout_state, c.fanout_cursor, c.consumes_quota, c.quota_day::text AS quota_day, c.created_at, c.updated_at,
                    ch.app_id, ch.environment, ch.apns_channel_id, ch.storage_policy, (SELECT count(*) FROM stamped) AS n_stamped
               FROM claimed c JOIN channels ch ON ch.tenant_id = c.tenant_id AND ch.id = c.channel_id
-            """, [worker, limit, leaseSeconds, nowS])
+            """, [worker, limit, leaseSeconds, nowS, String(rotation)])
         return try rows.map { r in
             let op = try ChannelOperationRecord(row: r)
             return ClaimedBroadcast(

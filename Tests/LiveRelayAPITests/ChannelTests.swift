@@ -501,6 +501,30 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(Set(stamps).count, stamps.count)
     }
 
+    /// Migration 0029: broadcast claims are shared across tenants. Six older queued broadcasts of
+    /// one tenant (six channels, so six channel heads) do not keep another tenant's broadcast out
+    /// of a claim of two: each tenant's first due head comes before any tenant's second.
+    func testBroadcastClaimsTakeEveryTenantsFirstBeforeAnyTenantsSecond() throws {
+        let a = try ChannelWorld.make()
+        defer { a.env.tearDown() }
+        let b = ChannelWorld(env: a.env, tenant: try a.env.tenant(name: "Other", quota: 100_000), fake: a.fake)
+        let aChannels = try (0..<6).map { _ in try a.channel() }
+        let aKey = try a.sender(aChannels)
+        for ch in aChannels { XCTAssertEqual(a.update(ch, ["eta": 1], revision: 0, as: aKey).status, 202) }
+        _ = try a.env.db.system { c in
+            try c.execute(
+                "UPDATE channel_operations SET broadcast_next_at = now() - interval '1 minute' WHERE tenant_id = $1", [a.tenant.id])
+        }
+        let bChannel = try b.channel()
+        let bKey = try b.sender([bChannel])
+        XCTAssertEqual(b.update(bChannel, ["eta": 1], revision: 0, as: bKey).status, 202)
+        let claimed = try a.env.db.system { c in
+            try BroadcastStore.claim(c, worker: "w-fair", limit: 2, leaseSeconds: 30, now: Date(), rotation: 7)
+        }
+        XCTAssertEqual(claimed.count, 2)
+        XCTAssertEqual(Set(claimed.map(\.op.tenantId)), [a.tenant.id, b.tenant.id], "one of each tenant, not a's two oldest")
+    }
+
     func testBroadcastOutcomesAndChannelEnd() throws {
         let w = try ChannelWorld.make()
         defer { w.env.tearDown() }
