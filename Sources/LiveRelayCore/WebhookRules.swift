@@ -84,8 +84,9 @@ public enum WebhookRules {
 
     /// True when an address may not be reached by a webhook unless private targets are
     /// allowed: loopback, private (RFC 1918, IPv6 unique local), link-local, unspecified,
-    /// carrier-grade NAT, multicast, broadcast and reserved ranges, and IPv4-mapped/compatible
-    /// IPv6 forms of those. `bytes` is 4 (IPv4) or 16 (IPv6) bytes in network order; any
+    /// carrier-grade NAT, multicast, broadcast and reserved ranges, the IPv4-mapped,
+    /// -compatible, -translated, NAT64 (64:ff9b::/96) and 6to4 (2002::/16) IPv6 forms of those,
+    /// and every local-use NAT64 (64:ff9b:1::/48) and Teredo (2001::/32) address. `bytes` is 4 (IPv4) or 16 (IPv6) bytes in network order; any
     /// other length is forbidden.
     public static func isForbiddenAddress(_ bytes: [UInt8]) -> Bool {
         if bytes.count == 4 { return isForbiddenIPv4(bytes[0], bytes[1], bytes[2], bytes[3]) }
@@ -97,6 +98,19 @@ public enum WebhookRules {
         }
         if bytes[0] == 0 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B && bytes[4...11].allSatisfy({ $0 == 0 }) {
             return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])  // 64:ff9b::/96 NAT64
+        }
+        // Forms that carry an IPv4 address a host with the matching route would reach:
+        if bytes[0..<8].allSatisfy({ $0 == 0 }) && bytes[8] == 0xFF && bytes[9] == 0xFF && bytes[10] == 0 && bytes[11] == 0 {
+            return isForbiddenIPv4(bytes[12], bytes[13], bytes[14], bytes[15])  // ::ffff:0:a.b.c.d (IPv4-translated, RFC 2765)
+        }
+        if bytes[0] == 0 && bytes[1] == 0x64 && bytes[2] == 0xFF && bytes[3] == 0x9B && bytes[4] == 0 && bytes[5] == 1 {
+            return true  // 64:ff9b:1::/48 local-use NAT64 (RFC 8215): the embedded address may sit anywhere
+        }
+        if bytes[0] == 0x20 && bytes[1] == 0x02 {
+            return isForbiddenIPv4(bytes[2], bytes[3], bytes[4], bytes[5])  // 2002::/16 6to4: 2002:a.b.c.d::/48
+        }
+        if bytes[0] == 0x20 && bytes[1] == 0x01 && bytes[2] == 0 && bytes[3] == 0 {
+            return true  // 2001::/32 Teredo: tunnels to an obfuscated IPv4 client behind NAT
         }
         if bytes[0] & 0xFE == 0xFC { return true }  // fc00::/7 unique local
         if bytes[0] == 0xFE && bytes[1] & 0xC0 == 0x80 { return true }  // fe80::/10 link-local

@@ -29,6 +29,17 @@ final class WebhookRulesTests: XCTestCase {
         for a in ["2606:4700::1111", "2a00:1450::1", "::ffff:8.8.8.8"] {
             XCTAssertFalse(WebhookRules.isForbiddenAddress(ip6(a)), a)
         }
+        // IPv6 forms that embed an IPv4 address: refused when it is (6to4, IPv4-translated), or
+        // always (Teredo, local-use NAT64); the same forms of a public address pass.
+        for a in [
+            "2002:7f00:1::1", "2002:a00:1::", "2002:a9fe:a9fe::1", "::ffff:0:127.0.0.1", "::ffff:0:10.1.2.3", "2001:0:4136:e378::1",
+            "64:ff9b:1::808:808"
+        ] {
+            XCTAssertTrue(WebhookRules.isForbiddenAddress(ip6(a)), a)
+        }
+        for a in ["2002:808:808::1", "::ffff:0:8.8.8.8", "2001:4860::8888", "2001:db9::1"] {
+            XCTAssertFalse(WebhookRules.isForbiddenAddress(ip6(a)), a)
+        }
         XCTAssertTrue(WebhookRules.isForbiddenAddress([1, 2, 3]), "an address of unknown length is refused")
     }
 
