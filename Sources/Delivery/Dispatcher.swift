@@ -604,18 +604,20 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 )
             }
             var applied: [Bool] = []
+            var headsDue = false
             let serial = decided.contains { DispatchStore.reachesBeyondTarget(channelId: $0.0.op.channelId, $0.1) }
             if serial { effectsLock.lock() }
             defer { if serial { effectsLock.unlock() } }
             let began = Date()
             do {
-                applied = try db.system { c in try applyBatch(c, decided) }
+                (applied, headsDue) = try db.system { c in try applyBatch(c, decided) }
                 counters.applied(decided.count, seconds: Date().timeIntervalSince(began))
             } catch {
                 // One bad row must not hold the others back: apply one by one.
                 log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
                 applied = decided.map { item in
-                    do { return try db.system { c in try applyBatch(c, [item])[0] } } catch {
+                    headsDue = true  // not worth a probe per row on this rare path
+                    do { return try db.system { c in try applyBatch(c, [item]).applied[0] } } catch {
                         log.error(
                             "could not apply a result; the lease will expire and be rescued",
                             ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
@@ -631,7 +633,10 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             }
             cond.lock()
             for comp in batch { outstanding[comp.op.id] = nil }
-            wakeRequested = true  // a finished operation may unblock the next one of its target
+            // A finished operation may have made the next one of its target a due head: only
+            // then is a fair claim worth running (docs/delivery.md "Wake-ups"). The freed slots
+            // still wake a claim loop whose last claim was full.
+            if headsDue { wakeRequested = true }
             cond.broadcast()
             cond.unlock()
         }
@@ -639,18 +644,22 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
 
     /// Applies a batch in the caller's transaction (`DispatchStore.applyResults`: every outcome
     /// class in bulk, target effects per row) and runs `afterApply` on what was applied.
-    private func applyBatch(_ c: PostgresConnection, _ decided: [(Completion, DispatchDecision)]) throws -> [Bool] {
+    /// Returns which results were applied, and whether any of their targets now has a due
+    /// head (`DispatchStore.anyDueHead`), i.e. whether the fair claim has something to take.
+    private func applyBatch(_ c: PostgresConnection, _ decided: [(Completion, DispatchDecision)]) throws -> (applied: [Bool], headsDue: Bool) {
         let results = decided.map { comp, d in
             DispatchStore.Result(op: comp.op, decision: d, apnsId: comp.apnsId, usedToken: comp.token)
         }
         let done = try DispatchStore.applyResults(c, results, owner: configuration.workerId)
         let applied = results.filter { done.contains($0.op.id) }
         try afterApply(c, applied)
-        return decided.map { comp, _ in
+        let headsDue = try DispatchStore.anyDueHead(c, targets: applied.map { ($0.op.tenantId, $0.op.targetId) })
+        let flags = decided.map { comp, _ in
             let ok = done.contains(comp.op.id)
             if !ok { log.warning("result discarded: the operation's lease was taken over", ["operation_id": .string(comp.op.id)]) }
             return ok
         }
+        return (flags, headsDue)
     }
 
     /// The one place for per-outcome side effects that belong in the apply transaction

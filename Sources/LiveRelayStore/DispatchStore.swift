@@ -423,6 +423,20 @@ public enum DispatchStore {
         ).map { r in TenantQueue(tenantId: try r.string("tenant_id"), depth: try r.int("n"), oldestDueSeconds: try r.double("oldest")) }
     }
 
+    /// Whether any of `targets` has a head in `dispatch_heads` that is due now: after an apply,
+    /// whether its finished operations let a next one of their targets become claimable, so
+    /// the fair claim is worth waking (docs/delivery.md "Wake-ups"). Target ids are unique
+    /// across tenants (`Identifier`), so `= ANY` on both columns matches exactly the pairs,
+    /// one primary-key probe each, without joining the batch.
+    public static func anyDueHead(_ c: PostgresConnection, targets: [(tenantId: String, targetId: String)]) throws -> Bool {
+        guard !targets.isEmpty else { return false }
+        return try c.query(
+            """
+            SELECT EXISTS (SELECT 1 FROM dispatch_heads h
+                            WHERE h.tenant_id = ANY($1::text[]) AND h.target_id = ANY($2::text[]) AND h.due_at <= now()) AS due
+            """, [distinctTenants(targets.map(\.tenantId)), PostgresTextArray(Array(Set(targets.map(\.targetId))))])[0].bool("due")
+    }
+
     /// Queued operations over every tenant (the `liverelay_queue_depth` gauge).
     public static func queueDepth(_ c: PostgresConnection) throws -> Int {
         try c.query("SELECT count(*) AS n FROM operations WHERE status = 'queued'")[0].int("n")
