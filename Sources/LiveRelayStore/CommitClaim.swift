@@ -36,8 +36,9 @@ public protocol CommitClaimTaker: AnyObject, Sendable {
     /// After COMMIT returned at `committedAt`: `ops` (claimed by the write; empty when its
     /// claim found nothing to claim) become this dispatcher's outstanding work; the slot is freed.
     func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date)
-    /// The transaction did not commit, or the outcome of its COMMIT is unknown (the connection
-    /// broke after COMMIT was sent): the slot is freed. `claimed`: what the transaction's claim
+    /// The transaction did not commit, the outcome of its COMMIT is unknown (the connection
+    /// broke after COMMIT was sent), or its COMMIT returned more than half a lease after the
+    /// claim (the lease can no longer be trusted): the slot is freed. `claimed`: what the transaction's claim
     /// had taken (empty when the claim never ran or took nothing); the taker must put those back
     /// in the queue should they have been committed after all (they were never sent).
     func releaseCommitClaim(claimed: [DispatchOperation])
@@ -81,6 +82,8 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
     public let terms: CommitClaimTerms
     private let taker: any CommitClaimTaker
     private let box = Locked<[DispatchOperation]>([])
+    /// When `read` saw the claim's result (this process's clock): the lease started about then.
+    private let readAt = Locked<Date?>(nil)
 
     private init(terms: CommitClaimTerms, taker: any CommitClaimTaker) {
         self.terms = terms
@@ -95,7 +98,17 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
         let claim = CommitClaim(terms: terms, taker: taker)
         c.addTransactionHook(
             TransactionHook(
-                committed: { at in taker.takeCommitClaim(claim.box.withLock { $0 }, committedAt: at) },
+                committed: { at in
+                    let ops = claim.box.withLock { $0 }
+                    // A COMMIT that took more than half the lease (a stalled server or standby): the
+                    // lease may run out before the push is sent, and the lease rescue may already be
+                    // at it, so the operations go back to the queue (fenced) instead of being sent.
+                    if !ops.isEmpty, let read = claim.readAt.withLock({ $0 }), at.timeIntervalSince(read) > terms.leaseSeconds / 2 {
+                        taker.releaseCommitClaim(claimed: ops)
+                    } else {
+                        taker.takeCommitClaim(ops, committedAt: at)
+                    }
+                },
                 rolledBack: { taker.releaseCommitClaim(claimed: claim.box.withLock { $0 }) }))
         return claim
     }
@@ -124,6 +137,7 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
         let (claimed, _) = try DispatchStore.claimedRows(r.rows)
         let (decided, update) = DispatchStore.priorityDecisions(claimed, now: terms.clock())
         box.withLock { $0 = decided }
+        readAt.withLock { $0 = Date() }
         if decided.isEmpty {
             return [PostgresStatement("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [tenantId, targetId])]
         }

@@ -290,6 +290,27 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(d.stats.claimedAtCommit, 0)
     }
 
+    /// A claim at commit whose COMMIT returns more than half a lease after the claim (a stalled
+    /// server or standby; here the transaction sleeps) is not handed over: the lease can no
+    /// longer be trusted, so the operation goes back to the queue (fenced) and is sent once, by
+    /// the fair claim or the lease rescue, never twice.
+    func testAClaimAtCommitThatCommitsTooLateIsNotHandedOver() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-late")
+        let fake = h.fakeSender()
+        let d = h.dispatcher(fake, lease: 0.6)
+        let op = Identifier.make(.operation)
+        try h.db.tenant(t) { c in
+            try h.writeUpdate(c, t, target: tgt, state: ["eta": 5], id: op)
+            Thread.sleep(forTimeInterval: 0.5)  // COMMIT comes 0.5 s after the claim: over half the 0.6 s lease
+        }
+        XCTAssertEqual(d.stats.claimedAtCommit, 0, "not handed over")
+        XCTAssertEqual(d.commitClaimsLent, 0, "the slot came back")
+        try h.waitFor(t, op, .accepted, within: 10)
+        Thread.sleep(forTimeInterval: 1)
+        XCTAssertEqual(fake.calls.filter { $0.push.operationId == op }.count, 1, "sent once")
+    }
+
     /// `DispatchStore.unclaim` fenced by the claim's `sent_at` (`DispatchOperation.claimedAt`):
     /// a return meant for one claim never touches a later claim of the same operation, so the
     /// dispatcher may put back, late or twice, what a claim whose COMMIT's outcome is unknown

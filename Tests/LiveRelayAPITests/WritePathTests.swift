@@ -338,11 +338,13 @@ final class StubCommitClaimTaker: CommitClaimTaker, @unchecked Sendable {
     let reserved = Locked(0), released = Locked(0)
     let taken = Locked<[[DispatchOperation]]>([])
     let statusesWhenTaken = Locked<[String]>([])
-    init(db: Database) { self.db = db }
+    /// The lease lent, seconds.
+    let lease: Double
+    init(db: Database, lease: Double = 30) { self.db = db; self.lease = lease }
 
     func reserveCommitClaim() -> CommitClaimTerms? {
         reserved.withLock { $0 += 1 }
-        return CommitClaimTerms(worker: "stub-worker", leaseSeconds: 30, settings: DispatchStore.claimSettings, clock: Date.init)
+        return CommitClaimTerms(worker: "stub-worker", leaseSeconds: lease, settings: DispatchStore.claimSettings, clock: Date.init)
     }
     func takeCommitClaim(_ ops: [DispatchOperation], committedAt: Date) {
         taken.withLock { $0.append(ops) }
