@@ -304,17 +304,22 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             cond.unlock()
 
             var claimed: [DispatchOperation] = []
+            var examined = 0
             do {
                 claimed = try timedClaim(named: false) { c in
-                    try DispatchStore.claim(
+                    let r = try DispatchStore.claimExamining(
                         c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
                         perTenant: configuration.claimPerTenant, rotation: rotation)
+                    examined = r.examined
+                    return r.claimed
                 }
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
                 Thread.sleep(forTimeInterval: 0.2)
             }
-            lastClaimFull = claimed.count == limit && limit > 0
+            // Cut by its limit (parked and finished-target heads count: they used places too), so
+            // claim again as soon as slots free, whether or not an apply finds a due head.
+            lastClaimFull = max(claimed.count, examined) >= limit && limit > 0
             if !hand(claimed) { return }
         }
     }

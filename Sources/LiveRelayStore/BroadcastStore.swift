@@ -27,10 +27,11 @@ public enum BroadcastStore {
     /// and assigns the timestamp (max(now, channel's last + 1), kept on resends).
     ///
     /// Fair across tenants (migration 0029): the tenants with queued broadcasts are walked one
-    /// index probe each, each contributes its earliest `limit` due heads, and the claim takes
-    /// them round robin (every tenant's first before any tenant's second; ties broken by a hash
-    /// of the tenant id and `rotation`), so one tenant's backlog delays another tenant's
-    /// broadcast by at most one claim per broadcaster.
+    /// index probe each, each contributes its earliest `limit + 8` due heads, and the claim
+    /// takes `limit` of them round robin (every tenant's first before any tenant's second; ties
+    /// broken by a hash of the tenant id and `rotation`), locking as it goes (`SKIP LOCKED`
+    /// before the limit, so heads concurrent broadcasters hold are passed over, not lost), so
+    /// one tenant's backlog delays another tenant's broadcast by at most one claim per broadcaster.
     public static func claim(
         _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date, rotation: Int = 0
     ) throws -> [ClaimedBroadcast] {
@@ -51,13 +52,13 @@ public enum BroadcastStore {
                       WHERE o.tenant_id = w.tenant_id AND o.broadcast_status = 'queued' AND o.broadcast_next_at <= now()
                         AND NOT EXISTS (SELECT 1 FROM channel_operations p WHERE p.tenant_id = o.tenant_id AND p.channel_id = o.channel_id
                                           AND p.broadcast_status IN ('queued', 'sending') AND (p.seq < o.seq OR p.broadcast_status = 'sending'))
-                      ORDER BY o.broadcast_next_at LIMIT $2) x
+                      ORDER BY o.broadcast_next_at LIMIT $6) x
                WHERE w.tenant_id IS NOT NULL
-            ), picked AS (
+            ), picked AS (  -- the limit after the lock: a head another broadcaster holds is passed over, not lost
               SELECT o.tenant_id, o.id, o.channel_id FROM channel_operations o
-                JOIN (SELECT * FROM cand ORDER BY rn, hashtext(tenant_id || $5), broadcast_next_at, id LIMIT $2) k
-                  ON o.tenant_id = k.tenant_id AND o.id = k.id
+                JOIN cand k ON o.tenant_id = k.tenant_id AND o.id = k.id
                WHERE o.broadcast_status = 'queued'
+               ORDER BY k.rn, hashtext(k.tenant_id || $5), k.broadcast_next_at, k.id LIMIT $2
                  FOR UPDATE OF o SKIP LOCKED
             ), chans AS (
               -- SKIP LOCKED: a channel write holds its channel while it locks queued broadcasts; never wait for it here.
@@ -80,7 +81,7 @@ public enum BroadcastStore {
                    c.fanout_state, c.fanout_cursor, c.consumes_quota, c.quota_day::text AS quota_day, c.created_at, c.updated_at,
                    ch.app_id, ch.environment, ch.apns_channel_id, ch.storage_policy, (SELECT count(*) FROM stamped) AS n_stamped
               FROM claimed c JOIN channels ch ON ch.tenant_id = c.tenant_id AND ch.id = c.channel_id
-            """, [worker, limit, leaseSeconds, nowS, String(rotation)])
+            """, [worker, limit, leaseSeconds, nowS, String(rotation), limit + 8])
         return try rows.map { r in
             let op = try ChannelOperationRecord(row: r)
             return ClaimedBroadcast(

@@ -121,9 +121,20 @@ public enum DispatchStore {
         _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
         perTenant: Int? = nil, rotation: Int = 0
     ) throws -> [DispatchOperation] {
-        guard limit > 0 else { return [] }
+        try claimExamining(c, worker: worker, limit: limit, leaseSeconds: leaseSeconds, now: now, perTenant: perTenant, rotation: rotation)
+            .claimed
+    }
+
+    /// `claim`, also returning how many heads it took a decision on (`examined`: claimed, parked
+    /// or found over; heads other claimers held are not counted). `examined == limit` means the
+    /// claim was cut by its limit, so there may be more due heads right away.
+    public static func claimExamining(
+        _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
+        perTenant: Int? = nil, rotation: Int = 0
+    ) throws -> (claimed: [DispatchOperation], examined: Int) {
+        guard limit > 0 else { return ([], 0) }
         let rows = try c.query(fairClaimSQL, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, Timestamp.epochSeconds(now)])
-        return try claimed(c, rows)
+        return (try claimed(c, rows), rows.count)
     }
 
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`

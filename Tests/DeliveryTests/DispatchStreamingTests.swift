@@ -340,37 +340,6 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(try unclaim(second.claimedAt), 1)
     }
 
-    /// Migration 0030: an FCM token registered while a claim is parking the operation (the
-    /// claim holds the target's lock and has not committed) still un-parks it: the token
-    /// trigger waits for the target's lock and un-parks with a fresh snapshot. Before, its
-    /// snapshot did not yet show the operation parked, so it stayed parked with a valid token
-    /// until the un-park sweep.
-    func testATokenRegisteredWhileAClaimParksStillUnparks() throws {
-        let t = try h.tenant(), inst = try h.installation(t, platform: "android")
-        let tgt = try h.target(t, installation: inst, token: nil, platform: "android")
-        let op = try h.update(t, target: tgt, state: ["eta": 1])
-        // The claim, by hand: target and operation locked, the operation parked, not committed.
-        let claim = try PostgresConnection(h.conninfo)
-        defer { claim.close() }
-        try claim.execute("BEGIN")
-        try claim.execute("SELECT set_config('app.scope', 'system', true)")
-        try claim.execute("SELECT 1 FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, tgt])
-        try claim.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
-        let registered = DispatchSemaphore(value: 0)
-        let db = h.db
-        DispatchQueue.global().async {
-            _ = try? db.system { c in
-                try c.execute("UPDATE installations SET fcm_token = 'fcm-new' WHERE tenant_id = $1 AND id = $2", [t, inst])
-            }
-            registered.signal()
-        }
-        Thread.sleep(forTimeInterval: 0.5)  // the registration runs its trigger now (and waits for the target, with the fix)
-        try claim.execute("COMMIT")
-        XCTAssertEqual(registered.wait(timeout: .now() + 10), .success)
-        let pending = try h.row("SELECT pending_reason FROM operations WHERE tenant_id = $1 AND id = $2", [t, op]).optionalString("pending_reason")
-        XCTAssertNil(pending, "the registration un-parked the operation the claim parked")
-    }
-
     /// Locks target `x` of tenant `t` in a transaction of its own (the returned connection;
     /// roll it back to let go), runs `release` (lets the held push answer), and waits until its
     /// apply waits on that lock.

@@ -523,6 +523,21 @@ final class ChannelTests: XCTestCase {
         }
         XCTAssertEqual(claimed.count, 2)
         XCTAssertEqual(Set(claimed.map(\.op.tenantId)), [a.tenant.id, b.tenant.id], "one of each tenant, not a's two oldest")
+
+        // Two broadcasters at once: the second passes over the head the first holds (locked,
+        // not committed) and takes another of a's five remaining heads, instead of nothing.
+        let first = try PostgresConnection(a.env.conninfo)
+        defer { first.close() }
+        try first.execute("BEGIN")
+        try first.execute("SELECT set_config('app.scope', 'system', true)")
+        let held = try BroadcastStore.claim(first, worker: "w-1", limit: 1, leaseSeconds: 30, now: Date(), rotation: 1)
+        let second = try a.env.db.system { c in
+            try BroadcastStore.claim(c, worker: "w-2", limit: 1, leaseSeconds: 30, now: Date(), rotation: 1)
+        }
+        try first.execute("ROLLBACK")
+        XCTAssertEqual(held.count, 1)
+        XCTAssertEqual(second.count, 1, "a concurrent claim is not left empty by the held head")
+        XCTAssertNotEqual(second.first?.op.id, held.first?.op.id)
     }
 
     func testBroadcastOutcomesAndChannelEnd() throws {
