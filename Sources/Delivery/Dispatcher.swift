@@ -305,18 +305,21 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
 
             var claimed: [DispatchOperation] = []
             var examined = 0
+            var parked: [(tenantId: String, id: String)] = []
             do {
                 claimed = try timedClaim(named: false) { c in
                     let r = try DispatchStore.claimExamining(
                         c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
                         perTenant: configuration.claimPerTenant, rotation: rotation)
                     examined = r.examined
+                    parked = r.parked
                     return r.claimed
                 }
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
                 Thread.sleep(forTimeInterval: 0.2)
             }
+            recheckParked(parked)
             // Cut by its limit (parked and finished-target heads count: they used places too), so
             // claim again as soon as slots free, whether or not an apply finds a due head.
             lastClaimFull = max(claimed.count, examined) >= limit && limit > 0
@@ -351,6 +354,26 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         claimBatch.observe([], Double(claimed.count))
         counters.claimed(claimed.count, seconds: seconds, named: named)
         return claimed
+    }
+
+    /// After a committed claim that parked `ops` (token missing): un-parks those whose token was
+    /// registered meanwhile (`DispatchStore.unparkIfTokenReady`), at once and again 1 s later (a
+    /// registration that straddled the claim's COMMIT has committed by then), on a thread of its
+    /// own; wakes the fair claim when one was un-parked. Without it they waited for the un-park
+    /// sweep (docs/delivery.md "Claims").
+    func recheckParked(_ ops: [(tenantId: String, id: String)]) {
+        guard !ops.isEmpty else { return }
+        DispatchQueue.global().async { [self] in
+            for delay in [0.0, 1.0] {
+                if delay > 0 { Thread.sleep(forTimeInterval: delay) }
+                guard isRunningLocked() else { return }
+                do {
+                    if try db.system({ c in try DispatchStore.unparkIfTokenReady(c, operations: ops) }) > 0 { wake() }
+                } catch {
+                    log.warning("could not re-check parked operations; the un-park sweep will", ["error": .string("\(error)")])
+                }
+            }
+        }
     }
 
     /// Records `claimed` as outstanding and queues it for the submitters, freeing `lent` slots
@@ -440,15 +463,19 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             guard !batch.isEmpty else { continue }
 
             var claimed: [DispatchOperation] = []
+            var parked: [(tenantId: String, id: String)] = []
             do {
                 claimed = try timedClaim(named: true) { c in
-                    try DispatchStore.claim(
+                    let r = try DispatchStore.claimNamed(
                         c, worker: configuration.workerId, ids: batch, limit: batch.count,
                         leaseSeconds: configuration.leaseSeconds, now: Date())
+                    parked = r.parked
+                    return r.claimed
                 }
             } catch {
                 if isRunningLocked() { log.warning("named claim failed", ["error": .string("\(error)")]) }
             }
+            recheckParked(parked)
             if claimed.count < batch.count { wake() }  // the rest: the fair loop decides
             if !hand(claimed) { return }
         }

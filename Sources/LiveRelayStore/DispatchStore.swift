@@ -126,15 +126,46 @@ public enum DispatchStore {
     }
 
     /// `claim`, also returning how many heads it took a decision on (`examined`: claimed, parked
-    /// or found over; heads other claimers held are not counted). `examined == limit` means the
-    /// claim was cut by its limit, so there may be more due heads right away.
+    /// or found over; heads other claimers held are not counted; `examined == limit` means the
+    /// claim was cut by its limit, so there may be more due heads right away) and the operations
+    /// it parked (`parked`, for `unparkIfTokenReady` once the claim has committed).
     public static func claimExamining(
         _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
         perTenant: Int? = nil, rotation: Int = 0
-    ) throws -> (claimed: [DispatchOperation], examined: Int) {
-        guard limit > 0 else { return ([], 0) }
+    ) throws -> (claimed: [DispatchOperation], examined: Int, parked: [(tenantId: String, id: String)]) {
+        guard limit > 0 else { return ([], 0, []) }
         let rows = try c.query(fairClaimSQL, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, Timestamp.epochSeconds(now)])
-        return (try claimed(c, rows), rows.count)
+        return (try claimed(c, rows), rows.count, try parkedRows(rows))
+    }
+
+    /// The operations a claim statement's rows parked (token missing; target not over).
+    static func parkedRows(_ rows: [PostgresRow]) throws -> [(tenantId: String, id: String)] {
+        try rows.compactMap { r in
+            guard try !r.bool("target_over"), try r.optionalInt64("claimed_ts") == nil else { return nil }
+            return (try r.string("tenant_id"), try r.string("id"))
+        }
+    }
+
+    /// Un-parks those of `operations` (parked by a claim that has committed) whose token is
+    /// registered now; returns how many. Closes a race of the token triggers (migrations 0005,
+    /// 0030): a claim reads the FCM and push-to-start tokens without locking their rows, so a
+    /// token registered while the claim parks the operation, and committed first, un-parks
+    /// nothing (its snapshot did not show the operation parked yet). Run after the claim's
+    /// COMMIT, this sees every token committed before it; a token committed later finds the
+    /// operation parked and un-parks it itself. Primary-key probes only.
+    @discardableResult
+    public static func unparkIfTokenReady(_ c: PostgresConnection, operations: [(tenantId: String, id: String)]) throws -> Int {
+        guard !operations.isEmpty else { return 0 }
+        return try c.execute(
+            """
+            UPDATE operations o SET pending_reason = NULL, updated_at = now()
+              FROM targets t
+              JOIN LATERAL (SELECT i.* FROM installations i WHERE i.tenant_id = t.tenant_id AND i.id = t.installation_id OFFSET 0) i ON true
+              LEFT JOIN LATERAL (SELECT s.push_to_start_token FROM start_targets s
+                                  WHERE s.tenant_id = t.tenant_id AND s.id = t.start_target_id OFFSET 0) s ON true
+             WHERE o.tenant_id = ANY($1::text[]) AND o.id = ANY($2::text[]) AND o.status = 'queued' AND o.pending_reason = 'token_pending'
+               AND t.tenant_id = o.tenant_id AND t.id = o.target_id AND \(tokenReady)
+            """, [distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
     }
 
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
@@ -172,9 +203,18 @@ public enum DispatchStore {
         _ c: PostgresConnection, worker: String, ids: [(tenantId: String, id: String)], limit: Int,
         leaseSeconds: Double, now: Date
     ) throws -> [DispatchOperation] {
-        guard limit > 0, !ids.isEmpty else { return [] }
+        try claimNamed(c, worker: worker, ids: ids, limit: limit, leaseSeconds: leaseSeconds, now: now).claimed
+    }
+
+    /// `claim(ids:)`, also returning the operations it parked (for `unparkIfTokenReady`).
+    public static func claimNamed(
+        _ c: PostgresConnection, worker: String, ids: [(tenantId: String, id: String)], limit: Int,
+        leaseSeconds: Double, now: Date
+    ) throws -> (claimed: [DispatchOperation], parked: [(tenantId: String, id: String)]) {
+        guard limit > 0, !ids.isEmpty else { return ([], []) }
         let st = claimStatement(worker: worker, ids: ids, limit: limit, leaseSeconds: leaseSeconds, now: now)
-        return try claimed(c, try c.query(st.sql, st.params))
+        let rows = try c.query(st.sql, st.params)
+        return (try claimed(c, rows), try parkedRows(rows))
     }
 
     /// The statement of `claim(ids:)` (same parameters), for callers that pipeline it (a claim

@@ -340,6 +340,34 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(try unclaim(second.claimedAt), 1)
     }
 
+    /// The re-check after a claim that parked (`DispatchStore.parkedRows`, `unparkIfTokenReady`):
+    /// a claim reports what it parked; once the token is there but the operation is still
+    /// parked (a registration that committed while the claim was parking it un-parked nothing),
+    /// the re-check un-parks it and its dispatch head comes back; with no token it does nothing.
+    func testAReCheckAfterAClaimUnparksWhatGotItsTokenMeanwhile() throws {
+        let t = try h.tenant(), inst = try h.installation(t, platform: "android")
+        let tgt = try h.target(t, installation: inst, token: nil, platform: "android")
+        let op = try h.update(t, target: tgt, state: ["eta": 1])
+        let parked = try h.db.system { c in
+            try DispatchStore.claimNamed(c, worker: "w-park", ids: [(t, op)], limit: 1, leaseSeconds: 30, now: Date())
+        }
+        XCTAssertTrue(parked.claimed.isEmpty)
+        XCTAssertEqual(parked.parked.map(\.id), [op])
+        func pending() throws -> String? {
+            try h.row("SELECT pending_reason FROM operations WHERE tenant_id = $1 AND id = $2", [t, op]).optionalString("pending_reason")
+        }
+        XCTAssertEqual(try pending(), "token_pending")
+        XCTAssertEqual(try h.db.system { c in try DispatchStore.unparkIfTokenReady(c, operations: parked.parked) }, 0, "no token yet")
+        // The race's outcome: the token is registered, the operation still parked.
+        _ = try h.db.system { c in
+            try c.execute("UPDATE installations SET fcm_token = 'fcm-late' WHERE tenant_id = $1 AND id = $2", [t, inst])
+            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
+        }
+        XCTAssertEqual(try h.db.system { c in try DispatchStore.unparkIfTokenReady(c, operations: parked.parked) }, 1)
+        XCTAssertNil(try pending())
+        XCTAssertEqual(try h.row("SELECT count(*) AS n FROM dispatch_heads WHERE tenant_id = $1 AND operation_id = $2", [t, op]).int("n"), 1)
+    }
+
     /// Locks target `x` of tenant `t` in a transaction of its own (the returned connection;
     /// roll it back to let go), runs `release` (lets the held push answer), and waits until its
     /// apply waits on that lock.
