@@ -6,9 +6,11 @@ import Foundation
 /// unbounded number of them (one per forged credential) exhausts memory and starves every
 /// other request of CPU. `run` admits at most `maxConcurrent` bodies at a time; a caller that
 /// finds every slot taken waits at most `maxWaitSeconds` (seconds) for one, and is then refused with `Argon2idLimiter.Busy` instead of queueing without bound.
+/// Waiters are served round robin by `key` (the tenant), so one tenant's flood of new
+/// credentials or registrations cannot keep another tenant's caller from the next free slot.
 ///
 /// Thread-safe; blocking (callers run on worker threads).
-/// `@unchecked Sendable`: the only mutable state, the two counters, is read and written under `condition`.
+/// `@unchecked Sendable`: all mutable state (counters, queues) is read and written under `condition`.
 public final class Argon2idLimiter: @unchecked Sendable {
     /// Thrown by `run` when no slot freed within `maxWaitSeconds`.
     public struct Busy: Error, Sendable, Equatable {
@@ -20,10 +22,16 @@ public final class Argon2idLimiter: @unchecked Sendable {
     public let maxConcurrent: Int
     /// Longest wait for a slot, in seconds (0 = refuse at once when full).
     public let maxWaitSeconds: Double
-    /// Guards `runningCount` and `admittedCount`.
+    /// Guards every counter and queue below.
     private let condition = NSCondition()
     nonisolated(unsafe) private var runningCount = 0
     nonisolated(unsafe) private var admittedCount = 0
+    /// Waiting callers: tickets in arrival order per key, and the keys with waiters in the order
+    /// their turns come (round robin); a ticket in `granted` was handed a slot by a release.
+    nonisolated(unsafe) private var waiting: [String: [Int]] = [:]
+    nonisolated(unsafe) private var turns: [String] = []
+    nonisolated(unsafe) private var granted: Set<Int> = []
+    nonisolated(unsafe) private var nextTicket = 0
 
     /// The default bound: one less than the active core count (at least 1), so argon2 alone can
     /// never take every core away from requests whose credential is already cached.
@@ -51,29 +59,62 @@ public final class Argon2idLimiter: @unchecked Sendable {
         return admittedCount
     }
 
-    /// Runs `body` in a slot.
-    /// - Throws: `Busy` when every slot stayed taken for `maxWaitSeconds`; whatever `body` throws.
-    public func run<T>(_ body: () throws -> T) throws -> T {
-        try acquire()
+    /// Callers waiting for a slot (for tests and metrics).
+    public var waitingCount: Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return waiting.values.reduce(0) { $0 + $1.count }
+    }
+
+    /// Runs `body` in a slot. `key` (a tenant id, for example) shares the slots fairly among
+    /// callers that must wait: a freed slot goes to the keys with waiters in turn (each key's
+    /// oldest waiter first), so one key's many waiters delay another key's caller by at most one
+    /// run per key ahead of it, not by its whole queue. nil: one shared key.
+    /// - Throws: `Busy` when no slot came within `maxWaitSeconds`; whatever `body` throws.
+    public func run<T>(key: String? = nil, _ body: () throws -> T) throws -> T {
+        try acquire(key: key ?? "")
         defer { release() }
         return try body()
     }
 
-    private func acquire() throws(Busy) {
+    private func acquire(key: String) throws(Busy) {
         condition.lock()
         defer { condition.unlock() }
-        let deadline = Date().addingTimeInterval(maxWaitSeconds)
-        while runningCount >= maxConcurrent {
-            if !condition.wait(until: deadline), runningCount >= maxConcurrent { throw Busy(retryAfterSeconds: 1) }
+        if runningCount < maxConcurrent && turns.isEmpty {
+            runningCount += 1
+            admittedCount += 1
+            return
         }
-        runningCount += 1
+        let ticket = nextTicket
+        nextTicket += 1
+        if waiting[key, default: []].isEmpty { turns.append(key) }
+        waiting[key, default: []].append(ticket)
+        let deadline = Date().addingTimeInterval(maxWaitSeconds)
+        while !granted.contains(ticket) {
+            if !condition.wait(until: deadline) && !granted.contains(ticket) {
+                waiting[key]?.removeAll { $0 == ticket }
+                if waiting[key]?.isEmpty == true {
+                    waiting[key] = nil
+                    turns.removeAll { $0 == key }
+                }
+                throw Busy(retryAfterSeconds: 1)
+            }
+        }
+        granted.remove(ticket)  // the releaser kept `runningCount` for this caller
         admittedCount += 1
     }
 
     private func release() {
         condition.lock()
-        runningCount -= 1
-        condition.signal()
-        condition.unlock()
+        defer { condition.unlock() }
+        guard !turns.isEmpty else {
+            runningCount -= 1
+            return
+        }
+        let key = turns.removeFirst()
+        let ticket = waiting[key]!.removeFirst()
+        if waiting[key]!.isEmpty { waiting[key] = nil } else { turns.append(key) }
+        granted.insert(ticket)
+        condition.broadcast()
     }
 }

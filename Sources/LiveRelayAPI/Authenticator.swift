@@ -159,7 +159,7 @@ public final class Authenticator: Sendable {
         var verified = false
         if let s = stored, s.usable {
             do {
-                verified = try limits.argon2.run { CredentialMint.verify(token, hash: s.secretHash) }
+                verified = try limits.argon2.run(key: s.tenantId) { CredentialMint.verify(token, hash: s.secretHash) }
             } catch let busy as Argon2idLimiter.Busy {
                 throw Self.busy(retryAfter: busy.retryAfterSeconds)
             }
@@ -257,12 +257,13 @@ public final class Authenticator: Sendable {
     /// core and 19 MiB) in a slot of the same argon2 limiter as verifications
     /// (docs/http-limits.md "argon2 concurrency"), so registrations, renewals and key creation
     /// cannot run argon2 without bound either. Call it before the request's transaction: the hash
-    /// must not hold a pooled database connection while it runs.
+    /// must not hold a pooled database connection while it runs. `tenant`: whose request it is;
+    /// waiters are served round robin by tenant (`Argon2idLimiter.run(key:)`).
     /// - Throws: `HTTPError` 503 `SERVICE_UNAVAILABLE` with `Retry-After` when no slot freed
     ///   within the limiter's wait; `CryptoError` when argon2 fails.
-    public func mint(_ kind: CredentialKind) throws -> CredentialMint.Minted {
+    public func mint(_ kind: CredentialKind, tenant: String) throws -> CredentialMint.Minted {
         do {
-            return try limits.argon2.run { try CredentialMint.make(kind) }
+            return try limits.argon2.run(key: tenant) { try CredentialMint.make(kind) }
         } catch let busy as Argon2idLimiter.Busy {
             throw Self.busy(retryAfter: busy.retryAfterSeconds, doing: "credential issuance")
         }

@@ -17,7 +17,7 @@ enum MasterKeyHandlers {
         let label = try r.optionalString("label", maxLength: 200) ?? ""
         let key = try r.idempotencyKey()
         try r.finish()
-        let minted = try ctx.auth.mint(.master)  // argon2 in a limiter slot, before the transaction
+        let minted = try ctx.auth.mint(.master, tenant: tenant)  // argon2 in a limiter slot, before the transaction
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: body, seal: true) { c in
             let k = try KeyStore.insertMasterKey(c, tenantId: tenant, id: minted.id, label: label, secretHash: minted.secretHash, createdBy: actor)
             try AuditStore.record(
@@ -80,7 +80,7 @@ enum MasterKeyHandlers {
         let label = try r.optionalString("label", maxLength: 200) ?? ""
         let key = try r.optionalString("idempotency_key", minLength: 1, maxLength: 255)
         try r.finish()
-        let minted = try ctx.auth.mint(.publishable)  // argon2 in a limiter slot, before the transaction
+        let minted = try ctx.auth.mint(.publishable, tenant: tenant)  // argon2 in a limiter slot, before the transaction
         let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
             let k = try KeyStore.insertPublishableKey(
                 c, tenantId: tenant, id: minted.id, appId: appId, platform: platform,

@@ -53,7 +53,7 @@ enum SenderKeyHandlers {
         let (tenant, actor) = try Endpoint.requireMaster(ctx.auth.authenticate(req))
         var (r, json) = try Endpoint.reader(req)
         let b = try parse(&r, now: ctx.now())
-        let minted = try ctx.auth.mint(.sender)  // argon2 in a limiter slot, before the transaction
+        let minted = try ctx.auth.mint(.sender, tenant: tenant)  // argon2 in a limiter slot, before the transaction
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: b.key, body: json, seal: true) { c in
             let found = try ObjectIds.existing(c, tenantId: tenant, ids: b.targets + b.createdFrom)
             if let (i, id) = b.targets.enumerated().first(where: { !found.contains($0.element) }) {
