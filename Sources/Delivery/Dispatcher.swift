@@ -24,7 +24,8 @@ import Locking
 /// No thread waits per push. State is split over three locks that are never held together:
 /// `cond` (lifecycle, outstanding, wake-ups), `jobsCond` (claimed, not yet submitted),
 /// `applyCond` (completed, not yet applied). Claims at commit live in `Dispatcher+CommitClaim.swift`,
-/// heartbeats and maintenance in `Dispatcher+Housekeeping.swift` (state they share is internal,
+/// heartbeats and maintenance in `Dispatcher+Housekeeping.swift`, returns to the queue and
+/// re-checks of parked operations in `Dispatcher+Requeue.swift` (state they share is internal,
 /// touched only under the lock named here).
 public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutable state only under its lock (see above)
     public let configuration: DispatcherConfiguration
@@ -356,26 +357,6 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         return claimed
     }
 
-    /// After a committed claim that parked `ops` (token missing): un-parks those whose token was
-    /// registered meanwhile (`DispatchStore.unparkIfTokenReady`), at once and again 1 s later (a
-    /// registration that straddled the claim's COMMIT has committed by then), on a thread of its
-    /// own; wakes the fair claim when one was un-parked. Without it they waited for the un-park
-    /// sweep (docs/delivery.md "Claims").
-    func recheckParked(_ ops: [(tenantId: String, id: String)]) {
-        guard !ops.isEmpty else { return }
-        DispatchQueue.global().async { [self] in
-            for delay in [0.0, 1.0] {
-                if delay > 0 { Thread.sleep(forTimeInterval: delay) }
-                guard isRunningLocked() else { return }
-                do {
-                    if try db.system({ c in try DispatchStore.unparkIfTokenReady(c, operations: ops) }) > 0 { wake() }
-                } catch {
-                    log.warning("could not re-check parked operations; the un-park sweep will", ["error": .string("\(error)")])
-                }
-            }
-        }
-    }
-
     /// Records `claimed` as outstanding and queues it for the submitters, freeing `lent` slots
     /// lent to claims at commit in the same step (so the claim loops never see a free slot in
     /// between); when stopping, returns it to the queue instead and answers false.
@@ -398,48 +379,6 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         jobsCond.broadcast()
         jobsCond.unlock()
         return true
-    }
-
-    /// Puts claimed, never-sent operations of this worker back in the queue
-    /// (`DispatchStore.unclaim`: the attempt is not counted; a row that is no longer this
-    /// worker's `sending` one is left alone). A failure is logged with `why`; their leases then
-    /// expire and are rescued.
-    /// Each claim's operations are fenced by the `sent_at` that claim wrote
-    /// (`DispatchOperation.claimedAt`), so a return never touches a later claim of the same
-    /// operation. Returns false when the database could not be reached (logged).
-    @discardableResult
-    func returnToQueue(_ ops: [DispatchOperation], why: String, logFailure: Bool = true) -> Bool {
-        guard !ops.isEmpty else { return true }
-        do {
-            try db.system { c in
-                for (stamp, group) in Dictionary(grouping: ops, by: \.claimedAt) {
-                    try DispatchStore.unclaim(
-                        c, worker: configuration.workerId, operations: group.map { ($0.tenantId, $0.id) }, claimedAt: stamp)
-                }
-            }
-            return true
-        } catch {
-            if logFailure {
-                log.warning(
-                    "could not return operations to the queue; their leases will expire",
-                    ["reason": .string(why), "count": .int(Int64(ops.count)), "error": .string("\(error)")])
-            }
-            return false
-        }
-    }
-
-    /// `returnToQueue` on a thread of its own, for operations a claim's transaction may or may
-    /// not have committed (its COMMIT's outcome is unknown): first after 0.5 s, so a COMMIT the
-    /// server was still finishing is visible, then again after 2 and 5 s while the database
-    /// cannot be reached. The fence makes a repeat harmless.
-    func returnToQueueLater(_ ops: [DispatchOperation], why: String) {
-        guard !ops.isEmpty else { return }
-        DispatchQueue.global().async { [self] in
-            for (i, delay) in [0.5, 2, 5].enumerated() {
-                Thread.sleep(forTimeInterval: delay)
-                if returnToQueue(ops, why: why, logFailure: i == 2) { return }
-            }
-        }
     }
 
     /// The named-claim thread (docs/delivery.md "Wake-ups"): claims exactly the operations that

@@ -152,7 +152,8 @@ public enum DispatchStore {
     /// token registered while the claim parks the operation, and committed first, un-parks
     /// nothing (its snapshot did not show the operation parked yet). Run after the claim's
     /// COMMIT, this sees every token committed before it; a token committed later finds the
-    /// operation parked and un-parks it itself. Primary-key probes only.
+    /// operation parked and un-parks it itself. Primary-key probes only (`probeJoins`, as the
+    /// claim reads the tokens).
     @discardableResult
     public static func unparkIfTokenReady(_ c: PostgresConnection, operations: [(tenantId: String, id: String)]) throws -> Int {
         guard !operations.isEmpty else { return 0 }
@@ -160,9 +161,7 @@ public enum DispatchStore {
             """
             UPDATE operations o SET pending_reason = NULL, updated_at = now()
               FROM targets t
-              JOIN LATERAL (SELECT i.* FROM installations i WHERE i.tenant_id = t.tenant_id AND i.id = t.installation_id OFFSET 0) i ON true
-              LEFT JOIN LATERAL (SELECT s.push_to_start_token FROM start_targets s
-                                  WHERE s.tenant_id = t.tenant_id AND s.id = t.start_target_id OFFSET 0) s ON true
+              \(probeJoins)
              WHERE o.tenant_id = ANY($1::text[]) AND o.id = ANY($2::text[]) AND o.status = 'queued' AND o.pending_reason = 'token_pending'
                AND t.tenant_id = o.tenant_id AND t.id = o.target_id AND \(tokenReady)
             """, [distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
