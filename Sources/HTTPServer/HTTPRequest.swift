@@ -50,6 +50,20 @@ public struct HTTPRequest: Sendable {
         self.route = route
     }
 
+    /// `path` with every segment percent-decoded as the router decodes it (a `%` or `/` that a
+    /// segment decodes to is written back as `%25` / `%2F`), so all the spellings the router
+    /// sends to one resource share one form: `/v1/remote-updates/live-activities/%73tart` →
+    /// `/v1/remote-updates/live-activities/start`. Idempotency scopes are built from it
+    /// (docs/http-conventions.md "Idempotency"): a key sent once as `/start` and once as
+    /// `/%73tart` is the same key.
+    public var canonicalPath: String {
+        guard path.contains("%") else { return path }
+        return path.split(separator: "/", omittingEmptySubsequences: false).map { segment -> String in
+            guard segment.contains("%"), let decoded = URLDecoding.decode(segment) else { return String(segment) }
+            return decoded.replacingOccurrences(of: "%", with: "%25").replacingOccurrences(of: "/", with: "%2F")
+        }.joined(separator: "/")
+    }
+
     /// The value of header `name` (case-insensitive), nil when absent.
     public func header(_ name: String) -> String? {
         headers[name.lowercased()]

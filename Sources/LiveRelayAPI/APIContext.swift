@@ -41,6 +41,8 @@ public final class APIContext: Sendable {
     /// Default priority-10 budgets of tenants that set none (`LIVERELAY_PRIORITY10_HOURLY_BUDGET`,
     /// `LIVERELAY_FREQUENT_UPDATES_HOURLY_BUDGET`; docs/priority-budget.md), reported by capabilities.
     public let priorityBudgets: PriorityBudget.Defaults
+    /// The `/readyz` answer, reused for a second (`Readiness.Cache`).
+    public let readiness = Readiness.Cache()
 
     public init(
         db: Database, auth: Authenticator, kek: AESGCM, log: Logger, metrics: MetricsRegistry, migrator: Migrator?,
@@ -206,7 +208,7 @@ enum Endpoint {
         before: ((PostgresConnection) throws -> Void)? = nil,
         work: (PostgresConnection) throws -> (Int, JSONValue)
     ) throws -> HTTPResponse {
-        let endpoint = "\(req.method) \(req.path)"
+        let endpoint = "\(req.method) \(req.canonicalPath)"
         let hash = Digest.sha256Hex(body.serialized())
         return try ctx.db.tenant(tenantId) { c in
             try before?(c)  // rules that precede idempotency (docs/write-semantics.md rules 1–2), in the same transaction

@@ -50,7 +50,8 @@ enum InstallationHandlers {
         if let keyApp, keyApp != appId { throw Endpoint.forbidden("this publishable key is for app \(keyApp)") }
         if let keyPlatform, keyPlatform != platform { throw Endpoint.forbidden("this publishable key is for \(keyPlatform)") }
         let key = registrationKeyPrefix(appId: appId, platform: platform, installId: installId) + Digest.sha256Hex(json.serialized())
-        let minted = try ctx.auth.mint(.installation, tenant: tenant)  // argon2 in a limiter slot, before the transaction
+        // argon2 in a limiter slot, before the transaction
+        let minted = try ctx.auth.mint(.installation, tenant: tenant, client: req.remoteAddress)
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true) { c in
             if try InstallationStore.activeByInstallId(c, tenantId: tenant, appId: appId, platform: platform, installId: installId) != nil {
                 throw installationExists()
@@ -105,7 +106,8 @@ enum InstallationHandlers {
         let key = try r.optionalString("idempotency_key", minLength: 1, maxLength: 255)
         try r.finish()
         if me.retired { throw retiredError() }
-        let minted = try ctx.auth.mint(.installation, tenant: me.tenant)  // argon2 in a limiter slot, before the transaction
+        // argon2 in a limiter slot, before the transaction
+        let minted = try ctx.auth.mint(.installation, tenant: me.tenant, client: req.remoteAddress)
         let work = { (c: PostgresConnection) throws -> (Int, JSONValue) in
             guard let inst = try InstallationStore.get(c, tenantId: me.tenant, id: me.id, forUpdate: true) else {
                 throw Endpoint.notFound("installation")

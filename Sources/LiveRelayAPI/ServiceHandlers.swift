@@ -4,6 +4,7 @@ import JSON
 import LiveRelayCore
 import LiveRelayStore
 import Logging
+import Locking
 import Postgres
 
 /// docs/endpoints.md "Service" endpoints (no credential, no tenant data) and capabilities.
@@ -28,15 +29,53 @@ enum ServiceHandlers {
         }
     }
 
-    /// `/readyz` on the API port: `Readiness.response` over this API's pool and migrator.
+    /// `/readyz` on the API port: `Readiness.response` over this API's pool and migrator,
+    /// through the context's `Readiness.Cache`.
     static func readyz(_ ctx: APIContext, _ req: HTTPRequest) -> HTTPResponse {
-        Readiness.response(pool: ctx.db.pool, migrator: ctx.migrator, log: ctx.log)
+        ctx.readiness.response { Readiness.response(pool: ctx.db.pool, migrator: ctx.migrator, log: ctx.log) }
     }
 }
 
 /// `GET /readyz`, the same on the API port and on a worker's metrics listener
 /// (docs/operations.md "Processes", docs/security.md "Input bounds").
 public enum Readiness {
+    /// The last answer of `/readyz`, reused for `ttlSeconds` (default 1 s), and one check at a
+    /// time: `/readyz` needs no credential, and each check takes pooled connections and runs
+    /// three queries, so a flood of anonymous probes would otherwise compete with tenants for
+    /// the pool (docs/security.md "Input bounds"). Concurrent callers of an expired answer wait
+    /// for the one check in progress and share its answer. Thread-safe.
+    public final class Cache: Sendable {
+        /// Seconds an answer is reused.
+        public let ttlSeconds: Double
+        private let last = Locked<(at: Date, response: HTTPResponse)?>(nil)
+        private let checking = NSLock()  // single flight: one check at a time
+        private let clock: @Sendable () -> Date
+
+        /// - Parameters: `ttlSeconds` (seconds, ≥ 0); `clock` (tests).
+        public init(ttlSeconds: Double = 1, clock: @escaping @Sendable () -> Date = Date.init) {
+            self.ttlSeconds = max(0, ttlSeconds)
+            self.clock = clock
+        }
+
+        /// The cached answer while it is younger than `ttlSeconds`, else `check()`'s (which is
+        /// then cached).
+        public func response(_ check: () -> HTTPResponse) -> HTTPResponse {
+            if let fresh = fresh() { return fresh }
+            checking.lock()
+            defer { checking.unlock() }
+            if let fresh = fresh() { return fresh }  // the check another caller ran while this one waited
+            let r = check()
+            let at = clock()
+            last.withLock { $0 = (at, r) }
+            return r
+        }
+
+        private func fresh() -> HTTPResponse? {
+            let now = clock()
+            return last.withLock { l in l.flatMap { now.timeIntervalSince($0.at) < ttlSeconds ? $0.response : nil } }
+        }
+    }
+
     /// `200 {"status": "ready"}` when the database answers and every migration file is applied
     /// (`migrator` nil: the migration check is skipped); otherwise `503 {"status": "not_ready",
     /// "reason": …}` with a reason in operator words that names no tenant, file, SQL or server

@@ -21,8 +21,9 @@ enum OpsEndpoints {
     /// A router with the three endpoints over `metrics`, `pool` and `migrator`.
     static func router(metrics: MetricsRegistry, pool: PostgresPool, migrator: Migrator, log: Logger) -> Router {
         let r = Router()
+        let readiness = Readiness.Cache()
         r.add("GET", "/healthz") { _ in .json(200, ["status": "ok"]) }
-        r.add("GET", "/readyz") { _ in Readiness.response(pool: pool, migrator: migrator, log: log) }
+        r.add("GET", "/readyz") { _ in readiness.response { Readiness.response(pool: pool, migrator: migrator, log: log) } }
         r.add("GET", "/metrics") { _ in
             .text(200, metrics.render(), contentType: "text/plain; version=0.0.4; charset=utf-8")
         }

@@ -52,6 +52,39 @@ final class Argon2idLimiterTests: XCTestCase {
         XCTAssertEqual(limiter.waitingCount, 0)
     }
 
+    /// Verifications go before issuance: three registrations of one tenant wait, then a
+    /// verification of the same tenant arrives last and still gets the next free slot.
+    func testVerificationsAreServedBeforeIssuance() {
+        let limiter = Argon2idLimiter(maxConcurrent: 1, maxWaitSeconds: 10)
+        let order = Order()
+        let holding = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            _ = try? limiter.run(key: "t", priority: .issuance) {
+                holding.signal(); release.wait()
+            }
+        }
+        holding.wait()
+        let done = DispatchGroup()
+        let callers: [(String, Argon2idLimiter.Priority)] = [
+            ("mint1", .issuance), ("mint2", .issuance), ("mint3", .issuance), ("verify", .verification)
+        ]
+        for (i, (name, priority)) in callers.enumerated() {
+            done.enter()
+            DispatchQueue.global().async {
+                _ = try? limiter.run(key: "t", priority: priority) {
+                    order.append(name); Thread.sleep(forTimeInterval: 0.005)
+                }
+                done.leave()
+            }
+            waitFor("\(i + 1) waiting") { limiter.waitingCount == i + 1 }
+        }
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(order.all, ["verify", "mint1", "mint2", "mint3"])
+        XCTAssertEqual(limiter.running, 0)
+        XCTAssertEqual(limiter.waitingCount, 0)
+    }
+
     /// A waiter whose wait runs out is refused (`Busy`) and leaves the queue: the next release
     /// goes to a waiter that is still there, and the slot is not lost.
     func testAWaiterThatTimesOutLeavesTheQueue() throws {

@@ -1,9 +1,12 @@
 import Foundation
 import XCTest
 import Crypto
+import HTTPServer
 import JSON
+import LiveRelayAPI
 import LiveRelayCore
 import LiveRelayStore
+import Locking
 import Logging
 import Postgres
 @testable import LiveRelayApp
@@ -101,6 +104,30 @@ final class HardeningAPITests: XCTestCase {
                 "install_id": .string(installId.lowercased())
             ], as: t.publishable)
         XCTAssertEqual(lower.errorCode, "INSTALLATION_EXISTS", "the lowercase spelling names the same installation")
+    }
+
+    // MARK: idempotency scope across spellings of one path
+
+    func testPercentEncodedPathIsTheSameIdempotencyScope() throws {
+        env = try TestEnvironment.make()
+        let w = try LifecycleWorld.make(env)
+        let body = w.startBody(key: "spelling-1")
+        let first = env.call("POST", "/v1/remote-updates/live-activities/start", body, as: w.sender.credential)
+        XCTAssertEqual(first.status, 202, text(first))
+        let target = try XCTUnwrap(first.json["target_id"]?.stringValue ?? first.json["target"]?["id"]?.stringValue, text(first))
+        // `%73tart` is `start`: the router sends it to the same handler, so the key's scope is the same.
+        let again = env.call("POST", "/v1/remote-updates/live-activities/%73tart", body, as: w.sender.credential)
+        XCTAssertEqual(again.status, 202, text(again))
+        XCTAssertEqual(again.headers["idempotent-replayed"], "true", "a replay, not a second start: \(text(again))")
+        XCTAssertTrue(text(again).contains(target), text(again))
+        let other = env.call(
+            "POST", "/v1/remote-updates/live-activities/%73tart", w.startBody(["eta": 99], key: "spelling-1"), as: w.sender.credential)
+        XCTAssertEqual(other.status, 422, text(other))
+        XCTAssertEqual(other.errorCode, "IDEMPOTENCY_KEY_REUSED")
+        let starts = try env.db.system { c in
+            try c.query("SELECT count(*)::int AS n FROM targets WHERE tenant_id = $1", [w.tenant.id])[0].int("n")
+        }
+        XCTAssertEqual(starts, 1, "one target, one start push")
     }
 
     // MARK: row 4 — business-key oracle
@@ -356,11 +383,37 @@ final class HardeningAPITests: XCTestCase {
         env = try TestEnvironment.make()
         XCTAssertEqual(env.call("GET", "/readyz").status, 200)
         _ = try env.db.system { c in try c.execute("UPDATE schema_migrations SET sha256 = 'tampered' WHERE name LIKE '0001%'") }
-        let r = env.call("GET", "/readyz")
+        // The answer is reused for a second (Readiness.Cache), then checked again.
+        XCTAssertEqual(env.call("GET", "/readyz").status, 200, "the cached answer, within its second")
+        var r = env.call("GET", "/readyz")
+        eventually("readyz checks again after its second", within: 5) {
+            r = env.call("GET", "/readyz")
+            return r.status == 503
+        }
         XCTAssertEqual(r.status, 503)
         XCTAssertEqual(r["reason"]?.stringValue, "an applied migration differs from this build's migration files")
         XCTAssertFalse(text(r).contains("0001"), text(r))
         XCTAssertFalse(text(r).contains(".sql"), text(r))
+    }
+
+    /// `/readyz` needs no credential: its answer is reused for `ttlSeconds`, and concurrent
+    /// callers of an expired answer share one check.
+    func testReadinessCacheReusesItsAnswerAndChecksOnceAtATime() {
+        let now = Locked(Date(timeIntervalSince1970: 1_000))
+        let cache = Readiness.Cache(ttlSeconds: 1, clock: { now.withLock { $0 } })
+        let checks = Locked(0)
+        let check: @Sendable () -> HTTPResponse = {
+            checks.withLock { $0 += 1 }
+            Thread.sleep(forTimeInterval: 0.05)
+            return .json(200, ["status": "ready"])
+        }
+        XCTAssertEqual(cache.response(check).status, 200)
+        now.withLock { $0 += 0.999 }
+        XCTAssertEqual(cache.response(check).status, 200)
+        XCTAssertEqual(checks.withLock { $0 }, 1, "reused within its second")
+        now.withLock { $0 += 0.002 }
+        DispatchQueue.concurrentPerform(iterations: 8) { _ in XCTAssertEqual(cache.response(check).status, 200) }
+        XCTAssertEqual(checks.withLock { $0 }, 2, "eight callers of an expired answer, one check")
     }
 
     func testClientRequestIdsAreSanitisedBeforeReachingTheAuditLog() throws {

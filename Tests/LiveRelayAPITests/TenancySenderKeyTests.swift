@@ -47,6 +47,16 @@ final class TenancySenderKeyTests: TenancyTestCase {
         let reused = call("POST", "/v1/remote-updates/sender-keys", .object(other), as: t.master)
         XCTAssertEqual(reused.status, 422, reused.text)
         XCTAssertEqual(reused.errorCode, "IDEMPOTENCY_KEY_REUSED")
+
+        // The same path percent-encoded reaches the same handler, so it is the same key's scope:
+        // a replay, and a 422 with another body (not a second key minted).
+        let encoded = call("POST", "/v1/remote-updates/%73ender-keys", body, as: t.master)
+        XCTAssertEqual(encoded.status, 201, encoded.text)
+        XCTAssertEqual(encoded.headers["idempotent-replayed"], "true", "the encoded spelling replays: \(encoded.text)")
+        XCTAssertEqual(encoded["credential"]?.stringValue, credential)
+        let encodedReuse = call("POST", "/v1/remote-updates/sender%2Dkeys", .object(other), as: t.master)
+        XCTAssertEqual(encodedReuse.status, 422, encodedReuse.text)
+        XCTAssertEqual(encodedReuse.errorCode, "IDEMPOTENCY_KEY_REUSED")
         XCTAssertEqual(try senderKeyCount(t.id), 1, "nothing was done twice")
     }
 
