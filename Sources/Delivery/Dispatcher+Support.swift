@@ -56,6 +56,11 @@ public struct DispatcherStats: Sendable, Equatable {
     /// Apply transactions run, results they applied, their summed duration.
     public var applies = 0, applied = 0
     public var applySeconds = 0.0
+    /// Operations of fair or named claims that took more than half a lease, returned to the
+    /// queue instead of handed over (docs/delivery.md "Claims").
+    public var returnedSlowClaims = 0
+    /// Results whose apply failed and was tried again (docs/delivery.md "Applying results").
+    public var applyRetries = 0
 }
 
 /// `DispatcherStats` behind a mutex.
@@ -68,6 +73,8 @@ final class DispatcherCounters: Sendable {
         }
     }
     func claimedAtCommit(_ n: Int) { state.withLock { $0.claimedAtCommit += n } }
+    func returnedSlowClaim(_ n: Int) { state.withLock { $0.returnedSlowClaims += n } }
+    func applyRetried(_ n: Int) { state.withLock { $0.applyRetries += n } }
     func applied(_ n: Int, seconds: Double) {
         state.withLock { s in
             s.applies += 1; s.applied += n; s.applySeconds += seconds

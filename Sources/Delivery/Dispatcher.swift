@@ -50,7 +50,11 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     struct Job { let op: DispatchOperation }
     /// One finished attempt, as the applier gets it. `apnsId`: the attempt's `apns-id`;
     /// `token`: the token the push went to.
-    struct Completion { let op: DispatchOperation; let result: DispatchAttemptResult; let apnsId: String?; let token: String? }
+    struct Completion {
+        let op: DispatchOperation; let result: DispatchAttemptResult; let apnsId: String?; let token: String?
+        /// When its apply first failed (monotonic seconds, `ProcessInfo.systemUptime`); nil until then.
+        var applyFailedSince: Double? = nil
+    }
 
     // `cond`
     let cond = NSCondition()
@@ -349,8 +353,22 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             returnToQueueLater(taken.withLock { $0 }, why: "a claim whose COMMIT's outcome is unknown")
             throw e
         }
-        for op in claimed where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
         let seconds = Date().timeIntervalSince(began)
+        if seconds > configuration.leaseSeconds / 2 && !claimed.isEmpty {
+            // The claim (or its COMMIT) took more than half a lease: the lease may run out before
+            // the next heartbeat renews it, and a rescue could then requeue or give up on a push
+            // that is in flight. Not handed over: back to the queue, fenced by the claim's stamp
+            // (the same rule as claims at commit, docs/delivery.md "Claims").
+            log.warning(
+                "claim took more than half a lease; its operations go back to the queue",
+                ["seconds": .double(seconds), "count": .int(Int64(claimed.count))])
+            if !returnToQueue(claimed, why: "a claim that took more than half a lease", logFailure: false) {
+                returnToQueueLater(claimed, why: "a claim that took more than half a lease")
+            }
+            counters.returnedSlowClaim(claimed.count)
+            return []
+        }
+        for op in claimed where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
         claimSeconds.observe([], seconds)
         claimBatch.observe([], Double(claimed.count))
         counters.claimed(claimed.count, seconds: seconds, named: named)
@@ -580,18 +598,35 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             if serial { effectsLock.lock() }
             defer { if serial { effectsLock.unlock() } }
             let began = Date()
+            var retry: [Completion] = []
             do {
                 (applied, headsDue) = try db.system { c in try applyBatch(c, decided) }
                 counters.applied(decided.count, seconds: Date().timeIntervalSince(began))
             } catch {
                 // One bad row must not hold the others back: apply one by one.
                 log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
+                let uptime = ProcessInfo.processInfo.systemUptime
                 applied = decided.map { item in
                     headsDue = true  // not worth a probe per row on this rare path
                     do { return try db.system { c in try applyBatch(c, [item]).applied[0] } } catch {
-                        log.error(
-                            "could not apply a result; the lease will expire and be rescued",
-                            ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
+                        // The provider's answer is known: keep it (still outstanding, so its lease
+                        // is renewed) and apply it again, for half a lease; a short database outage
+                        // must not turn an accepted start or alert into `unknown` through the
+                        // lease rescue. The apply is fenced by lease owner and attempt, so a
+                        // repeat is harmless.
+                        let since = item.0.applyFailedSince ?? uptime
+                        if uptime - since < configuration.leaseSeconds / 2 && !isStoppingAppliers() {
+                            var again = item.0
+                            again.applyFailedSince = since
+                            retry.append(again)
+                            log.warning(
+                                "could not apply a result; trying again",
+                                ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
+                        } else {
+                            log.error(
+                                "could not apply a result; the lease will expire and be rescued",
+                                ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
+                        }
                         return false
                     }
                 }
@@ -602,15 +637,32 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                     log.warning("push could not be built", ["operation_id": .string(comp.op.id), "code": .string(code), "message": .string(message)])
                 }
             }
+            let retrying = Set(retry.map(\.op.id))
             cond.lock()
-            for comp in batch { outstanding[comp.op.id] = nil }
+            for comp in batch where !retrying.contains(comp.op.id) { outstanding[comp.op.id] = nil }
             // A finished operation may have made the next one of its target a due head: only
             // then is a fair claim worth running (docs/delivery.md "Wake-ups"). The freed slots
             // still wake a claim loop whose last claim was full.
             if headsDue { wakeRequested = true }
             cond.broadcast()
             cond.unlock()
+            if !retry.isEmpty {
+                counters.applyRetried(retry.count)
+                Thread.sleep(forTimeInterval: 0.5)  // the database is in trouble: no busy loop
+                applyCond.lock()
+                completions.insert(contentsOf: retry, at: 0)
+                oldestCompletionAt = ProcessInfo.processInfo.systemUptime
+                applyCond.signal()
+                applyCond.unlock()
+            }
         }
+    }
+
+    /// Whether the appliers were told to stop (then results that failed to apply are not kept).
+    private func isStoppingAppliers() -> Bool {
+        applyCond.lock()
+        defer { applyCond.unlock() }
+        return applierStop
     }
 
     /// Applies a batch in the caller's transaction (`DispatchStore.applyResults`: every outcome

@@ -311,6 +311,76 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(fake.calls.filter { $0.push.operationId == op }.count, 1, "sent once")
     }
 
+    /// A fair claim that takes more than half a lease (here its clock stamp waits 0.5 s on a
+    /// row lock another transaction holds; lease 0.6 s) is not handed over: its lease could run
+    /// out while the push is in flight and a rescue would then requeue it or give up on it. It
+    /// goes back to the queue (fenced) and is sent once, by a later claim.
+    func testAFairClaimThatTakesMoreThanHalfALeaseIsNotHandedOver() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-slow-claim")
+        try h.db.system { c in
+            try c.execute("INSERT INTO target_clocks (tenant_id, target_id, last_timestamp) VALUES ($1, $2, 1)", [t, tgt])
+        }
+        let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher yet: nothing claims at commit
+        let held = DispatchSemaphore(value: 0), released = DispatchSemaphore(value: 0)
+        let db = h.db
+        Thread {
+            _ = try? db.system { c in
+                _ = try c.query("SELECT 1 AS one FROM target_clocks WHERE tenant_id = $1 AND target_id = $2 FOR UPDATE", [t, tgt])
+                held.signal()
+                Thread.sleep(forTimeInterval: 0.5)
+            }
+            released.signal()
+        }.start()
+        held.wait()
+        let fake = h.fakeSender()
+        let d = h.dispatcher(fake, lease: 0.6)
+        XCTAssertEqual(released.wait(timeout: .now() + 10), .success)
+        try h.waitFor(t, op, .accepted, within: 10)
+        XCTAssertGreaterThanOrEqual(d.stats.returnedSlowClaims, 1, "the claim that waited 0.5 s was not handed over")
+        Thread.sleep(forTimeInterval: 1)
+        XCTAssertEqual(fake.calls.filter { $0.push.operationId == op }.count, 1, "sent once")
+    }
+
+    /// A result whose apply fails (a trigger refuses it until the test lifts the block) is kept
+    /// and applied again: the provider accepted the push, so the operation ends `accepted`,
+    /// not `unknown` through the lease rescue after a short database failure.
+    func testAResultWhoseApplyFailsIsAppliedAgain() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-apply-retry")
+        let op = Identifier.make(.operation)
+        try h.db.system { c in
+            try c.execute("CREATE TABLE test_apply_block (id text PRIMARY KEY)")
+            try c.execute("INSERT INTO test_apply_block VALUES ($1)", [op])
+            try c.execute(
+                """
+                CREATE FUNCTION test_apply_block() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                  IF NEW.status = 'accepted' AND EXISTS (SELECT 1 FROM test_apply_block b WHERE b.id = NEW.id) THEN
+                    RAISE EXCEPTION 'apply refused by the test';
+                  END IF;
+                  RETURN NEW;
+                END $$
+                """)
+            try c.execute("CREATE TRIGGER test_apply_block BEFORE UPDATE ON operations FOR EACH ROW EXECUTE FUNCTION test_apply_block()")
+        }
+        defer {
+            _ = try? h.db.system { c in
+                try c.execute("DROP TRIGGER test_apply_block ON operations")
+                try c.execute("DROP FUNCTION test_apply_block()")
+                try c.execute("DROP TABLE test_apply_block")
+            }
+        }
+        let fake = h.fakeSender()
+        let d = h.dispatcher(fake)
+        _ = try h.update(t, target: tgt, state: ["eta": 1], id: op)
+        eventually("the apply failed and is tried again") { d.stats.applyRetries >= 2 }
+        XCTAssertEqual(try h.operation(t, op).status, .sending, "not applied, not given up")
+        _ = try h.db.system { c in try c.execute("DELETE FROM test_apply_block") }
+        try h.waitFor(t, op, .accepted, within: 10)
+        XCTAssertEqual(fake.calls.filter { $0.push.operationId == op }.count, 1, "sent once, applied once it could be")
+    }
+
     /// `DispatchStore.unclaim` fenced by the claim's `sent_at` (`DispatchOperation.claimedAt`):
     /// a return meant for one claim never touches a later claim of the same operation, so the
     /// dispatcher may put back, late or twice, what a claim whose COMMIT's outcome is unknown
