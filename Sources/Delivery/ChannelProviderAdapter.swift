@@ -48,7 +48,10 @@ public struct APNsChannelProvider: ChannelManaging, BroadcastSending {
                 expiration: r.expiration, apnsRequestId: r.requestId))
         if let status = res.status {
             if (200..<300).contains(status) { return .accepted(requestId: res.apnsRequestId, uniqueId: res.apnsUniqueId) }
-            return .refused(status: status, reason: res.reason ?? "", retryAfterSeconds: nil)
+            // A `429`/`5xx` answer's `Retry-After` (seconds or an HTTP date), as the outcome read it.
+            var retryAfter: Double?
+            if case .outcome(.retry(let after)) = res.result { retryAfter = after }
+            return .refused(status: status, reason: res.reason ?? "", retryAfterSeconds: retryAfter)
         }
         switch res.result {
         case .notProcessed(let why): return .notProcessed(message: why)

@@ -61,8 +61,10 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     var running = false
     var stopping = false
     private var wakeRequested = true
-    /// Claimed and not yet applied, by operation id.
-    var outstanding: [String: (tenantId: String, id: String)] = [:]
+    /// Claimed and not yet applied, by operation id. Change it only through `hold`/`release`.
+    private(set) var outstanding: [String: (tenantId: String, id: String)] = [:]
+    /// How many of `outstanding` each tenant holds (tenants holding none are absent).
+    private var heldByTenant: [String: Int] = [:]
     private var claimRotation = 0
     /// Operations named by commits / NOTIFYs, not yet tried by the named-claim thread.
     private var named: [(tenantId: String, id: String)] = []
@@ -198,7 +200,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         jobs.removeAll(); jobsHead = 0
         jobsCond.unlock()
         cond.lock()
-        for u in unsent { outstanding[u.id] = nil }
+        for u in unsent { release(u.id) }
         cond.unlock()
         returnToQueue(unsent, why: "unsent when the dispatcher stopped")
         let deadline = Date().addingTimeInterval(timeoutSeconds)
@@ -287,6 +289,32 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
 
     var isRunning: Bool { running && !stopping }
 
+    // MARK: outstanding slots per tenant
+
+    /// Records `op` as outstanding. Call under `cond`.
+    private func hold(_ op: DispatchOperation) {
+        if outstanding.updateValue((op.tenantId, op.id), forKey: op.id) == nil { heldByTenant[op.tenantId, default: 0] += 1 }
+    }
+
+    /// Forgets outstanding operation `id`. Call under `cond`.
+    private func release(_ id: String) {
+        guard let gone = outstanding.removeValue(forKey: id) else { return }
+        let left = (heldByTenant[gone.tenantId] ?? 1) - 1
+        heldByTenant[gone.tenantId] = left > 0 ? left : nil
+    }
+
+    /// How many more outstanding slots each tenant may take now (docs/delivery.md "Claims"):
+    /// a tenant's share is an equal part of the slots between the tenants holding slots, the
+    /// asking tenant if it holds none, and one more (a tenant not seen yet), less what it holds
+    /// (at least 0). So a tenant whose requests hang (a stalled provider host, a blackholed
+    /// connection) holds at most half the slots while alone, and every further tenant with work
+    /// still finds room. `held`: tenants holding slots → their room; `other`: a tenant holding
+    /// none. Call under `cond`.
+    private func tenantRoom() -> (held: [String: Int], other: Int) {
+        let share = max(1, maxOutstanding / (heldByTenant.count + 1))
+        return (heldByTenant.mapValues { max(0, share - $0) }, max(1, maxOutstanding / (heldByTenant.count + 2)))
+    }
+
     // MARK: claim
 
     private func claimLoop() {
@@ -306,6 +334,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count - commitReserved)
             claimRotation &+= 1
             let rotation = claimRotation
+            let room = tenantRoom()
             cond.unlock()
 
             var claimed: [DispatchOperation] = []
@@ -315,7 +344,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 claimed = try timedClaim(named: false) { c in
                     let r = try DispatchStore.claimExamining(
                         c, worker: configuration.workerId, limit: limit, leaseSeconds: configuration.leaseSeconds, now: Date(),
-                        perTenant: configuration.claimPerTenant, rotation: rotation)
+                        perTenant: configuration.claimPerTenant, rotation: rotation, room: room.held, otherRoom: room.other)
                     examined = r.examined
                     parked = r.parked
                     return r.claimed
@@ -388,7 +417,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             returnToQueue(claimed, why: "claimed while stopping")
             return false
         }
-        for op in claimed { outstanding[op.id] = (op.tenantId, op.id) }
+        for op in claimed { hold(op) }
         if lent > 0 { cond.broadcast() }
         cond.unlock()
         guard !claimed.isEmpty else { return true }
@@ -413,7 +442,19 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             }
             if !isRunning { cond.unlock(); return }
             let free = maxOutstanding - outstanding.count - commitReserved
-            var batch = named.filter { outstanding[$0.id] == nil }
+            // Names beyond their tenant's room wait for the fair claim (which takes them when
+            // the room comes back).
+            let room = tenantRoom()
+            var taken: [String: Int] = [:]
+            var heldBack = false
+            var batch = named.filter { n in
+                guard outstanding[n.id] == nil else { return false }
+                let r = room.held[n.tenantId] ?? room.other
+                taken[n.tenantId, default: 0] += 1
+                if taken[n.tenantId]! > r { heldBack = true }
+                return taken[n.tenantId]! <= r
+            }
+            if heldBack { wakeRequested = true }
             named.removeAll()
             if batch.count > free { batch.removeLast(batch.count - free); wakeRequested = true }
             cond.unlock()
@@ -639,7 +680,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             }
             let retrying = Set(retry.map(\.op.id))
             cond.lock()
-            for comp in batch where !retrying.contains(comp.op.id) { outstanding[comp.op.id] = nil }
+            for comp in batch where !retrying.contains(comp.op.id) { release(comp.op.id) }
             // A finished operation may have made the next one of its target a due head: only
             // then is a fair claim worth running (docs/delivery.md "Wake-ups"). The freed slots
             // still wake a claim loop whose last claim was full.

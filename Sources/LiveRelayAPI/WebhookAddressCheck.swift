@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import LiveRelayCore
+import Locking
 
 /// The creation-time half of the webhook SSRF rule (docs/webhooks.md "Safety"): resolves a
 /// URL's host with `getaddrinfo` and refuses it when any address is loopback, private,
@@ -40,13 +41,47 @@ enum WebhookAddressCheck {
         return out
     }
 
+    /// Lookups running at once, process-wide (each on a thread of its own). A name server that
+    /// never answers holds a lookup for the resolver's whole timeout (`resolv.conf`: 5 s per
+    /// try, several tries); without a bound, concurrent endpoint creations naming such hosts held
+    /// every API handler thread for that long.
+    static let maxConcurrentLookups = 4
+    private static let lookupSlots = DispatchSemaphore(value: maxConcurrentLookups)
+
+    /// `resolve` bounded in time and in concurrency (docs/webhooks.md "Safety"): waits at most
+    /// `slotWaitSeconds` (seconds) for one of `maxConcurrentLookups` slots, then at most
+    /// `deadlineSeconds` (seconds) for the answer. A lookup still running after its deadline
+    /// counts as a name that does not resolve (accepted; the connect-time check still applies)
+    /// and keeps its slot until the resolver gives up, so stuck lookups never exceed the bound.
+    /// - Throws: `HTTPError` 503 `SERVICE_UNAVAILABLE` with `Retry-After: 5` when no slot frees.
+    /// `resolver`: the lookup (tests).
+    static func resolveBounded(
+        _ host: String, slotWaitSeconds: Double = 1, deadlineSeconds: Double = 5,
+        resolver: @escaping @Sendable (String) -> [[UInt8]] = { resolve($0) }
+    ) throws -> [[UInt8]] {
+        guard lookupSlots.wait(timeout: .now() + slotWaitSeconds) == .success else {
+            throw Authenticator.busy(retryAfter: 5, doing: "the webhook address check")
+        }
+        let answer = Locked<[[UInt8]]>([])
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            let addresses = resolver(host)
+            answer.withLock { $0 = addresses }
+            done.signal()
+            lookupSlots.signal()
+        }
+        guard done.wait(timeout: .now() + deadlineSeconds) == .success else { return [] }
+        return answer.withLock { $0 }
+    }
+
     /// Checks `url` for a webhook endpoint: shape (`WebhookRules.parseURL`) and, unless
-    /// `allowPrivate`, that no address of its host is forbidden.
-    /// - Throws: `DomainError` 400 `INVALID_REQUEST` with `details.field = "url"`.
+    /// `allowPrivate`, that no address of its host is forbidden (`resolveBounded`).
+    /// - Throws: `DomainError` 400 `INVALID_REQUEST` with `details.field = "url"`; `HTTPError`
+    ///   503 when every lookup slot is taken.
     static func check(_ url: String, allowPrivate: Bool) throws {
         let target = try WebhookRules.parseURL(url, allowPrivate: allowPrivate)
         if allowPrivate { return }
-        if resolve(target.host).contains(where: WebhookRules.isForbiddenAddress) {
+        if try resolveBounded(target.host).contains(where: WebhookRules.isForbiddenAddress) {
             throw DomainError.invalid("url", "url must not resolve to a loopback, private, link-local or unspecified address")
         }
     }

@@ -133,8 +133,38 @@ public enum BroadcastStore {
                 UPDATE channel_operations SET broadcast_status = 'cancelled', updated_at = now()
                  WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued'
                 """, [b.op.tenantId, b.op.channelId])
+            try endMembersOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
         }
         return true
+    }
+
+    /// The members of a channel APNs no longer knows (docs/channels.md "APNs wire"), in the
+    /// transaction that ends it: broadcast members cannot be reached any more, so they end now
+    /// (`end_reason` `token_invalid`: their "token" is the channel); fan-out members still have
+    /// their own tokens, so a stateless end channel operation (no broadcast, `cancelled`) is
+    /// queued for the fan-out walk, which sends each of them an end like a channel end does.
+    /// Without it they stayed live until the lifetime sweep, and every write that could end
+    /// them was refused (`TARGET_ON_CHANNEL`, `CHANNEL_ENDED`).
+    static func endMembersOfInvalidChannel(_ c: PostgresConnection, tenantId: String, channelId: String) throws {
+        try c.execute(
+            """
+            UPDATE targets SET status = 'ended', end_reason = 'token_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
+             WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'broadcast' AND status NOT IN ('ended', 'creation_failed')
+            """, [tenantId, channelId])
+        let id = Identifier.make(.channelOperation)
+        let queued = try c.execute(
+            """
+            WITH ch AS (
+              UPDATE channels SET op_seq = op_seq + 1, updated_at = now()
+               WHERE tenant_id = $1 AND id = $2
+                 AND EXISTS (SELECT 1 FROM targets t WHERE t.tenant_id = $1 AND t.channel_id = $2 AND t.delivery = 'fanout'
+                                AND t.status NOT IN ('ended', 'creation_failed'))
+              RETURNING op_seq, revision
+            )
+            INSERT INTO channel_operations (tenant_id, id, channel_id, seq, kind, revision, has_state, broadcast_status, consumes_quota)
+            SELECT $1, $3, $2, ch.op_seq, 'end', ch.revision, false, 'cancelled', false FROM ch
+            """, [tenantId, channelId, id])
+        if queued > 0 { try c.notify(ChannelStore.channelsChannel, payload: tenantId + ":" + id) }
     }
 
     /// Broadcasts whose lease expired (their worker died): back to `queued`, or — for an alert,

@@ -129,12 +129,20 @@ public enum DispatchStore {
     /// or found over; heads other claimers held are not counted; `examined == limit` means the
     /// claim was cut by its limit, so there may be more due heads right away) and the operations
     /// it parked (`parked`, for `unparkIfTokenReady` once the claim has committed).
+    ///
+    /// `room`: for tenants named in it, how many heads this claim may take at most (capped by
+    /// `perTenant`; 0 takes none); `otherRoom` (nil: `perTenant`): the same for every tenant
+    /// not named. The dispatcher's share of outstanding slots per tenant (docs/delivery.md "Claims").
     public static func claimExamining(
         _ c: PostgresConnection, worker: String, limit: Int, leaseSeconds: Double, now: Date,
-        perTenant: Int? = nil, rotation: Int = 0
+        perTenant: Int? = nil, rotation: Int = 0, room: [String: Int] = [:], otherRoom: Int? = nil
     ) throws -> (claimed: [DispatchOperation], examined: Int, parked: [(tenantId: String, id: String)]) {
         guard limit > 0 else { return ([], 0, []) }
-        let rows = try c.query(fairClaimSQL, [worker, limit, max(1, perTenant ?? limit), String(rotation), leaseSeconds, Timestamp.epochSeconds(now)])
+        let each = max(1, perTenant ?? limit)
+        let roomJSON = JSONValue.object(room.mapValues { .int(Int64(max(0, $0))) }).jsonString
+        let rows = try c.query(
+            fairClaimSQL,
+            [worker, limit, each, String(rotation), leaseSeconds, Timestamp.epochSeconds(now), roomJSON, max(0, otherRoom ?? each)])
         return (try claimed(c, rows), rows.count, try parkedRows(rows))
     }
 
@@ -168,7 +176,9 @@ public enum DispatchStore {
     }
 
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
-    /// rotation (text), `$5` lease seconds, `$6` now (epoch seconds). Internal for profiling.
+    /// rotation (text), `$5` lease seconds, `$6` now (epoch seconds), `$7` a JSON object of
+    /// tenant id → at most this many for that tenant, `$8` at most this many for a tenant not in
+    /// `$7` (each also capped by `$3`). Internal for profiling.
     ///
     /// `due_tenants` walks the distinct tenants of `dispatch_heads` (one probe of
     /// `dispatch_heads_due` per tenant, whether or not its heads are due); the due test is the
@@ -186,7 +196,8 @@ public enum DispatchStore {
                    row_number() OVER (PARTITION BY x.tenant_id ORDER BY x.due_at, x.target_id) AS rn
               FROM due_tenants w CROSS JOIN LATERAL (
                    SELECT h.tenant_id, h.target_id, h.operation_id, h.due_at FROM dispatch_heads h
-                    WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at LIMIT $3) x
+                    WHERE h.tenant_id = w.tenant_id AND h.due_at <= now() ORDER BY h.due_at
+                    LIMIT LEAST($3, COALESCE(($7::jsonb ->> w.tenant_id)::int, $8))) x
              WHERE w.tenant_id IS NOT NULL
         ), picked AS (
             SELECT tenant_id, target_id, operation_id FROM candidates ORDER BY rn, hashtext(tenant_id || $4), operation_id LIMIT $2

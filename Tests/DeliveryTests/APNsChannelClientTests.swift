@@ -185,6 +185,15 @@ final class APNsChannelClientTests: ProviderTestCase {
             XCTAssertEqual(r.result, expected, "\(fault.status) \(fault.reason ?? "")")
             XCTAssertEqual(r.reason, fault.reason)
         }
+        // The channel worker's adapter carries the 429's Retry-After into the decision
+        // (ChannelRules.decide waits that long), as docs/channels.md says.
+        h.sandbox.addFault(
+            SandboxFault(provider: "broadcast", token: none.channelId, status: 429, reason: "TooManyRequests", retryAfter: 7, times: 1))
+        let adapted = APNsChannelProvider(client: client).broadcast(
+            BroadcastRequest(
+                tenantId: ProviderHarness.tenant, appId: app, environment: "sandbox", apnsChannelId: none.channelId,
+                body: paddedBody(100), priority: 10, expiration: 0, requestId: UUID().uuidString.lowercased()))
+        XCTAssertEqual(adapted, .refused(status: 429, reason: "TooManyRequests", retryAfterSeconds: 7))
         // No credential for the bundle id: nothing is sent.
         let before = h.sandbox.stats.broadcastRequests
         let other = OutgoingBroadcast(

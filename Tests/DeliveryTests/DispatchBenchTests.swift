@@ -258,7 +258,7 @@ final class DispatchBenchTests: XCTestCase {
                 try keep(
                     c.query(
                         "EXPLAIN (ANALYZE, BUFFERS) " + DispatchStore.fairClaimSQL,
-                        ["profile", 512, 512, "0", 30.0, Timestamp.epochSeconds(Date())]), "claim 512")
+                        ["profile", 512, 512, "0", 30.0, Timestamp.epochSeconds(Date()), "{}", 512]), "claim 512")
                 try keep(
                     c.query(
                         """

@@ -3,6 +3,7 @@ import XCTest
 import Delivery
 import JSON
 import LiveRelayCore
+import LiveRelaySandbox
 import LiveRelayStore
 import Postgres
 import LiveRelayTestSupport
@@ -140,6 +141,44 @@ final class DispatchFairnessTests: DispatchTestCase {
         XCTAssertEqual(delivered.count, 1, "tenant B's update reached the sandbox once")
         XCTAssertEqual(delivered.first?.status, 200)
         XCTAssertLessThanOrEqual(sentAfter ?? 99, 1.0, "tenant B's update waited behind tenant A's backlog")
+    }
+
+    /// Tenant A's provider requests hang (each answer of the sandbox takes 5 s for A's tokens),
+    /// and A has more queued work than the dispatcher has outstanding slots (8 here): A holds at
+    /// most its share of the slots (half, while it is alone), so tenant B's update still finds
+    /// a slot and is sent at once, not after A's requests time out (docs/delivery.md "Claims").
+    func testATenantWhoseRequestsHangHoldsAtMostItsShareOfTheSlots() throws {
+        let a = try h.tenant(quota: 10_000), instA = try h.installation(a)
+        let b = try h.tenant(), instB = try h.installation(b)
+        let ph = try ProviderHarness()
+        defer { ph.tearDown() }
+        let creds = try ph.source.credentials(tenantId: ProviderHarness.tenant)
+        ph.source.set(a, creds); ph.source.set(b, creds)
+        for i in 0..<24 {
+            let token = ProviderHarness.hexToken("hanging-\(i)")
+            _ = ph.sandbox.addFault(SandboxFault(provider: "apns", token: token, delaySeconds: 5))
+            try h.update(a, target: try h.target(a, installation: instA, token: token), state: ["eta": .int(Int64(i))])
+        }
+        var configuration = DispatchHarness.testConfiguration(worker: "worker-share")
+        configuration.maxOutstanding = 8
+        configuration.maxOutstandingIsExplicit = true
+        let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: ph.sender, configuration: configuration, metrics: h.metrics, log: h.logger)
+        h.dispatchers.append(d)
+        d.start()
+        eventually("tenant A's requests hang in flight", within: 10) { d.streamsInFlight.now >= 4 }
+        Thread.sleep(forTimeInterval: 0.3)  // A's claims had every chance to take more slots
+        XCTAssertEqual(d.outstandingCount, 4, "tenant A holds half of the 8 slots, no more")
+
+        let tokenB = ProviderHarness.hexToken("tenant-b-share")
+        let tgtB = try h.target(b, installation: instB, token: tokenB)
+        try h.update(b, target: tgtB, state: ["eta": 1])
+        let committed = Date()
+        var sentAfter: Double?
+        while Date().timeIntervalSince(committed) < 10 {
+            if !ph.sandbox.deliveries(token: tokenB, provider: "apns").isEmpty { sentAfter = Date().timeIntervalSince(committed); break }
+            Thread.sleep(forTimeInterval: 0.002)
+        }
+        XCTAssertLessThanOrEqual(sentAfter ?? 99, 1.0, "tenant B's update waited behind tenant A's hanging requests")
     }
 
     func testAQueuedEndSupersedesOlderQueuedEnds() throws {

@@ -54,8 +54,10 @@ final class PlannerStatisticsTests: DispatchTestCase {
         XCTAssertLessThan(try reltuples("operations"), 10, "analyzed while nearly empty")
         try h.loadQueue(tenant: a, installation: inst, prefix: "b", count: 3000, analyze: false)
         let plan = try h.db.system(settings: DispatchStore.claimSettings) { c in
-            try c.query("EXPLAIN (COSTS OFF) " + DispatchStore.fairClaimSQL, ["w-plan", 512, 512, "0", 30.0, Int64(Date().timeIntervalSince1970)])
-                .map { try $0.string("QUERY PLAN") }.joined(separator: "\n")
+            try c.query(
+                "EXPLAIN (COSTS OFF) " + DispatchStore.fairClaimSQL, ["w-plan", 512, 512, "0", 30.0, Int64(Date().timeIntervalSince1970), "{}", 512]
+            )
+            .map { try $0.string("QUERY PLAN") }.joined(separator: "\n")
         }
         XCTAssertTrue(
             plan.contains("(target_id = candidates.target_id)"), "each operation is probed by its tenant and target:\n\(plan)")

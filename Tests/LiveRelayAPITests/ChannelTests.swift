@@ -540,6 +540,40 @@ final class ChannelTests: XCTestCase {
         XCTAssertNotEqual(second.first?.op.id, held.first?.op.id)
     }
 
+    /// A channel APNs no longer knows (`400 ChannelNotRegistered`) ends with its members: the
+    /// broadcast member can no longer be reached and ends (`token_invalid`); the fan-out member
+    /// still has its own token and gets an end through the fan-out walk. Before, both stayed
+    /// live and every write that could end them was refused.
+    func testAnInvalidChannelEndsItsMembers() throws {
+        let w = try ChannelWorld.make()
+        defer { w.env.tearDown() }
+        let ch = try w.channel()
+        let m18 = try w.member(osVersion: "18.0"), m17 = try w.member(osVersion: "17.0")
+        let key = try w.sender([m18.startTargetId, m17.startTargetId, ch])
+        let t18 = try XCTUnwrap(w.start(m18, channel: ch, as: key)["target"]?["id"]?.stringValue)
+        let t17 = try XCTUnwrap(w.start(m17, channel: ch, as: key)["target"]?["id"]?.stringValue)
+        let worker = w.worker()
+        XCTAssertEqual(w.update(ch, ["eta": 1], revision: 0, as: key).status, 202)
+        w.fake.broadcastAnswer.withLock { $0 = .refused(status: 400, reason: "ChannelNotRegistered", retryAfterSeconds: nil) }
+        XCTAssertTrue(worker.broadcastOnce())
+        w.fake.broadcastAnswer.withLock { $0 = nil }
+        let channel = w.env.call("GET", "/v1/remote-updates/channels/\(ch)", as: w.tenant.master)
+        XCTAssertEqual(channel["status"]?.stringValue, "ended")
+        XCTAssertEqual(channel["end_reason"]?.stringValue, "channel_invalid")
+        let broadcastMember = w.env.call("GET", "/v1/remote-updates/live-activities/targets/\(t18)", as: w.tenant.master)
+        XCTAssertEqual(broadcastMember["status"]?.stringValue, "ended", String(decoding: broadcastMember.raw, as: UTF8.self))
+        XCTAssertEqual(broadcastMember["end_reason"]?.stringValue, "token_invalid")
+        while worker.expandOnce() > 0 {}
+        XCTAssertEqual(
+            try w.count(
+                "SELECT count(*) AS n FROM operations WHERE target_id = $1 AND kind = 'end' AND channel_operation_id IS NOT NULL", [t17]), 1,
+            "the fan-out member got an end")
+        XCTAssertEqual(
+            try w.count(
+                "SELECT count(*) AS n FROM channel_operations WHERE channel_id = $1 AND kind = 'end' AND broadcast_status = 'cancelled'", [ch]),
+            1, "one end, never broadcast")
+    }
+
     func testBroadcastOutcomesAndChannelEnd() throws {
         let w = try ChannelWorld.make()
         defer { w.env.tearDown() }

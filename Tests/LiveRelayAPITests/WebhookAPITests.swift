@@ -1,9 +1,12 @@
 import Foundation
 import XCTest
+import HTTPServer
 import JSON
+@testable import LiveRelayAPI
 import LiveRelayCore
 import LiveRelayStore
 import Postgres
+import LiveRelayTestSupport
 
 /// The webhook-endpoint and events API on real PostgreSQL (docs/webhooks.md): creation with a
 /// secret shown once and replayed, validation at every limit, SSRF refusals at creation,
@@ -22,6 +25,33 @@ final class WebhookAPITests: XCTestCase {
         var o: [String: JSONValue] = ["url": .string(url), "events": events, "idempotency_key": .string(key)]
         for (k, v) in extra { o[k] = v }
         return env.call("POST", "/v1/webhook-endpoints", .object(o), as: master)
+    }
+
+    /// The creation-time address check (docs/webhooks.md "Safety") is bounded: a lookup that
+    /// does not answer within its deadline counts as unresolved (the connect-time check still
+    /// applies), and when every lookup slot is held by such lookups the next caller gets 503
+    /// instead of a handler thread stuck for the resolver's timeout.
+    func testTheAddressLookupIsBoundedInTimeAndConcurrency() throws {
+        let began = Date()
+        XCTAssertEqual(
+            try WebhookAddressCheck.resolveBounded("slow.example", deadlineSeconds: 0.2) { _ in
+                Thread.sleep(forTimeInterval: 1); return [[10, 0, 0, 1]]
+            }, [])
+        XCTAssertLessThan(Date().timeIntervalSince(began), 0.9, "the caller waited for its deadline only")
+        Thread.sleep(forTimeInterval: 1)  // that lookup ends and gives its slot back
+        let hold = DispatchSemaphore(value: 0)
+        for _ in 0..<WebhookAddressCheck.maxConcurrentLookups {
+            _ = try WebhookAddressCheck.resolveBounded("stuck.example", deadlineSeconds: 0.01) { _ in
+                hold.wait(); return []
+            }
+        }
+        XCTAssertThrowsError(try WebhookAddressCheck.resolveBounded("next.example", slotWaitSeconds: 0.1) { _ in [] }) { e in
+            XCTAssertEqual((e as? HTTPError)?.status, 503, "\(e)")
+        }
+        for _ in 0..<WebhookAddressCheck.maxConcurrentLookups { hold.signal() }
+        eventually("the slots come back", within: 5) {
+            (try? WebhookAddressCheck.resolveBounded("ok.example", slotWaitSeconds: 0.05) { _ in [[93, 184, 216, 34]] }) == [[93, 184, 216, 34]]
+        }
     }
 
     func testCreateShowsTheSecretOnceAndReplaysIt() throws {
