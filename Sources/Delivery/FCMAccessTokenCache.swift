@@ -31,13 +31,28 @@ public final class FCMAccessTokenCache: Sendable {
         case rejected(status: Int, error: String?, retryAfter: String?)
     }
 
-    /// One fetch in progress; followers block on `done` (no lock held) until the leader finishes.
+    /// One fetch in progress. Blocking followers wait on `done` (no lock held); callbacks given
+    /// to `whenDone` run when the leader finishes (at once when it already has).
     final class Flight: Sendable {
         let done = DispatchSemaphore(value: 0)
-        let result = Locked<Result<String, Failure>?>(nil)
+        private let state = Locked<(result: Result<String, Failure>?, waiters: [@Sendable (Result<String, Failure>) -> Void])>((nil, []))
+        var result: Result<String, Failure>? { state.withLock { $0.result } }
         func finish(_ r: Result<String, Failure>) {
-            result.withLock { $0 = r }
+            let waiters = state.withLock { s -> [@Sendable (Result<String, Failure>) -> Void] in
+                s.result = r
+                defer { s.waiters = [] }
+                return s.waiters
+            }
             done.signal()
+            for w in waiters { w(r) }
+        }
+        func whenDone(_ w: @escaping @Sendable (Result<String, Failure>) -> Void) {
+            let r = state.withLock { s -> Result<String, Failure>? in
+                if let r = s.result { return r }
+                s.waiters.append(w)
+                return nil
+            }
+            if let r { w(r) }
         }
     }
 
@@ -70,16 +85,17 @@ public final class FCMAccessTokenCache: Sendable {
     /// Token requests sent so far (tests, diagnostics).
     public var tokenRequestCount: Int { requests.load(ordering: .relaxed) }
 
-    /// A valid access token for `credential`; after a `401` pass the rejected token as
-    /// `replacing` to force a new one (unless another caller already replaced it).
-    func accessToken(_ credential: FCMCredential, replacing rejected: String? = nil) throws(Failure) -> String {
+    private enum Role {
+        case token(String)
+        case failed(Failure)
+        case follower(Flight)
+        case leader(Flight)
+    }
+
+    /// What a caller for `credential` does now: use the cached token or failure, wait for the
+    /// fetch in progress, or lead a new one.
+    private func role(_ credential: FCMCredential, replacing rejected: String?) -> (Key, Role) {
         let key = Key(clientEmail: credential.clientEmail, fingerprint: credential.fingerprint, tokenURI: credential.tokenURI)
-        enum Role {
-            case token(String)
-            case failed(Failure)
-            case follower(Flight)
-            case leader(Flight)
-        }
         let t = now()
         let role = state.withLock { s -> Role in
             if let e = s.entries[key], t < e.expiresAt, e.token != rejected { return .token(e.token) }
@@ -89,6 +105,14 @@ public final class FCMAccessTokenCache: Sendable {
             s.inflight[key] = flight
             return .leader(flight)
         }
+        return (key, role)
+    }
+
+    /// A valid access token for `credential`, blocking the caller while a token is fetched
+    /// (`ProviderProbe`); after a `401` pass the rejected token as `replacing` to force a new
+    /// one (unless another caller already replaced it). Senders use the callback form.
+    func accessToken(_ credential: FCMCredential, replacing rejected: String? = nil) throws(Failure) -> String {
+        let (key, role) = role(credential, replacing: rejected)
         switch role {
         case .token(let token): return token
         case .failed(let f): throw f
@@ -97,32 +121,58 @@ public final class FCMAccessTokenCache: Sendable {
                 throw .transport(.notProcessed(reason: "the access-token fetch of another sender did not finish in time"))
             }
             flight.done.signal()  // let the next follower through too
-            guard let r = flight.result.withLock({ $0 }) else { throw .transport(.notProcessed(reason: "no access-token result")) }
+            guard let r = flight.result else { throw .transport(.notProcessed(reason: "no access-token result")) }
             return try r.get()
         case .leader(let flight):
-            let fetchedAt = now()
-            let result: Result<String, Failure>
-            do {
-                let (token, expiresIn) = try fetch(credential, at: fetchedAt)
-                let margin = min(Self.refreshMarginSeconds, expiresIn / 2)
-                let entry = Entry(token: token, expiresAt: fetchedAt.addingTimeInterval(expiresIn - margin))
-                state.withLock { s in
-                    s.entries[key] = entry
-                    s.failures[key] = nil
-                    s.inflight[key] = nil
-                }
-                result = .success(token)
-            } catch {
-                let until = now().addingTimeInterval(Self.failureCacheSeconds)
-                state.withLock { s in
-                    s.failures[key] = (error, until)
-                    s.inflight[key] = nil
-                }
-                result = .failure(error)
-            }
-            flight.finish(result)
-            return try result.get()
+            return try lead(flight, key: key, credential: credential).get()
         }
+    }
+
+    /// `accessToken` without blocking: `completion` gets the token or the failure — on the
+    /// caller's thread when the cache answers, else on the thread of the fetch, which runs on a
+    /// global queue (one per service account at a time; later callers join it). So a send never
+    /// holds the dispatcher's shared submitter threads while Google's token endpoint answers
+    /// (docs/providers.md "FCM access tokens"): until 2026-12-05 a cold or expiring token made
+    /// every submitter wait for it, and every tenant's pushes with them.
+    func accessToken(
+        _ credential: FCMCredential, replacing rejected: String? = nil, completion: @escaping @Sendable (Result<String, Failure>) -> Void
+    ) {
+        let (key, role) = role(credential, replacing: rejected)
+        switch role {
+        case .token(let token): completion(.success(token))
+        case .failed(let f): completion(.failure(f))
+        case .follower(let flight): flight.whenDone(completion)
+        case .leader(let flight):
+            flight.whenDone(completion)
+            DispatchQueue.global().async { [self] in _ = lead(flight, key: key, credential: credential) }
+        }
+    }
+
+    /// The leader's fetch: stores the token (or the failure, for `failureCacheSeconds`), ends
+    /// the flight and returns its result.
+    private func lead(_ flight: Flight, key: Key, credential: FCMCredential) -> Result<String, Failure> {
+        let fetchedAt = now()
+        let result: Result<String, Failure>
+        do {
+            let (token, expiresIn) = try fetch(credential, at: fetchedAt)
+            let margin = min(Self.refreshMarginSeconds, expiresIn / 2)
+            let entry = Entry(token: token, expiresAt: fetchedAt.addingTimeInterval(expiresIn - margin))
+            state.withLock { s in
+                s.entries[key] = entry
+                s.failures[key] = nil
+                s.inflight[key] = nil
+            }
+            result = .success(token)
+        } catch {
+            let until = now().addingTimeInterval(Self.failureCacheSeconds)
+            state.withLock { s in
+                s.failures[key] = (error, until)
+                s.inflight[key] = nil
+            }
+            result = .failure(error)
+        }
+        flight.finish(result)
+        return result
     }
 
     private func fetch(_ c: FCMCredential, at date: Date) throws(Failure) -> (String, Double) {

@@ -18,24 +18,32 @@ final class FCMClient: Sendable {
         self.endpoints = endpoints; self.tokens = tokens; self.metrics = metrics
     }
 
-    /// Sends without blocking on the provider's answer (a cold access-token cache fetches a
-    /// token on the caller's thread first); after a `401` the new access token is fetched on a
-    /// global queue, never on a connection's I/O thread, and the message is retried once.
-    /// `written`: the first attempt's HEADERS were written.
+    /// Sends without blocking, neither on the provider's answer nor on the access token: a
+    /// cold or expired token is fetched on a global queue and the message goes out when it
+    /// arrives (`FCMAccessTokenCache.accessToken(_:replacing:completion:)`), so the caller's
+    /// thread (a dispatcher submitter, shared by every tenant) never waits for Google. After a
+    /// `401` a new access token is fetched the same way, never on a connection's I/O thread,
+    /// and the message is retried once. `written`: the first attempt's HEADERS were written.
     func submit(
         _ push: OutgoingPush, body: [UInt8], credential: FCMCredential, written: (@Sendable () -> Void)?,
         completion: @escaping @Sendable (PushResult) -> Void
     ) {
-        let token: String
-        do { token = try tokens.accessToken(credential) } catch { return completion(tokenFailure(error)) }
-        attempt(body, credential: credential, token: token, isRetry: false, written: written) { [self] first in
-            guard case .outcome(.refreshCredentialAndRetryOnce) = first else { return completion(first) }
-            DispatchQueue.global().async { [self] in
-                let fresh: String
-                do throws(FCMAccessTokenCache.Failure) { fresh = try tokens.accessToken(credential, replacing: token) } catch {
-                    return completion(tokenFailure(error))
+        tokens.accessToken(credential) { [self] got in
+            let token: String
+            switch got {
+            case .success(let t): token = t
+            case .failure(let error): return completion(tokenFailure(error))
+            }
+            attempt(body, credential: credential, token: token, isRetry: false, written: written) { [self] first in
+                guard case .outcome(.refreshCredentialAndRetryOnce) = first else { return completion(first) }
+                DispatchQueue.global().async { [self] in  // off the connection's I/O thread, whatever the cache does
+                    tokens.accessToken(credential, replacing: token) { [self] fresh in
+                        switch fresh {
+                        case .success(let t): attempt(body, credential: credential, token: t, isRetry: true, written: nil, completion: completion)
+                        case .failure(let error): completion(tokenFailure(error))
+                        }
+                    }
                 }
-                attempt(body, credential: credential, token: fresh, isRetry: true, written: nil, completion: completion)
             }
         }
     }

@@ -4,6 +4,7 @@ import Delivery
 import JSON
 import LiveRelayCore
 import LiveRelaySandbox
+import Locking
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -35,6 +36,25 @@ final class FCMTokenHardeningTests: ProviderTestCase {
         XCTAssertEqual(h.sandbox.stats.fcmRequests, 0)
         // Another tenant's healthy account is not held up by it.
         assertAccepted(h.sender.send(h.androidPush()))
+    }
+
+    /// A cold access-token cache fetches on a thread of its own: submitting an Android push
+    /// returns at once while the token endpoint takes 2 s, so the dispatcher's submitter threads
+    /// (shared by every tenant) never wait for Google; the push is sent when the token comes.
+    func testSubmitDoesNotWaitForTheTokenEndpoint() {
+        h.sandbox.addFault(SandboxFault(provider: "oauth", times: 1, delaySeconds: 2))
+        let done = DispatchSemaphore(value: 0)
+        let result = Locked<PushResult?>(nil)
+        let began = Date()
+        h.sender.submit(h.androidPush(), written: nil) { r in
+            result.withLock { $0 = r }
+            done.signal()
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(began), 0.5, "submit returned before the token came")
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(began), 2, "sent once the token came")
+        if let r = result.withLock({ $0 }) { assertAccepted(r) } else { XCTFail("no result") }
+        XCTAssertEqual(h.sandbox.stats.tokenRequests, 1)
     }
 
     func testAStoredTokenURIOffTheAllowedOriginsIsNeverContacted() throws {
