@@ -2,30 +2,45 @@ import Foundation
 import LiveRelayCore
 import LiveRelayStore
 
-/// Heartbeats, maintenance passes (lease rescue, expiry, token-pending sweep, planner statistics,
+/// Heartbeats (a thread of their own), maintenance passes (lease rescue, expiry, token-pending sweep, planner statistics,
 /// queue gauges) and the lifetime sweep of the dispatcher (docs/delivery.md "Metrics",
 /// "Maintenance cost", "Planner statistics").
 extension Dispatcher {
     // MARK: housekeeping
 
-    func housekeepingLoop() {
-        var lastHeartbeat = Date(), lastMaintenance = Date.distantPast, lastLifetime = Date.distantPast
+    /// Renews the leases of every outstanding operation every `heartbeatSeconds`, on a thread
+    /// of its own: a maintenance pass (lease rescue, sweeps over large tables, ANALYZE, each
+    /// statement up to the statement timeout) must never delay a renewal, or the leases of
+    /// pushes in flight would lapse and be rescued while they are being sent.
+    func heartbeatLoop() {
+        var lastHeartbeat = Date()
         while true {
             cond.lock()
-            if running { _ = cond.wait(until: Date().addingTimeInterval(min(0.25, configuration.maintenanceSeconds))) }
+            if running { _ = cond.wait(until: lastHeartbeat.addingTimeInterval(configuration.heartbeatSeconds)) }
             let live = running
             let mine = Array(outstanding.values)
             cond.unlock()
             if !live { return }
             let now = Date()
-            if now.timeIntervalSince(lastHeartbeat) >= configuration.heartbeatSeconds {
-                lastHeartbeat = now
-                do {
-                    _ = try db.system { c in
-                        try DispatchStore.heartbeat(c, worker: configuration.workerId, operations: mine, leaseSeconds: configuration.leaseSeconds)
-                    }
-                } catch { log.warning("heartbeat failed", ["error": .string("\(error)")]) }
-            }
+            guard now.timeIntervalSince(lastHeartbeat) >= configuration.heartbeatSeconds else { continue }
+            lastHeartbeat = now
+            do {
+                _ = try db.system { c in
+                    try DispatchStore.heartbeat(c, worker: configuration.workerId, operations: mine, leaseSeconds: configuration.leaseSeconds)
+                }
+            } catch { log.warning("heartbeat failed", ["error": .string("\(error)")]) }
+        }
+    }
+
+    func housekeepingLoop() {
+        var lastMaintenance = Date.distantPast, lastLifetime = Date.distantPast
+        while true {
+            cond.lock()
+            if running { _ = cond.wait(until: Date().addingTimeInterval(min(0.25, configuration.maintenanceSeconds))) }
+            let live = running
+            cond.unlock()
+            if !live { return }
+            let now = Date()
             if now.timeIntervalSince(lastMaintenance) >= configuration.maintenanceSeconds {
                 lastMaintenance = now
                 maintenance()

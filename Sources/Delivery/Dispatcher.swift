@@ -18,7 +18,7 @@ import Locking
 /// Threads (River's producer / executor / completer split): a claim loop (woken by `LISTEN
 /// liverelay_dispatch`, by `noteCommitted` from writes in this process, by finished operations,
 /// and every `pollSeconds`), a listener, `senderThreads` submitters (build the push, `submit`),
-/// `applierThreads` appliers and one housekeeper (heartbeat, maintenance). An event-driven sender
+/// `applierThreads` appliers, one heartbeat thread and one housekeeper (maintenance). An event-driven sender
 /// completes on its connection threads; completions queue for the appliers, which take them in
 /// batches (a second applier only while the first is busy; batches with target effects one at a time).
 /// No thread waits per push. State is split over three locks that are never held together:
@@ -175,6 +175,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         for i in 0..<configuration.senderThreads { spawn("dispatch-send-\(i)") { self.senderLoop() } }
         for i in 0..<max(1, configuration.applierThreads) { spawn("dispatch-apply-\(i)") { self.applyLoop() } }
         spawn("dispatch-housekeeping") { self.housekeepingLoop() }
+        spawn("dispatch-heartbeat") { self.heartbeatLoop() }
         log.info(
             "dispatcher started",
             [
