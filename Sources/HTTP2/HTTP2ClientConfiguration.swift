@@ -21,6 +21,9 @@ public struct HTTP2ClientConfiguration: Sendable {
     /// FCM answer): a longer body resets the stream and fails the request `.possiblyProcessed`
     /// (docs/security.md "Provider credentials").
     public var maxResponseBodyBytes = 65_536
+    /// The first stream id a new connection uses (odd, ≥ 1; default 1). Tests set it near the
+    /// HTTP/2 limit of 2^31 − 1 to reach a connection's last stream id quickly.
+    var firstStreamID: Int32 = 1
 
     /// Creates a configuration; see the properties for units and meaning.
     public init(

@@ -20,9 +20,10 @@ extension HTTP2Connection {
             if frame.pointee.hd.type == UInt8(NGHTTP2_HEADERS.rawValue),
                 let stream = connection.streams[frame.pointee.hd.stream_id]
             {
-                // mem_send returned this frame's last byte already: it ends at producedBytes.
-                stream.headersEnd = connection.producedBytes
-                if stream.pending.onWritten != nil { connection.writeWatch.append((connection.producedBytes, stream.pending)) }
+                // nghttp2_session_mem_send reports the frame sent inside the very call that
+                // returns its bytes (session_after_frame_sent1), before they are counted: the
+                // frame ends where that call's chunk ends (`headersProduced`).
+                connection.headersSentInChunk.append(stream)
             }
             return 0
         }

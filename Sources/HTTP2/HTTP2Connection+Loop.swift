@@ -86,10 +86,23 @@ extension HTTP2Connection {
             }
             outbound.removeAll(keepingCapacity: true)
             outboundHead = 0
-            let pulled = NGHTTP2.pull(session, into: &outbound) { producedBytes += UInt64($0) }
+            let pulled = NGHTTP2.pull(session, into: &outbound) { headersProduced(UInt64($0)) }
             if pulled < 0 { return "HTTP/2 session error: \(NGHTTP2.errorText(pulled))" }
             if pulled == 0 { return nil }
         }
+    }
+
+    /// Counts a chunk `mem_send` returned (`n` bytes) and ends the HEADERS frames it reported
+    /// sent meanwhile at the chunk's end: only once every byte up to there was written is a
+    /// request possibly processed (`classify`), and its `onWritten` called.
+    func headersProduced(_ n: UInt64) {
+        producedBytes += n
+        guard !headersSentInChunk.isEmpty else { return }
+        for stream in headersSentInChunk {
+            stream.headersEnd = producedBytes
+            if stream.pending.onWritten != nil { writeWatch.append((producedBytes, stream.pending)) }
+        }
+        headersSentInChunk.removeAll(keepingCapacity: true)
     }
 
     /// Opens streams for queued requests while the peer's concurrency limit allows
@@ -140,6 +153,13 @@ extension HTTP2Connection {
                 : nghttp2_submit_request(session, nil, nva, count, &provider, nil)
         }
         if id < 0 {
+            if id == NGHTTP2_ERR_STREAM_ID_NOT_AVAILABLE.rawValue {
+                // Every stream id of this connection is used (RFC 9113 §5.1.1: 2^31 − 1 at most):
+                // it takes no new request (the pool opens another connection); a GOAWAY tells
+                // the peer, and the session ends once its open streams have finished.
+                shared.withLock { $0.usable = false }
+                _ = nghttp2_submit_goaway(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, NGHTTP2_NO_ERROR.rawValue, nil, 0)
+            }
             pending.complete(.failure(.notProcessed(reason: "cannot submit request: \(NGHTTP2.errorText(Int(id)))")))
             return
         }

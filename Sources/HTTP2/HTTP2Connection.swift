@@ -51,6 +51,10 @@ public final class HTTP2Connection: @unchecked Sendable {
     var producedBytes: UInt64 = 0
     var writtenBytes: UInt64 = 0
     var goawayLastStreamID: Int32?
+    /// Streams whose HEADERS frame nghttp2 reported sent (`on_frame_send`) during the current
+    /// `mem_send` call: their frame ends with the bytes that call returns, so `headersEnd` is
+    /// set once those bytes are counted (`headersProduced`).
+    var headersSentInChunk: [ClientStream] = []
     /// Requests whose HEADERS end at the given outbound offset and want `onWritten` (in order).
     var writeWatch: [(end: UInt64, pending: PendingRequest)] = []
     var writeWatchHead = 0
@@ -184,6 +188,7 @@ public final class HTTP2Connection: @unchecked Sendable {
         ]
         _ = nghttp2_submit_settings(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), &settings, settings.count)
         _ = nghttp2_session_set_local_window_size(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), 0, 16 << 20)
+        if configuration.firstStreamID > 1 { _ = nghttp2_session_set_next_stream_id(session, configuration.firstStreamID) }
     }
 
     deinit {
