@@ -42,6 +42,8 @@ enum DeviceTargetHandlers {
                         },
                         schema: pinned?.1), localStart: true)
             }
+            try TenantCapStore.checkInstallationTargets(
+                c, tenantId: me.tenant, installationId: me.id, limit: TenantLimits.maxLiveTargetsPerInstallation)
             try TenantCapStore.check(c, tenantId: me.tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
             let targetId = Identifier.make(.target)
             try WriteRules.checkLocalStartSize(

@@ -37,6 +37,23 @@ public struct TenantLimits: Sendable, Equatable {
             details: ["resource": .string(resource.rawValue), "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
     }
 
+    /// Most live (non-terminal) targets one installation may hold through local start
+    /// reservations (`POST /v1/installations/{id}/targets`, docs/security.md "Per-tenant caps").
+    /// A device reserves one target per Live Activity it starts, and iOS shows only a few at a
+    /// time; without a bound per installation, one installation (anyone with the app's
+    /// publishable key can register one) could fill its tenant's whole live-target cap and
+    /// lock every remote start out with `409 TARGET_LIMIT`.
+    public static let maxLiveTargetsPerInstallation = 64
+
+    /// `409 TARGET_LIMIT` for an installation at `maxLiveTargetsPerInstallation`: `details.resource`
+    /// `live_targets_per_installation`, `details.limit`, `details.actual`.
+    public static func installationTargetsExceeded(limit: Int, actual: Int) -> DomainError {
+        DomainError(
+            status: 409, code: "TARGET_LIMIT",
+            message: "this installation already has \(actual) live targets, its limit is \(limit); end some first",
+            details: ["resource": "live_targets_per_installation", "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
+    }
+
     /// What a cap counts.
     public enum Resource: String, Sendable {
         /// Active (not retired) installations.

@@ -48,4 +48,19 @@ public enum TenantCapStore {
     public static func liveTargets(_ c: PostgresConnection, tenantId: String) throws -> Int {
         try c.query(sql(.liveTargets), [tenantId, 0])[0].int("n")
     }
+
+    /// Live (not `ended`/`creation_failed`) targets of installation `installationId`, counted
+    /// up to `limit` (an index range of `targets_installation`, at most `limit` entries).
+    /// Call with the installation's row locked (`FOR UPDATE`) so concurrent reservations of
+    /// one installation count each other.
+    /// - Throws: `TenantLimits.installationTargetsExceeded` (`409 TARGET_LIMIT`) when it holds
+    ///   `limit` or more; `PostgresError`.
+    public static func checkInstallationTargets(_ c: PostgresConnection, tenantId: String, installationId: String, limit: Int) throws {
+        let n = try c.query(
+            """
+            SELECT count(*) AS n FROM (
+              SELECT 1 FROM targets WHERE tenant_id = $1 AND installation_id = $2 AND status NOT IN ('ended', 'creation_failed') LIMIT $3) x
+            """, [tenantId, installationId, limit])[0].int("n")
+        if n >= limit { throw TenantLimits.installationTargetsExceeded(limit: limit, actual: n) }
+    }
 }

@@ -266,6 +266,48 @@ final class HardeningAPITests: XCTestCase {
         XCTAssertFalse(w.start().isEmpty)
     }
 
+    /// One installation holds at most `TenantLimits.maxLiveTargetsPerInstallation` (64) live
+    /// targets through local start reservations: the 64th passes, the 65th is `409 TARGET_LIMIT`
+    /// (resource `live_targets_per_installation`), an ended one frees its place, and another
+    /// installation of the tenant is not affected. One device can no longer fill its tenant's cap.
+    func testOneInstallationReservesAtMostItsCapOfLiveTargets() throws {
+        env = try TestEnvironment.make()
+        let w = try LifecycleWorld.make(env)
+        let cap = TenantLimits.maxLiveTargetsPerInstallation
+        XCTAssertEqual(cap, 64)
+        try env.db.tenant(w.tenant.id) { c in
+            try c.execute(
+                """
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, status, revision, state, token_status)
+                SELECT $1, 'tgt_cap' || g, $2, 'local', 'delivery', 'reserved', 1, '{"eta": 1}'::jsonb, 'pending'
+                  FROM generate_series(1, $3) g
+                """, [w.tenant.id, w.installationId, cap - 1])
+        }
+        func reserve(_ n: Int, installation: String? = nil, credential: String? = nil) -> TestEnvironment.Reply {
+            env.call(
+                "POST", "/v1/installations/\(installation ?? w.installationId)/targets",
+                [
+                    "activity_type": "delivery", "business_key": .string("cap:\(n)"), "business_generation": "1",
+                    "idempotency_key": .string(UUID().uuidString), "state": ["eta": 1]
+                ], as: credential ?? w.installationCredential)
+        }
+        XCTAssertEqual(reserve(cap).status, 201, "the 64th live target")
+        let over = reserve(cap + 1)
+        XCTAssertEqual(over.status, 409, text(over))
+        XCTAssertEqual(over.errorCode, "TARGET_LIMIT")
+        XCTAssertEqual(over.json["error"]?["details"]?["resource"]?.stringValue, "live_targets_per_installation")
+        XCTAssertEqual(over.json["error"]?["details"]?["limit"]?.intValue, Int64(cap))
+        XCTAssertEqual(over.json["error"]?["details"]?["actual"]?.intValue, Int64(cap))
+        _ = try env.db.tenant(w.tenant.id) { c in
+            try c.execute(
+                "UPDATE targets SET status = 'ended', end_reason = 'device', ended_at = now() WHERE tenant_id = $1 AND id = 'tgt_cap1'", [w.tenant.id]
+            )
+        }
+        XCTAssertEqual(reserve(cap + 2).status, 201, "an ended target frees its place")
+        let other = try Fixtures.installation(env, publishable: w.tenant.publishable)
+        XCTAssertEqual(reserve(cap + 3, installation: other.id, credential: other.credential).status, 201, "another installation has its own count")
+    }
+
     // MARK: row 7 — retention
 
     func testRetentionPurgesTerminalTargetsAndTheirOperationsAfterTheRetentionDays() throws {
