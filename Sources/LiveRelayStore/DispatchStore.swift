@@ -165,13 +165,26 @@ public enum DispatchStore {
     @discardableResult
     public static func unparkIfTokenReady(_ c: PostgresConnection, operations: [(tenantId: String, id: String)]) throws -> Int {
         guard !operations.isEmpty else { return 0 }
+        // Targets first, sorted (`FOR NO KEY UPDATE`), then their operations: the order writes
+        // take (target, then its queued operations) and the order the statement's dispatch-head
+        // trigger needs anyway; operations first could deadlock with a write on the same target.
         return try c.execute(
             """
+            WITH ready AS (
+              SELECT o.tenant_id, o.id, o.target_id FROM operations o
+                JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
+                \(probeJoins)
+               WHERE o.tenant_id = ANY($1::text[]) AND o.id = ANY($2::text[]) AND o.status = 'queued' AND o.pending_reason = 'token_pending'
+                 AND \(tokenReady)
+            ), locked AS (
+              SELECT t.tenant_id, t.id FROM targets t
+               WHERE (t.tenant_id, t.id) IN (SELECT r.tenant_id, r.target_id FROM ready r)
+               ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t
+            )
             UPDATE operations o SET pending_reason = NULL, updated_at = now()
-              FROM targets t
-              \(probeJoins)
-             WHERE o.tenant_id = ANY($1::text[]) AND o.id = ANY($2::text[]) AND o.status = 'queued' AND o.pending_reason = 'token_pending'
-               AND t.tenant_id = o.tenant_id AND t.id = o.target_id AND \(tokenReady)
+              FROM ready r
+             WHERE o.tenant_id = r.tenant_id AND o.id = r.id AND o.status = 'queued' AND o.pending_reason = 'token_pending'
+               AND EXISTS (SELECT 1 FROM locked l WHERE l.tenant_id = r.tenant_id AND l.id = r.target_id)
             """, [distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
     }
 
@@ -417,14 +430,24 @@ public enum DispatchStore {
     /// triggers do this the moment a token is stored; this sweep is the safety net.
     @discardableResult
     public static func unparkTokenPending(_ c: PostgresConnection) throws -> Int {
+        // Targets first, sorted, then their operations (see `unparkIfTokenReady`).
         try c.execute(
             """
+            WITH ready AS (
+              SELECT o.tenant_id, o.id, o.target_id FROM operations o
+                JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
+                JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
+                LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
+               WHERE o.status = 'queued' AND o.pending_reason = 'token_pending' AND \(tokenReady)
+            ), locked AS (
+              SELECT t.tenant_id, t.id FROM targets t
+               WHERE (t.tenant_id, t.id) IN (SELECT r.tenant_id, r.target_id FROM ready r)
+               ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t
+            )
             UPDATE operations o SET pending_reason = NULL, updated_at = now()
-              FROM targets t
-              JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
-              LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-             WHERE t.tenant_id = o.tenant_id AND t.id = o.target_id
-               AND o.status = 'queued' AND o.pending_reason = 'token_pending' AND \(tokenReady)
+              FROM ready r
+             WHERE o.tenant_id = r.tenant_id AND o.id = r.id AND o.status = 'queued' AND o.pending_reason = 'token_pending'
+               AND EXISTS (SELECT 1 FROM locked l WHERE l.tenant_id = r.tenant_id AND l.id = r.target_id)
             """)
     }
 

@@ -410,6 +410,44 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(try unclaim(second.claimedAt), 1)
     }
 
+    /// The un-park sweep locks a target before its operations, the order writes take: a write
+    /// holding the target (as `lockForWrite` does) and then locking its queued operations goes
+    /// ahead while the sweep waits for the target. When the sweep updated the operation first
+    /// (its dispatch-head trigger then waited for the target), the two deadlocked.
+    func testTheUnparkSweepLocksTheTargetBeforeItsOperations() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: "tok-lock-order")
+        let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher: it stays queued
+        try h.db.system { c in
+            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
+        }
+        let writer = try PostgresConnection(h.conninfo)
+        defer { writer.close() }
+        try writer.execute("BEGIN")
+        try writer.execute("SELECT set_config('app.scope', 'system', true)")
+        _ = try writer.query("SELECT 1 AS one FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, tgt])
+        let swept = Locked<Result<Int, Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let db = h.db
+        Thread {
+            let r = Result { try db.system { c in try DispatchStore.unparkTokenPending(c) } }
+            swept.withLock { $0 = r }
+            done.signal()
+        }.start()
+        Thread.sleep(forTimeInterval: 0.3)  // the sweep waits for the target's row by now
+        // With the operation locked by the sweep first, this waited for PostgreSQL's deadlock
+        // check (deadlock_timeout, 1 s), which then aborted one of the two (the sweep's
+        // transaction is retried, so only the wait shows).
+        let began = Date()
+        XCTAssertNoThrow(
+            try writer.query("SELECT 1 AS one FROM operations WHERE tenant_id = $1 AND target_id = $2 FOR UPDATE", [t, tgt]),
+            "the write locks its queued operations without a deadlock")
+        XCTAssertLessThan(Date().timeIntervalSince(began), 0.5, "the write did not wait for the sweep")
+        try writer.execute("COMMIT")
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(try swept.withLock { $0 }?.get(), 1, "the sweep un-parked it after the write")
+    }
+
     /// The re-check after a claim that parked (`DispatchStore.parkedRows`, `unparkIfTokenReady`):
     /// a claim reports what it parked; once the token is there but the operation is still
     /// parked (a registration that committed while the claim was parking it un-parked nothing),
