@@ -261,8 +261,9 @@ public final class ChannelWorker: @unchecked Sendable {
     // MARK: finaliser and housekeeping
 
     /// Deletes the APNs channel of every channel whose end is complete, then marks it `ended`
-    /// (a refusal other than `429`/`5xx` counts as deleted: APNs no longer has it or never
-    /// will; transient failures are retried after 30 s). Returns how many channels ended.
+    /// (a refusal other than `403`/`429`/`5xx` counts as deleted: APNs no longer has it or
+    /// never will; those and other transient failures are retried after 30 s). Returns how
+    /// many channels ended.
     @discardableResult
     public func finishOnce() -> Int {
         var n = 0
@@ -272,7 +273,9 @@ public final class ChannelWorker: @unchecked Sendable {
                 var transient = false
                 switch r {
                 case .ok: break
-                case .refused(let s, _): transient = s == 429 || s >= 500
+                // 403: the credential was refused, the channel is still there: retry (a fixed
+                // credential may come), never take it as deleted.
+                case .refused(let s, _): transient = s == 429 || s >= 500 || s == 403
                 // No answer, or the credential was removed after the channel was made: retry
                 // later (a new credential may come); the channel stays `ending` meanwhile.
                 case .unavailable, .noCredentials: transient = true

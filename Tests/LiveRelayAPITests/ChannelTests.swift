@@ -20,6 +20,8 @@ final class RecordingChannels: ChannelManaging, BroadcastSending, Sendable {
     /// When set, every create answers this (no channel is made).
     let answerCreate = Locked<ChannelManagementResult?>(nil)
     let broadcastAnswer = Locked<BroadcastResult?>(nil)
+    /// When set, every delete answers this (the channel is not recorded as deleted).
+    let deleteAnswer = Locked<ChannelManagementResult?>(nil)
 
     func createChannel(tenantId: String, appId: String, environment: String, storagePolicy: Int) -> ChannelManagementResult {
         if let (s, r) = refuseCreate.withLock({ $0 }) { return .refused(status: s, reason: r) }
@@ -29,6 +31,7 @@ final class RecordingChannels: ChannelManaging, BroadcastSending, Sendable {
         return .ok(channelId: id)
     }
     func deleteChannel(tenantId: String, appId: String, environment: String, apnsChannelId: String) -> ChannelManagementResult {
+        if let a = deleteAnswer.withLock({ $0 }) { return a }
         deleted.withLock { $0.append(apnsChannelId) }
         return .ok(channelId: apnsChannelId)
     }
@@ -572,6 +575,29 @@ final class ChannelTests: XCTestCase {
             try w.count(
                 "SELECT count(*) AS n FROM channel_operations WHERE channel_id = $1 AND kind = 'end' AND broadcast_status = 'cancelled'", [ch]),
             1, "one end, never broadcast")
+    }
+
+    /// A channel deletion APNs refuses with `403` (a credential problem: the channel is still
+    /// there) is retried later, the channel staying `ending`; only an accepted delete, or an
+    /// answer saying APNs does not have the channel, finishes it. Before, a 403 counted as
+    /// deleted and the APNs channel leaked.
+    func testADeletionRefusedWith403IsRetriedNotTakenAsDone() throws {
+        let w = try ChannelWorld.make()
+        defer { w.env.tearDown() }
+        let ch = try w.channel()
+        let key = try w.sender([ch])
+        let worker = w.worker()
+        let end = w.env.call("POST", "/v1/remote-updates/channels/\(ch)/end", ["idempotency_key": "end-403"], as: key.credential)
+        XCTAssertEqual(end.status, 202, String(decoding: end.raw, as: UTF8.self))
+        while worker.expandOnce() > 0 {}
+        w.fake.deleteAnswer.withLock { $0 = .refused(status: 403, reason: "InvalidProviderToken") }
+        XCTAssertEqual(w.finishOnceAfterBroadcasts(worker), 0, "not finished")
+        XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channels/\(ch)", as: w.tenant.master)["status"]?.stringValue, "ending")
+        w.fake.deleteAnswer.withLock { $0 = nil }
+        _ = try w.env.db.system { c in try c.execute("UPDATE channels SET updated_at = now() WHERE id = $1", [ch]) }  // the 30 s postponement, passed
+        XCTAssertEqual(worker.finishOnce(), 1)
+        XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channels/\(ch)", as: w.tenant.master)["status"]?.stringValue, "ended")
+        XCTAssertEqual(w.fake.deleted.withLock { $0 }.count, 1)
     }
 
     func testBroadcastOutcomesAndChannelEnd() throws {
