@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import HTTP2
 import JSON
 import LiveRelayCore
@@ -241,7 +242,7 @@ public final class APNsChannelClient: Sendable {
     public func close() { pools.closeAll() }
 
     /// A fresh `apns-request-id`: a lowercase canonical UUID.
-    public static func newRequestId() -> String { UUID().uuidString.lowercased() }
+    public static func newRequestId() -> String { SecureRandom.uuidV4() }
 
     // MARK: internals
 

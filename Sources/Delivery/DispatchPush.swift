@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 import JSON
 import LiveRelayCore
 import LiveRelayStore
@@ -13,7 +14,7 @@ public enum DispatchPush {
     /// - Throws: `DomainError` 413 when the payload is over the provider limit; `DispatchPushError`
     ///   when there is no token to send to.
     public static func build(
-        _ op: DispatchOperation, now: Date, defaultExpirationSeconds: Int, apnsId: String = UUID().uuidString.lowercased()
+        _ op: DispatchOperation, now: Date, defaultExpirationSeconds: Int, apnsId: String = SecureRandom.uuidV4()
     ) throws -> OutgoingPush {
         guard let token = op.deviceToken else { throw DispatchPushError.noToken }
         let timestamp = Date(timeIntervalSince1970: TimeInterval(op.providerTimestamp ?? Timestamp.epochSeconds(now)))

@@ -128,10 +128,9 @@ extension Sandbox {
             return fcmError(code, errorCode: errorCode, message: message, retryAfter: retryAfter)
         }
         guard request.method == "POST" else { return answer(405, nil, "use POST") }
-        guard let auth = request.header("authorization"), auth.lowercased().hasPrefix("bearer ") else {
+        guard let auth = request.header("authorization"), let bearer = Sandbox.bearerToken(auth) else {
             return answer(401, nil, "Request is missing required authentication credential. Expected OAuth 2 access token.")
         }
-        let bearer = String(auth.dropFirst("bearer ".count)).trimmingCharacters(in: .whitespaces)
         let now = configuration.now()
         guard let access = state.withLock({ $0.accessTokens[bearer] }), now < access.expiresAt else {
             return answer(401, nil, "Request had invalid authentication credentials. Expected OAuth 2 access token.")

@@ -140,6 +140,19 @@ final class ProviderHarness: @unchecked Sendable {
 /// The sandbox by itself: files, the control endpoint, and its checks against raw requests.
 final class SandboxTests: ProviderTestCase {
 
+    /// The sandbox reads `authorization: bearer <token>` with the scheme in any case and the
+    /// token's surrounding spaces dropped; another scheme is not a bearer token.
+    func testBearerTokenParsing() {
+        XCTAssertEqual(Sandbox.bearerToken("bearer abc.def"), "abc.def")
+        XCTAssertEqual(Sandbox.bearerToken("Bearer   abc.def \t"), "abc.def")
+        XCTAssertEqual(Sandbox.bearerToken("BEARER x"), "x")
+        XCTAssertEqual(Sandbox.bearerToken("bearer "), "")
+        XCTAssertNil(Sandbox.bearerToken("Basic abc"))
+        XCTAssertNil(Sandbox.bearerToken("bearer"))
+        XCTAssertNil(Sandbox.bearerToken("bearerabc"))
+        XCTAssertNil(Sandbox.bearerToken(""))
+    }
+
     func testWritesFilesThatDescribeTheDemoCredentials() throws {
         for name in ["ca.pem", "ca-key.pem", "apns-key.p8", "apns.json", "fcm-service-account.json", "env"] {
             XCTAssertNotNil(h.sandbox.files[name], name)
