@@ -300,8 +300,11 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// Forgets outstanding operation `id`. Call under `cond`.
     private func release(_ id: String) {
         guard let gone = outstanding.removeValue(forKey: id) else { return }
-        let left = (heldByTenant[gone.tenantId] ?? 1) - 1
-        heldByTenant[gone.tenantId] = left > 0 ? left : nil
+        let held = heldByTenant[gone.tenantId] ?? 1
+        // A tenant at its share claimed nothing more, and its claims did not count as full:
+        // the slot it gets back is worth a claim now, not at the next poll.
+        if held >= max(1, maxOutstanding / (heldByTenant.count + 1)) { wakeRequested = true }
+        heldByTenant[gone.tenantId] = held > 1 ? held - 1 : nil
     }
 
     /// How many more outstanding slots each tenant may take now (docs/delivery.md "Claims"):
@@ -651,13 +654,15 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 applied = decided.map { item in
                     headsDue = true  // not worth a probe per row on this rare path
                     do { return try db.system { c in try applyBatch(c, [item]).applied[0] } } catch {
-                        // The provider's answer is known: keep it (still outstanding, so its lease
-                        // is renewed) and apply it again, for half a lease; a short database outage
-                        // must not turn an accepted start or alert into `unknown` through the
-                        // lease rescue. The apply is fenced by lease owner and attempt, so a
-                        // repeat is harmless.
+                        // The provider's answer is known: when the database could not be reached,
+                        // keep it (still outstanding, so its lease is renewed) and apply it again,
+                        // for half a lease; a short outage must not turn an accepted start or
+                        // alert into `unknown` through the lease rescue. The apply is fenced by
+                        // lease owner and attempt, so a repeat is harmless. A statement error
+                        // (the row itself) is not retried: it would fail again.
                         let since = item.0.applyFailedSince ?? uptime
-                        if uptime - since < configuration.leaseSeconds / 2 && !isStoppingAppliers() {
+                        let connectionLost = (error as? PostgresError)?.kind == .connection
+                        if connectionLost && uptime - since < configuration.leaseSeconds / 2 && !isStoppingAppliers() {
                             var again = item.0
                             again.applyFailedSince = since
                             retry.append(again)
@@ -690,12 +695,16 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             cond.unlock()
             if !retry.isEmpty {
                 counters.applyRetried(retry.count)
-                Thread.sleep(forTimeInterval: 0.5)  // the database is in trouble: no busy loop
-                applyCond.lock()
-                completions.insert(contentsOf: retry, at: 0)
-                oldestCompletionAt = ProcessInfo.processInfo.systemUptime
-                applyCond.signal()
-                applyCond.unlock()
+                // Back in 0.5 s (the database is in trouble: no busy loop), without holding this
+                // applier, its locks or `effectsLock` meanwhile.
+                let again = retry
+                DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { [self] in
+                    applyCond.lock()
+                    completions.insert(contentsOf: again, at: 0)
+                    oldestCompletionAt = ProcessInfo.processInfo.systemUptime
+                    applyCond.signal()
+                    applyCond.unlock()
+                }
             }
         }
     }

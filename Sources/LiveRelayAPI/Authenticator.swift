@@ -257,17 +257,17 @@ public final class Authenticator: Sendable {
     /// core and 19 MiB) in a slot of the same argon2 limiter as verifications
     /// (docs/http-limits.md "argon2 concurrency"), so registrations, renewals and key creation
     /// cannot run argon2 without bound either. Call it before the request's transaction: the hash
-    /// must not hold a pooled database connection while it runs. `tenant` and `client` (the
-    /// caller's address, nil when unknown): waiters are served round robin by the pair
-    /// (`Argon2idLimiter.run(key:priority:)`), so one address flooding a tenant's registrations
-    /// delays that tenant's other devices by one run each, not by its whole queue; and always
-    /// after verifications (`Priority.issuance`), so it cannot starve the tenant's servers
-    /// either (docs/http-limits.md "argon2 concurrency").
+    /// must not hold a pooled database connection while it runs. `tenant`: waiters are served
+    /// round robin by tenant (`Argon2idLimiter.run(key:priority:)`), so one tenant's flood
+    /// delays another tenant's registration by one run, and always after verifications
+    /// (`Priority.issuance`), so it cannot starve any tenant's servers either
+    /// (docs/http-limits.md "argon2 concurrency"). `client` (the caller's address) is not part
+    /// of the key: one tenant flooding from many addresses would get a turn per address.
     /// - Throws: `HTTPError` 503 `SERVICE_UNAVAILABLE` with `Retry-After` when no slot freed
     ///   within the limiter's wait; `CryptoError` when argon2 fails.
     public func mint(_ kind: CredentialKind, tenant: String, client: String? = nil) throws -> CredentialMint.Minted {
         do {
-            return try limits.argon2.run(key: tenant + " " + (client ?? ""), priority: .issuance) { try CredentialMint.make(kind) }
+            return try limits.argon2.run(key: tenant, priority: .issuance) { try CredentialMint.make(kind) }
         } catch let busy as Argon2idLimiter.Busy {
             throw Self.busy(retryAfter: busy.retryAfterSeconds, doing: "credential issuance")
         }

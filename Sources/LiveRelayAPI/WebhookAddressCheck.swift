@@ -47,6 +47,10 @@ enum WebhookAddressCheck {
     /// every API handler thread for that long.
     static let maxConcurrentLookups = 4
     private static let lookupSlots = DispatchSemaphore(value: maxConcurrentLookups)
+    /// Lookups one tenant may have running at once (of `maxConcurrentLookups`), so one tenant
+    /// naming hosts that never answer cannot hold every slot.
+    static let maxLookupsPerTenant = 1
+    private static let lookupsByTenant = Locked<[String: Int]>([:])
 
     /// `resolve` bounded in time and in concurrency (docs/webhooks.md "Safety"): waits at most
     /// `slotWaitSeconds` (seconds) for one of `maxConcurrentLookups` slots, then at most
@@ -54,12 +58,26 @@ enum WebhookAddressCheck {
     /// counts as a name that does not resolve (accepted; the connect-time check still applies)
     /// and keeps its slot until the resolver gives up, so stuck lookups never exceed the bound.
     /// - Throws: `HTTPError` 503 `SERVICE_UNAVAILABLE` with `Retry-After: 5` when no slot frees.
-    /// `resolver`: the lookup (tests).
+    /// `tenant`: whose request it is (at most `maxLookupsPerTenant` running at once, else 503
+    /// at once); `resolver`: the lookup (tests).
     static func resolveBounded(
-        _ host: String, slotWaitSeconds: Double = 1, deadlineSeconds: Double = 5,
+        _ host: String, tenant: String, slotWaitSeconds: Double = 1, deadlineSeconds: Double = 5,
         resolver: @escaping @Sendable (String) -> [[UInt8]] = { resolve($0) }
     ) throws -> [[UInt8]] {
+        let admitted = lookupsByTenant.withLock { m -> Bool in
+            guard m[tenant, default: 0] < maxLookupsPerTenant else { return false }
+            m[tenant, default: 0] += 1
+            return true
+        }
+        let leave: @Sendable () -> Void = {
+            lookupsByTenant.withLock { m in
+                let n = m[tenant, default: 1] - 1
+                m[tenant] = n > 0 ? n : nil
+            }
+        }
+        guard admitted else { throw Authenticator.busy(retryAfter: 5, doing: "the webhook address check") }
         guard lookupSlots.wait(timeout: .now() + slotWaitSeconds) == .success else {
+            leave()
             throw Authenticator.busy(retryAfter: 5, doing: "the webhook address check")
         }
         let answer = Locked<[[UInt8]]>([])
@@ -69,19 +87,20 @@ enum WebhookAddressCheck {
             answer.withLock { $0 = addresses }
             done.signal()
             lookupSlots.signal()
+            leave()
         }
         guard done.wait(timeout: .now() + deadlineSeconds) == .success else { return [] }
         return answer.withLock { $0 }
     }
 
-    /// Checks `url` for a webhook endpoint: shape (`WebhookRules.parseURL`) and, unless
-    /// `allowPrivate`, that no address of its host is forbidden (`resolveBounded`).
+    /// Checks `url` for a webhook endpoint of `tenant`: shape (`WebhookRules.parseURL`) and,
+    /// unless `allowPrivate`, that no address of its host is forbidden (`resolveBounded`).
     /// - Throws: `DomainError` 400 `INVALID_REQUEST` with `details.field = "url"`; `HTTPError`
     ///   503 when every lookup slot is taken.
-    static func check(_ url: String, allowPrivate: Bool) throws {
+    static func check(_ url: String, allowPrivate: Bool, tenant: String) throws {
         let target = try WebhookRules.parseURL(url, allowPrivate: allowPrivate)
         if allowPrivate { return }
-        if try resolveBounded(target.host).contains(where: WebhookRules.isForbiddenAddress) {
+        if try resolveBounded(target.host, tenant: tenant).contains(where: WebhookRules.isForbiddenAddress) {
             throw DomainError.invalid("url", "url must not resolve to a loopback, private, link-local or unspecified address")
         }
     }

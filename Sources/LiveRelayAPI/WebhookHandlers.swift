@@ -18,7 +18,7 @@ enum WebhookHandlers {
         let description = try r.optionalString("description", maxLength: WebhookRules.maxDescriptionLength) ?? ""
         let key = try r.idempotencyKey()
         try r.finish()
-        try WebhookAddressCheck.check(url, allowPrivate: ctx.webhookAllowPrivate)
+        try WebhookAddressCheck.check(url, allowPrivate: ctx.webhookAllowPrivate, tenant: tenant)
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true) { c in
             let e = try WebhookStore.insertEndpoint(
                 c, tenantId: tenant, id: Identifier.make(.webhookEndpoint), url: url,
@@ -63,7 +63,7 @@ enum WebhookHandlers {
         let status = try r.optionalEnum("status", ["enabled", "disabled"])
         _ = try r.optionalString("idempotency_key", minLength: 1, maxLength: 255)
         try r.finish()
-        if let url { try WebhookAddressCheck.check(url, allowPrivate: ctx.webhookAllowPrivate) }
+        if let url { try WebhookAddressCheck.check(url, allowPrivate: ctx.webhookAllowPrivate, tenant: tenant) }
         let e = try ctx.db.tenant(tenant) { c -> WebhookEndpointRecord in
             guard
                 let e = try WebhookStore.updateEndpoint(

@@ -123,6 +123,9 @@ public enum BroadcastStore {
                 """, [b.op.tenantId, day])
         }
         if case .channelInvalid = d {
+            // Members first, then the channel: the order of the lifetime sweep and `finish`
+            // (a target update's member-count trigger locks the channel).
+            try endBroadcastMembersOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
             try c.execute(
                 """
                 UPDATE channels SET status = 'ended', end_reason = 'channel_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
@@ -133,7 +136,7 @@ public enum BroadcastStore {
                 UPDATE channel_operations SET broadcast_status = 'cancelled', updated_at = now()
                  WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued'
                 """, [b.op.tenantId, b.op.channelId])
-            try endMembersOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
+            try queueFanoutEndOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
         }
         return true
     }
@@ -145,12 +148,17 @@ public enum BroadcastStore {
     /// queued for the fan-out walk, which sends each of them an end like a channel end does.
     /// Without it they stayed live until the lifetime sweep, and every write that could end
     /// them was refused (`TARGET_ON_CHANNEL`, `CHANNEL_ENDED`).
-    static func endMembersOfInvalidChannel(_ c: PostgresConnection, tenantId: String, channelId: String) throws {
+    static func endBroadcastMembersOfInvalidChannel(_ c: PostgresConnection, tenantId: String, channelId: String) throws {
         try c.execute(
             """
             UPDATE targets SET status = 'ended', end_reason = 'token_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
              WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'broadcast' AND status NOT IN ('ended', 'creation_failed')
             """, [tenantId, channelId])
+    }
+
+    /// The fan-out half of the above (see `endBroadcastMembersOfInvalidChannel`): the stateless
+    /// end channel operation for the fan-out walk, when the channel has live fan-out members.
+    static func queueFanoutEndOfInvalidChannel(_ c: PostgresConnection, tenantId: String, channelId: String) throws {
         let id = Identifier.make(.channelOperation)
         let queued = try c.execute(
             """

@@ -49,7 +49,8 @@ public enum TenantCapStore {
         try c.query(sql(.liveTargets), [tenantId, 0])[0].int("n")
     }
 
-    /// Live (not `ended`/`creation_failed`) targets of installation `installationId`, counted
+    /// Live (not `ended`/`creation_failed`) local-start targets of installation `installationId`
+    /// (remote starts are the tenant's servers' and count toward the tenant's cap only), counted
     /// up to `limit` (an index range of `targets_installation`, at most `limit` entries).
     /// Call with the installation's row locked (`FOR UPDATE`) so concurrent reservations of
     /// one installation count each other.
@@ -59,7 +60,8 @@ public enum TenantCapStore {
         let n = try c.query(
             """
             SELECT count(*) AS n FROM (
-              SELECT 1 FROM targets WHERE tenant_id = $1 AND installation_id = $2 AND status NOT IN ('ended', 'creation_failed') LIMIT $3) x
+              SELECT 1 FROM targets WHERE tenant_id = $1 AND installation_id = $2 AND origin = 'local'
+                 AND status NOT IN ('ended', 'creation_failed') LIMIT $3) x
             """, [tenantId, installationId, limit])[0].int("n")
         if n >= limit { throw TenantLimits.installationTargetsExceeded(limit: limit, actual: n) }
     }

@@ -342,9 +342,10 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(fake.calls.filter { $0.push.operationId == op }.count, 1, "sent once")
     }
 
-    /// A result whose apply fails (a trigger refuses it until the test lifts the block) is kept
-    /// and applied again: the provider accepted the push, so the operation ends `accepted`,
-    /// not `unknown` through the lease rescue after a short database failure.
+    /// A result whose apply loses its database connection (a trigger terminates its own
+    /// session until the test lifts the block, as a failover would) is kept and applied again:
+    /// the provider accepted the push, so the operation ends `accepted`, not `unknown` through
+    /// the lease rescue after a short database failure.
     func testAResultWhoseApplyFailsIsAppliedAgain() throws {
         let t = try h.tenant(), inst = try h.installation(t)
         let tgt = try h.target(t, installation: inst, token: "tok-apply-retry")
@@ -357,7 +358,7 @@ final class DispatchStreamingTests: DispatchTestCase {
                 CREATE FUNCTION test_apply_block() RETURNS trigger LANGUAGE plpgsql AS $$
                 BEGIN
                   IF NEW.status = 'accepted' AND EXISTS (SELECT 1 FROM test_apply_block b WHERE b.id = NEW.id) THEN
-                    RAISE EXCEPTION 'apply refused by the test';
+                    PERFORM pg_terminate_backend(pg_backend_pid());  -- the connection is lost mid-apply
                   END IF;
                   RETURN NEW;
                 END $$

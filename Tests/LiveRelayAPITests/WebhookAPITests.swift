@@ -34,23 +34,31 @@ final class WebhookAPITests: XCTestCase {
     func testTheAddressLookupIsBoundedInTimeAndConcurrency() throws {
         let began = Date()
         XCTAssertEqual(
-            try WebhookAddressCheck.resolveBounded("slow.example", deadlineSeconds: 0.2) { _ in
-                Thread.sleep(forTimeInterval: 1); return [[10, 0, 0, 1]]
+            try WebhookAddressCheck.resolveBounded("slow.example", tenant: "ten_a", deadlineSeconds: 0.2) { _ in
+                Thread.sleep(forTimeInterval: 1)
+                return [[10, 0, 0, 1]]
             }, [])
         XCTAssertLessThan(Date().timeIntervalSince(began), 0.9, "the caller waited for its deadline only")
-        Thread.sleep(forTimeInterval: 1)  // that lookup ends and gives its slot back
+        // That lookup still runs: tenant a's one lookup at a time is taken until it ends.
+        XCTAssertThrowsError(try WebhookAddressCheck.resolveBounded("again.example", tenant: "ten_a") { _ in [] }) { e in
+            XCTAssertEqual((e as? HTTPError)?.status, 503, "\(e)")
+        }
+        Thread.sleep(forTimeInterval: 1)  // it ends and gives its slots back
+        // Stuck lookups of several tenants hold every process slot: the next caller gets 503.
         let hold = DispatchSemaphore(value: 0)
-        for _ in 0..<WebhookAddressCheck.maxConcurrentLookups {
-            _ = try WebhookAddressCheck.resolveBounded("stuck.example", deadlineSeconds: 0.01) { _ in
-                hold.wait(); return []
+        for i in 0..<WebhookAddressCheck.maxConcurrentLookups {
+            _ = try WebhookAddressCheck.resolveBounded("stuck.example", tenant: "ten_\(i)", deadlineSeconds: 0.01) { _ in
+                hold.wait()
+                return []
             }
         }
-        XCTAssertThrowsError(try WebhookAddressCheck.resolveBounded("next.example", slotWaitSeconds: 0.1) { _ in [] }) { e in
-            XCTAssertEqual((e as? HTTPError)?.status, 503, "\(e)")
+        XCTAssertThrowsError(try WebhookAddressCheck.resolveBounded("next.example", tenant: "ten_z", slotWaitSeconds: 0.1) { _ in [] }) {
+            e in XCTAssertEqual((e as? HTTPError)?.status, 503, "\(e)")
         }
         for _ in 0..<WebhookAddressCheck.maxConcurrentLookups { hold.signal() }
         eventually("the slots come back", within: 5) {
-            (try? WebhookAddressCheck.resolveBounded("ok.example", slotWaitSeconds: 0.05) { _ in [[93, 184, 216, 34]] }) == [[93, 184, 216, 34]]
+            (try? WebhookAddressCheck.resolveBounded("ok.example", tenant: "ten_a", slotWaitSeconds: 0.05) { _ in [[93, 184, 216, 34]] })
+                == [[93, 184, 216, 34]]
         }
     }
 
