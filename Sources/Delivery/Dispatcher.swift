@@ -65,6 +65,9 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private(set) var outstanding: [String: (tenantId: String, id: String)] = [:]
     /// How many of `outstanding` each tenant holds (tenants holding none are absent).
     private var heldByTenant: [String: Int] = [:]
+    /// Tenants whose last claim was cut by their room: a slot one of them gets back wakes the
+    /// claim loop (a claim cut by a tenant's room does not count as full).
+    private var capped: Set<String> = []
     private var claimRotation = 0
     /// Operations named by commits / NOTIFYs, not yet tried by the named-claim thread.
     private var named: [(tenantId: String, id: String)] = []
@@ -301,22 +304,37 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private func release(_ id: String) {
         guard let gone = outstanding.removeValue(forKey: id) else { return }
         let held = heldByTenant[gone.tenantId] ?? 1
-        // A tenant at its share claimed nothing more, and its claims did not count as full:
-        // the slot it gets back is worth a claim now, not at the next poll.
-        if held >= max(1, maxOutstanding / (heldByTenant.count + 1)) { wakeRequested = true }
+        // A tenant cut by its room gets a slot back: worth a claim now, not at the next poll.
+        if capped.remove(gone.tenantId) != nil { wakeRequested = true }
         heldByTenant[gone.tenantId] = held > 1 ? held - 1 : nil
     }
 
+    /// After a claim that used `room`: the tenants it cut by their room (it took all of it,
+    /// or the room was 0) are `capped`, or, when slots of theirs came back while it ran (their
+    /// room is above 0 again), the claim loop is woken at once. Call under `cond`.
+    private func noteRoomCuts(_ claimed: [DispatchOperation], room: (held: [String: Int], other: Int)) {
+        var taken: [String: Int] = [:]
+        for op in claimed { taken[op.tenantId, default: 0] += 1 }
+        let now = tenantRoom()
+        for (tenant, r) in room.held where taken[tenant, default: 0] >= r {
+            if (now.held[tenant] ?? now.other) > 0 { wakeRequested = true } else { capped.insert(tenant) }
+        }
+        for (tenant, n) in taken where room.held[tenant] == nil && n >= room.other {
+            if (now.held[tenant] ?? now.other) > 0 { wakeRequested = true } else { capped.insert(tenant) }
+        }
+    }
+
     /// How many more outstanding slots each tenant may take now (docs/delivery.md "Claims"):
-    /// a tenant's share is an equal part of the slots between the tenants holding slots, the
-    /// asking tenant if it holds none, and one more (a tenant not seen yet), less what it holds
-    /// (at least 0). So a tenant whose requests hang (a stalled provider host, a blackholed
-    /// connection) holds at most half the slots while alone, and every further tenant with work
-    /// still finds room. `held`: tenants holding slots → their room; `other`: a tenant holding
-    /// none. Call under `cond`.
+    /// the slots less a reserve for tenants not seen yet (`claimBatchSize`, at most a quarter of
+    /// the slots) are shared equally between the tenants holding slots and the asking tenant if
+    /// it holds none; a tenant's room is its share less what it holds (at least 0). So a tenant
+    /// whose requests hang (a stalled provider host, a blackholed connection) cannot hold every
+    /// slot, and every further tenant with work still finds room. `held`: tenants holding slots
+    /// → their room; `other`: a tenant holding none. Call under `cond`.
     private func tenantRoom() -> (held: [String: Int], other: Int) {
-        let share = max(1, maxOutstanding / (heldByTenant.count + 1))
-        return (heldByTenant.mapValues { max(0, share - $0) }, max(1, maxOutstanding / (heldByTenant.count + 2)))
+        let shared = maxOutstanding - min(configuration.claimBatchSize, maxOutstanding / 4)
+        let share = max(1, shared / max(1, heldByTenant.count))
+        return (heldByTenant.mapValues { max(0, share - $0) }, max(1, shared / (heldByTenant.count + 1)))
     }
 
     // MARK: claim
@@ -362,6 +380,9 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             // claim again as soon as slots free, whether or not an apply finds a due head.
             lastClaimFull = max(claimed.count, examined) >= limit && limit > 0
             if !hand(claimed) { return }
+            cond.lock()
+            noteRoomCuts(claimed, room: room)
+            cond.unlock()
         }
     }
 
