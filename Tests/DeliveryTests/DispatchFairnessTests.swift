@@ -13,6 +13,17 @@ import LiveRelayTestSupport
 /// collapse. Real PostgreSQL; the end-to-end case also the sandbox over real HTTP/2.
 final class DispatchFairnessTests: DispatchTestCase {
 
+    /// Seconds from now until the sandbox got an APNs push for `token` (polled every 2 ms for
+    /// up to 10 s); nil when none came.
+    func secondsUntilDelivered(_ ph: ProviderHarness, token: String) -> Double? {
+        let start = Date()
+        while Date().timeIntervalSince(start) < 10 {
+            if !ph.sandbox.deliveries(token: token, provider: "apns").isEmpty { return Date().timeIntervalSince(start) }
+            Thread.sleep(forTimeInterval: 0.002)
+        }
+        return nil
+    }
+
     /// Tenant A's backlog: 1,000 ready iOS targets with 100 queued updates each (100,000 queued
     /// operations), plus an `ending` local target that never registered its update token and
     /// holds 600 queued stateless ends (as left by a client retrying cleanups before ends
@@ -131,12 +142,7 @@ final class DispatchFairnessTests: DispatchTestCase {
         eventually("tenant A is being delivered", within: 30) { ph.sandbox.deliveries(provider: "apns").count >= 50 }
 
         try h.update(b, target: tgtB, state: ["eta": 3])
-        let committed = Date()
-        var sentAfter: Double?
-        while Date().timeIntervalSince(committed) < 10 {
-            if !ph.sandbox.deliveries(token: tokenB, provider: "apns").isEmpty { sentAfter = Date().timeIntervalSince(committed); break }
-            Thread.sleep(forTimeInterval: 0.002)
-        }
+        let sentAfter = secondsUntilDelivered(ph, token: tokenB)
         let delivered = ph.sandbox.deliveries(token: tokenB, provider: "apns")
         XCTAssertEqual(delivered.count, 1, "tenant B's update reached the sandbox once")
         XCTAssertEqual(delivered.first?.status, 200)
@@ -173,12 +179,7 @@ final class DispatchFairnessTests: DispatchTestCase {
         let tokenB = ProviderHarness.hexToken("tenant-b-share")
         let tgtB = try h.target(b, installation: instB, token: tokenB)
         try h.update(b, target: tgtB, state: ["eta": 1])
-        let committed = Date()
-        var sentAfter: Double?
-        while Date().timeIntervalSince(committed) < 10 {
-            if !ph.sandbox.deliveries(token: tokenB, provider: "apns").isEmpty { sentAfter = Date().timeIntervalSince(committed); break }
-            Thread.sleep(forTimeInterval: 0.002)
-        }
+        let sentAfter = secondsUntilDelivered(ph, token: tokenB)
         XCTAssertLessThanOrEqual(sentAfter ?? 99, 1.0, "tenant B's update waited behind tenant A's hanging requests")
     }
 
