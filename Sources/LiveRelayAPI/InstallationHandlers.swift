@@ -50,6 +50,25 @@ enum InstallationHandlers {
         if let keyApp, keyApp != appId { throw Endpoint.forbidden("this publishable key is for app \(keyApp)") }
         if let keyPlatform, keyPlatform != platform { throw Endpoint.forbidden("this publishable key is for \(keyPlatform)") }
         let key = registrationKeyPrefix(appId: appId, platform: platform, installId: installId) + Digest.sha256Hex(json.serialized())
+        // A replay, or an install_id already taken, answers before the argon2 run: anyone with
+        // the publishable key could otherwise buy one argon2 run per request with the same body
+        // (docs/http-limits.md "argon2 concurrency"). The transaction below re-checks both.
+        let stored = try ctx.db.tenant(tenant) { c -> StoredResponse? in
+            if let s = try IdempotencyStore.peek(
+                c, tenantId: tenant, endpoint: "\(req.method) \(req.canonicalPath)", key: key,
+                requestHash: Digest.sha256Hex(json.serialized()), kek: ctx.kek)
+            {
+                return s
+            }
+            if try InstallationStore.activeByInstallId(c, tenantId: tenant, appId: appId, platform: platform, installId: installId) != nil {
+                throw installationExists()
+            }
+            return nil
+        }
+        if let stored {
+            return HTTPResponse(
+                status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
+        }
         // argon2 in a limiter slot, before the transaction
         let minted = try ctx.auth.mint(.installation, tenant: tenant, client: req.remoteAddress)
         return try Endpoint.idempotent(ctx, req, tenantId: tenant, key: key, body: json, seal: true) { c in

@@ -89,6 +89,29 @@ public enum IdempotencyStore {
         return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
     }
 
+    /// The finished response stored under the key, read without claiming it (nil when there is
+    /// none, it is past its retention, its request is still running, or it was another
+    /// request): for requests that can answer a replay before expensive work (a registration
+    /// before its argon2 run). The claim in the request's transaction stays authoritative.
+    /// - Throws: `PostgresError`; `CryptoError` when a sealed response does not open.
+    public static func peek(
+        _ c: PostgresConnection, tenantId: String, endpoint: String, key: String, requestHash: String, kek: AESGCM
+    ) throws -> StoredResponse? {
+        guard
+            let row = try c.query(
+                """
+                SELECT request_hash, status_code, response_body, response_sealed FROM idempotency_records
+                 WHERE tenant_id = $1 AND endpoint = $2 AND key = $3 AND expires_at >= now() AND status_code <> 0
+                """, [tenantId, endpoint, key]
+            ).first, try row.string("request_hash") == requestHash
+        else { return nil }
+        let status = try row.int("status_code")
+        if let sealed = try row.optionalBytes("response_sealed") {
+            return StoredResponse(status: status, body: try kek.open(sealed, associatedData: aad(tenantId, endpoint, key)))
+        }
+        return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
+    }
+
     /// The claim as ONE statement that can travel in a pipeline (docs/write-path.md
     /// "Idempotency"): inserts the key's row, or — when the key exists — rewrites it in place
     /// (taking over a record past its retention as new) and returns it. A concurrent holder of

@@ -32,7 +32,9 @@ final class TenancyInstallationTests: TenancyTestCase {
         let c1 = try XCTUnwrap(first["credential"]?.stringValue)
         XCTAssertTrue(installation.hasPrefix("ins_"))
         XCTAssertTrue(c1.hasPrefix("lri_"))
+        let runsBefore = env.api.auth.argon2Limiter.totalRuns
         let replay = call("POST", "/v1/installations", body, as: t.publishable)
+        XCTAssertEqual(env.api.auth.argon2Limiter.totalRuns, runsBefore, "a replay answers before any argon2 run")
         XCTAssertEqual(replay.status, 201, "a replayed creation answers 201 again: \(replay.text)")
         XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
         XCTAssertEqual(replay["credential"]?.stringValue, c1)
@@ -43,7 +45,9 @@ final class TenancyInstallationTests: TenancyTestCase {
         // no credential (anyone holding the public publishable key could send it).
         var changed = body.objectValue!
         changed["environment"] = "production"
+        let takenRunsBefore = env.api.auth.argon2Limiter.totalRuns
         let taken = call("POST", "/v1/installations", .object(changed), as: t.publishable)
+        XCTAssertEqual(env.api.auth.argon2Limiter.totalRuns, takenRunsBefore, "a taken install_id answers before any argon2 run")
         XCTAssertEqual(taken.status, 409, taken.text)
         XCTAssertEqual(taken.errorCode, "INSTALLATION_EXISTS")
         XCTAssertNil(taken["credential"])
