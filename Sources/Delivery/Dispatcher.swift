@@ -25,8 +25,9 @@ import Locking
 /// `cond` (lifecycle, outstanding, wake-ups), `jobsCond` (claimed, not yet submitted),
 /// `applyCond` (completed, not yet applied). Claims at commit live in `Dispatcher+CommitClaim.swift`,
 /// heartbeats and maintenance in `Dispatcher+Housekeeping.swift`, returns to the queue and
-/// re-checks of parked operations in `Dispatcher+Requeue.swift` (state they share is internal,
-/// touched only under the lock named here).
+/// re-checks of parked operations in `Dispatcher+Requeue.swift`, tenant shares of the
+/// outstanding slots in `Dispatcher+Shares.swift`, the appliers in `Dispatcher+Apply.swift`
+/// (state they share is internal, touched only under the lock named here).
 public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutable state only under its lock (see above)
     public let configuration: DispatcherConfiguration
     let db: Database
@@ -60,14 +61,15 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     let cond = NSCondition()
     var running = false
     var stopping = false
-    private var wakeRequested = true
-    /// Claimed and not yet applied, by operation id. Change it only through `hold`/`release`.
-    private(set) var outstanding: [String: (tenantId: String, id: String)] = [:]
+    var wakeRequested = true
+    /// Claimed and not yet applied, by operation id. Change it only through `hold`/`release`
+    /// (Dispatcher+Shares.swift), which keep `heldByTenant` in step.
+    var outstanding: [String: (tenantId: String, id: String)] = [:]
     /// How many of `outstanding` each tenant holds (tenants holding none are absent).
-    private var heldByTenant: [String: Int] = [:]
+    var heldByTenant: [String: Int] = [:]
     /// Tenants whose last claim was cut by their room: a slot one of them gets back wakes the
     /// claim loop (a claim cut by a tenant's room does not count as full).
-    private var capped: Set<String> = []
+    var capped: Set<String> = []
     private var claimRotation = 0
     /// Operations named by commits / NOTIFYs, not yet tried by the named-claim thread.
     private var named: [(tenantId: String, id: String)] = []
@@ -81,19 +83,19 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private var jobsHead = 0
     private var submittersStop = false
     // `applyCond`
-    private let applyCond = NSCondition()
-    private var completions: [Completion] = []
+    let applyCond = NSCondition()
+    var completions: [Completion] = []
     /// When (`ProcessInfo.systemUptime`, seconds) the oldest waiting completion arrived (`applyGatherSeconds`).
-    private var oldestCompletionAt = 0.0
-    private var applierStop = false
+    var oldestCompletionAt = 0.0
+    var applierStop = false
     /// Appliers inside an apply transaction now, and the results they hold.
-    private var appliersBusy = 0
-    private var resultsInApply = 0
+    var appliersBusy = 0
+    var resultsInApply = 0
     /// Held while a batch is applied whose effects reach beyond its own targets
     /// (`DispatchStore.reachesBeyondTarget`: a start target, an installation and all its targets,
     /// channel member counts), so two of them at once could lock in opposite orders. Other
     /// batches, accepted remote starts and ends included, never wait for it.
-    private let effectsLock = NSLock()
+    let effectsLock = NSLock()
 
     public init(
         db: Database, conninfo: String, sender: any PushSender, configuration: DispatcherConfiguration = DispatcherConfiguration(),
@@ -292,50 +294,6 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     }
 
     var isRunning: Bool { running && !stopping }
-
-    // MARK: outstanding slots per tenant
-
-    /// Records `op` as outstanding. Call under `cond`.
-    private func hold(_ op: DispatchOperation) {
-        if outstanding.updateValue((op.tenantId, op.id), forKey: op.id) == nil { heldByTenant[op.tenantId, default: 0] += 1 }
-    }
-
-    /// Forgets outstanding operation `id`. Call under `cond`.
-    private func release(_ id: String) {
-        guard let gone = outstanding.removeValue(forKey: id) else { return }
-        let held = heldByTenant[gone.tenantId] ?? 1
-        // A tenant cut by its room gets a slot back: worth a claim now, not at the next poll.
-        if capped.remove(gone.tenantId) != nil { wakeRequested = true }
-        heldByTenant[gone.tenantId] = held > 1 ? held - 1 : nil
-    }
-
-    /// After a claim that used `room`: the tenants it cut by their room (it took all of it,
-    /// or the room was 0) are `capped`, or, when slots of theirs came back while it ran (their
-    /// room is above 0 again), the claim loop is woken at once. Call under `cond`.
-    private func noteRoomCuts(_ claimed: [DispatchOperation], room: (held: [String: Int], other: Int)) {
-        var taken: [String: Int] = [:]
-        for op in claimed { taken[op.tenantId, default: 0] += 1 }
-        let now = tenantRoom()
-        for (tenant, r) in room.held where taken[tenant, default: 0] >= r {
-            if (now.held[tenant] ?? now.other) > 0 { wakeRequested = true } else { capped.insert(tenant) }
-        }
-        for (tenant, n) in taken where room.held[tenant] == nil && n >= room.other {
-            if (now.held[tenant] ?? now.other) > 0 { wakeRequested = true } else { capped.insert(tenant) }
-        }
-    }
-
-    /// How many more outstanding slots each tenant may take now (docs/delivery.md "Claims"):
-    /// the slots less a reserve for tenants not seen yet (`claimBatchSize`, at most a quarter of
-    /// the slots) are shared equally between the tenants holding slots and the asking tenant if
-    /// it holds none; a tenant's room is its share less what it holds (at least 0). So a tenant
-    /// whose requests hang (a stalled provider host, a blackholed connection) cannot hold every
-    /// slot, and every further tenant with work still finds room. `held`: tenants holding slots
-    /// → their room; `other`: a tenant holding none. Call under `cond`.
-    private func tenantRoom() -> (held: [String: Int], other: Int) {
-        let shared = maxOutstanding - min(configuration.claimBatchSize, maxOutstanding / 4)
-        let share = max(1, shared / max(1, heldByTenant.count))
-        return (heldByTenant.mapValues { max(0, share - $0) }, max(1, shared / (heldByTenant.count + 1)))
-    }
 
     // MARK: claim
 
@@ -595,170 +553,4 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             complete(Completion(op: job.op, result: DispatchPush.attemptResult(result), apnsId: apnsId, token: token))
         }
     }
-
-    /// Queues a finished attempt for the applier (any thread; short).
-    private func complete(_ c: Completion) {
-        applyCond.lock()
-        completions.append(c)
-        if completions.count == 1 { oldestCompletionAt = ProcessInfo.processInfo.systemUptime }
-        // The threshold also ends a gathering applier's wait (`applyLoop`).
-        if completions.count == 1 || completions.count == applyStartThreshold || (appliersBusy > 0 && completions.count >= applyStartThreshold) {
-            applyCond.signal()
-        }
-        applyCond.unlock()
-    }
-
-    // MARK: apply
-
-    /// Completions waiting before a further applier starts while another is busy
-    /// (`DispatcherConfiguration.applierThreads`): half of a batch or of what can still wait
-    /// beside the results inside apply transactions (`maxOutstanding` bounds them together), so
-    /// it can always be reached. Call under `applyCond`.
-    private var applyStartThreshold: Int {
-        max(1, min(configuration.applyBatchSize, maxOutstanding - resultsInApply) / 2)
-    }
-
-    /// One applier thread: takes up to `applyBatchSize` completions when no applier is busy, or
-    /// when at least `applyStartThreshold` wait (or the dispatcher stops), and applies them.
-    private func applyLoop() {
-        while true {
-            applyCond.lock()
-            while true {
-                while !(completions.count > 0 && (appliersBusy == 0 || completions.count >= applyStartThreshold || applierStop)) {
-                    if applierStop && completions.isEmpty { applyCond.unlock(); return }
-                    applyCond.wait()
-                }
-                // A small batch waits a moment (monotonic clock) for more results to join it.
-                let left = oldestCompletionAt + configuration.applyGatherSeconds - ProcessInfo.processInfo.systemUptime
-                guard !applierStop, completions.count < applyStartThreshold, left > 0 else { break }
-                _ = applyCond.wait(until: Date().addingTimeInterval(min(left, configuration.applyGatherSeconds)))
-            }
-            let batch = Array(completions.prefix(configuration.applyBatchSize))
-            completions.removeFirst(batch.count)
-            if !completions.isEmpty { oldestCompletionAt = ProcessInfo.processInfo.systemUptime }  // approximately: arrived while applying
-            appliersBusy += 1
-            resultsInApply += batch.count
-            if completions.count >= applyStartThreshold { applyCond.signal() }  // enough left for another applier
-            applyCond.unlock()
-            defer {
-                applyCond.lock()
-                appliersBusy -= 1
-                resultsInApply -= batch.count
-                if !completions.isEmpty { applyCond.signal() }  // what arrived meanwhile, if no one else took it
-                applyCond.unlock()
-            }
-            applyBatch.observe([], Double(batch.count))
-
-            let now = Date()
-            let decided = batch.map {
-                (
-                    $0,
-                    DispatchDecision.decide(
-                        $0.op.facts, $0.result, now: now, random: configuration.random(),
-                        policy: configuration.retryPolicy)
-                )
-            }
-            var applied: [Bool] = []
-            var headsDue = false
-            let serial = decided.contains { DispatchStore.reachesBeyondTarget(channelId: $0.0.op.channelId, $0.1) }
-            if serial { effectsLock.lock() }
-            defer { if serial { effectsLock.unlock() } }
-            let began = Date()
-            var retry: [Completion] = []
-            do {
-                (applied, headsDue) = try db.system { c in try applyBatch(c, decided) }
-                counters.applied(decided.count, seconds: Date().timeIntervalSince(began))
-            } catch {
-                // One bad row must not hold the others back: apply one by one.
-                log.warning("batched apply failed; applying one by one", ["error": .string("\(error)")])
-                let uptime = ProcessInfo.processInfo.systemUptime
-                applied = decided.map { item in
-                    headsDue = true  // not worth a probe per row on this rare path
-                    do { return try db.system { c in try applyBatch(c, [item]).applied[0] } } catch {
-                        // The provider's answer is known: when the database could not be reached,
-                        // keep it (still outstanding, so its lease is renewed) and apply it again,
-                        // for half a lease; a short outage must not turn an accepted start or
-                        // alert into `unknown` through the lease rescue. The apply is fenced by
-                        // lease owner and attempt, so a repeat is harmless. A statement error
-                        // (the row itself) is not retried: it would fail again.
-                        let since = item.0.applyFailedSince ?? uptime
-                        let connectionLost = (error as? PostgresError)?.kind == .connection
-                        if connectionLost && uptime - since < configuration.leaseSeconds / 2 && !isStoppingAppliers() {
-                            var again = item.0
-                            again.applyFailedSince = since
-                            retry.append(again)
-                            log.warning(
-                                "could not apply a result; trying again",
-                                ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
-                        } else {
-                            log.error(
-                                "could not apply a result; the lease will expire and be rescued",
-                                ["operation_id": .string(item.0.op.id), "error": .string("\(error)")])
-                        }
-                        return false
-                    }
-                }
-            }
-            for ((comp, d), ok) in zip(decided, applied) where ok {
-                operationsTotal.increment([comp.op.kind.rawValue, d.operation.status.rawValue])
-                if case .notSendable(let code, let message) = comp.result {
-                    log.warning("push could not be built", ["operation_id": .string(comp.op.id), "code": .string(code), "message": .string(message)])
-                }
-            }
-            let retrying = Set(retry.map(\.op.id))
-            cond.lock()
-            for comp in batch where !retrying.contains(comp.op.id) { release(comp.op.id) }
-            // A finished operation may have made the next one of its target a due head: only
-            // then is a fair claim worth running (docs/delivery.md "Wake-ups"). The freed slots
-            // still wake a claim loop whose last claim was full.
-            if headsDue { wakeRequested = true }
-            cond.broadcast()
-            cond.unlock()
-            if !retry.isEmpty {
-                counters.applyRetried(retry.count)
-                // Back in 0.5 s (the database is in trouble: no busy loop), without holding this
-                // applier, its locks or `effectsLock` meanwhile.
-                let again = retry
-                DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { [self] in
-                    applyCond.lock()
-                    completions.insert(contentsOf: again, at: 0)
-                    oldestCompletionAt = ProcessInfo.processInfo.systemUptime
-                    applyCond.signal()
-                    applyCond.unlock()
-                }
-            }
-        }
-    }
-
-    /// Whether the appliers were told to stop (then results that failed to apply are not kept).
-    private func isStoppingAppliers() -> Bool {
-        applyCond.lock()
-        defer { applyCond.unlock() }
-        return applierStop
-    }
-
-    /// Applies a batch in the caller's transaction (`DispatchStore.applyResults`: every outcome
-    /// class in bulk, target effects per row) and runs `afterApply` on what was applied.
-    /// Returns which results were applied, and whether any of their targets now has a due
-    /// head (`DispatchStore.anyDueHead`), i.e. whether the fair claim has something to take.
-    private func applyBatch(_ c: PostgresConnection, _ decided: [(Completion, DispatchDecision)]) throws -> (applied: [Bool], headsDue: Bool) {
-        let results = decided.map { comp, d in
-            DispatchStore.Result(op: comp.op, decision: d, apnsId: comp.apnsId, usedToken: comp.token)
-        }
-        let done = try DispatchStore.applyResults(c, results, owner: configuration.workerId)
-        let applied = results.filter { done.contains($0.op.id) }
-        try afterApply(c, applied)
-        let headsDue = try DispatchStore.anyDueHead(c, targets: applied.map { ($0.op.tenantId, $0.op.targetId) })
-        let flags = decided.map { comp, _ in
-            let ok = done.contains(comp.op.id)
-            if !ok { log.warning("result discarded: the operation's lease was taken over", ["operation_id": .string(comp.op.id)]) }
-            return ok
-        }
-        return (flags, headsDue)
-    }
-
-    /// The one place for per-outcome side effects that belong in the apply transaction
-    /// (events, budgets): called with every result applied, in the same transaction, after the
-    /// operation rows and their target effects were written. Does nothing yet.
-    func afterApply(_ c: PostgresConnection, _ applied: [DispatchStore.Result]) throws {}
 }

@@ -208,7 +208,7 @@ enum Endpoint {
         before: ((PostgresConnection) throws -> Void)? = nil,
         work: (PostgresConnection) throws -> (Int, JSONValue)
     ) throws -> HTTPResponse {
-        let endpoint = "\(req.method) \(req.canonicalPath)"
+        let endpoint = req.idempotencyEndpoint
         let hash = Digest.sha256Hex(body.serialized())
         return try ctx.db.tenant(tenantId) { c in
             try before?(c)  // rules that precede idempotency (docs/write-semantics.md rules 1–2), in the same transaction
@@ -235,4 +235,10 @@ enum J {
     static func ts(_ d: Date?) -> JSONValue { d.map { .string(Timestamp.format($0)) } ?? .null }
     static func str(_ s: String?) -> JSONValue { s.map(JSONValue.string) ?? .null }
     static func strs(_ a: [String]) -> JSONValue { .array(a.map(JSONValue.string)) }
+}
+
+extension HTTPRequest {
+    /// The endpoint part of an idempotency scope (docs/http-conventions.md "Idempotency"):
+    /// method and percent-decoded path (`canonicalPath`), e.g. `"POST /v1/installations"`.
+    var idempotencyEndpoint: String { "\(method) \(canonicalPath)" }
 }

@@ -92,12 +92,9 @@ public final class Authenticator: Sendable {
     ///   503 `SERVICE_UNAVAILABLE` with `Retry-After: 1` when the database is down or every
     ///   argon2 slot stayed busy.
     public func authenticate(_ request: HTTPRequest) throws -> Principal {
-        guard let header = request.header("authorization"), header.count > 7,
-            header.prefix(7).lowercased() == "bearer "
-        else {
+        guard let header = request.header("authorization"), header.count > 7, let tokenText = BearerToken.parse(header) else {
             throw Self.unauthenticated("missing Authorization: Bearer <credential> header")
         }
-        let tokenText = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
         guard let token = CredentialToken.parse(tokenText) else { throw Self.unauthenticated("malformed credential") }
         let key = Digest.hmacSHA256(key: cacheKey, data: Array(tokenText.utf8)).map { String(format: "%02x", $0) }.joined()
         let address = request.remoteAddress ?? "unknown"

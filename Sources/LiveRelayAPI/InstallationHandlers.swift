@@ -55,7 +55,7 @@ enum InstallationHandlers {
         // (docs/http-limits.md "argon2 concurrency"). The transaction below re-checks both.
         let stored = try ctx.db.tenant(tenant) { c -> StoredResponse? in
             if let s = try IdempotencyStore.peek(
-                c, tenantId: tenant, endpoint: "\(req.method) \(req.canonicalPath)", key: key,
+                c, tenantId: tenant, endpoint: req.idempotencyEndpoint, key: key,
                 requestHash: Digest.sha256Hex(json.serialized()), kek: ctx.kek)
             {
                 return s

@@ -50,7 +50,7 @@ enum LifecycleHandlers {
         let hash: String
 
         init(_ req: HTTPRequest, key: String, body: JSONValue) {
-            endpoint = "\(req.method) \(req.canonicalPath)"
+            endpoint = req.idempotencyEndpoint
             self.key = key
             hash = Digest.sha256Hex(body.serialized())
         }

@@ -10,8 +10,7 @@ enum LongPoll {
     /// The id of the (already authenticated) credential presented by `req` (`sk_…`, `mk_…`,
     /// …): the key of the per-credential cap. `"?"` when there is none (not expected).
     static func credentialId(_ req: HTTPRequest) -> String {
-        guard let header = req.header("authorization"), header.count > 7 else { return "?" }
-        let text = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+        guard let header = req.header("authorization"), header.count > 7, let text = BearerToken.parse(header) else { return "?" }
         return CredentialToken.parse(text)?.id ?? "?"
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Crypto
 import HTTP2
+import HTTPServer
 import JSON
 
 /// The APNs endpoint: checks as Apple documents ("Sending notification requests to APNs",
@@ -125,7 +126,7 @@ extension Sandbox {
     /// ExpiredProviderToken), not churned (429 TooManyProviderTokenUpdates).
     func authenticate(_ request: HTTP2Request) -> Authentication {
         guard let auth = request.header("authorization") else { return .failure(status: 403, reason: "MissingProviderToken", detail: nil) }
-        guard let bearer = Sandbox.bearerToken(auth) else {
+        guard let bearer = BearerToken.parse(auth) else {
             return .failure(status: 403, reason: "InvalidProviderToken", detail: "authorization must be `bearer <JWT>`")
         }
         let jwt: VerifiedJWT
@@ -142,29 +143,6 @@ extension Sandbox {
         }
         if let churn = trackProviderToken(bearer, jwt) { return .failure(status: 429, reason: "TooManyProviderTokenUpdates", detail: churn) }
         return .verified(jwt)
-    }
-
-    /// The token of an `authorization: bearer <token>` header: the scheme matched without
-    /// regard to case, spaces and tabs around the token dropped; nil for another scheme. Byte by
-    /// byte, without a lowercased copy of the header or Foundation's trimming (which bridged to
-    /// `NSString` and was a third of the sandbox's time per request in `perf`).
-    public static func bearerToken(_ header: String) -> String? {
-        let u = header.utf8
-        var i = u.startIndex
-        for expected in "bearer ".utf8 {
-            guard i < u.endIndex else { return nil }
-            let c = u[i]
-            guard (c >= 65 && c <= 90 ? c + 32 : c) == expected else { return nil }
-            i = u.index(after: i)
-        }
-        var start = i, end = u.endIndex
-        while start < end && (u[start] == 32 || u[start] == 9) { start = u.index(after: start) }
-        while end > start {
-            let p = u.index(before: end)
-            guard u[p] == 32 || u[p] == 9 else { break }
-            end = p
-        }
-        return String(header[start..<end])
     }
 
     func verifyProviderToken(_ token: String) -> JWTCheck {
@@ -208,7 +186,7 @@ extension Sandbox {
     /// is accepted (as after a real expiry).
     func noteInjectedExpiry(_ f: SandboxFault, _ request: HTTP2Request) {
         guard f.status == 403 && f.reason == "ExpiredProviderToken", let auth = request.header("authorization") else { return }
-        let bearer = Sandbox.bearerToken(auth) ?? auth
+        let bearer = BearerToken.parse(auth) ?? auth
         state.withLock {
             $0.stats.expiredProviderTokens += 1; _ = $0.rejectedTokens.insert(bearer)
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Crypto
 import HTTP2
+import HTTPServer
 import JSON
 
 /// The Google side: the OAuth2 token endpoint (JWT-bearer grant, RFC 7523; Google "Using OAuth
@@ -128,7 +129,7 @@ extension Sandbox {
             return fcmError(code, errorCode: errorCode, message: message, retryAfter: retryAfter)
         }
         guard request.method == "POST" else { return answer(405, nil, "use POST") }
-        guard let auth = request.header("authorization"), let bearer = Sandbox.bearerToken(auth) else {
+        guard let auth = request.header("authorization"), let bearer = BearerToken.parse(auth) else {
             return answer(401, nil, "Request is missing required authentication credential. Expected OAuth 2 access token.")
         }
         let now = configuration.now()

@@ -165,27 +165,34 @@ public enum DispatchStore {
     @discardableResult
     public static func unparkIfTokenReady(_ c: PostgresConnection, operations: [(tenantId: String, id: String)]) throws -> Int {
         guard !operations.isEmpty else { return 0 }
-        // Targets first, sorted (`FOR NO KEY UPDATE`), then their operations: the order writes
-        // take (target, then its queued operations) and the order the statement's dispatch-head
-        // trigger needs anyway; operations first could deadlock with a write on the same target.
+        // Targets locked before operations (`unparkSQL`): operations first deadlocked with writes.
         return try c.execute(
-            """
-            WITH ready AS (
-              SELECT o.tenant_id, o.id, o.target_id FROM operations o
-                JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-                \(probeJoins)
-               WHERE o.tenant_id = ANY($1::text[]) AND o.id = ANY($2::text[]) AND o.status = 'queued' AND o.pending_reason = 'token_pending'
-                 AND \(tokenReady)
-            ), locked AS (
-              SELECT t.tenant_id, t.id FROM targets t
-               WHERE (t.tenant_id, t.id) IN (SELECT r.tenant_id, r.target_id FROM ready r)
-               ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t
-            )
-            UPDATE operations o SET pending_reason = NULL, updated_at = now()
-              FROM ready r
-             WHERE o.tenant_id = r.tenant_id AND o.id = r.id AND o.status = 'queued' AND o.pending_reason = 'token_pending'
-               AND EXISTS (SELECT 1 FROM locked l WHERE l.tenant_id = r.tenant_id AND l.id = r.target_id)
-            """, [distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
+            unparkSQL(where: "o.tenant_id = ANY($1::text[]) AND o.id = ANY($2::text[])"),
+            [distinctTenants(operations.map(\.tenantId)), PostgresTextArray(operations.map(\.id))])
+    }
+
+    /// Un-parks the parked (`token_pending`) queued operations matching `filter` (a condition
+    /// on `o`) whose token is registered now: their targets are locked first, sorted (`FOR NO
+    /// KEY UPDATE`), then the operations are updated, the order writes take (target, then its
+    /// queued operations) and the order the statement's dispatch-head trigger needs anyway.
+    /// Shared by `unparkIfTokenReady` and `unparkTokenPending`.
+    static func unparkSQL(where filter: String) -> String {
+        """
+        WITH ready AS (
+          SELECT o.tenant_id, o.id, o.target_id FROM operations o
+            JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
+            \(probeJoins)
+           WHERE \(filter) AND o.status = 'queued' AND o.pending_reason = 'token_pending' AND \(tokenReady)
+        ), locked AS (
+          SELECT t.tenant_id, t.id FROM targets t
+           WHERE (t.tenant_id, t.id) IN (SELECT r.tenant_id, r.target_id FROM ready r)
+           ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t
+        )
+        UPDATE operations o SET pending_reason = NULL, updated_at = now()
+          FROM ready r
+         WHERE o.tenant_id = r.tenant_id AND o.id = r.id AND o.status = 'queued' AND o.pending_reason = 'token_pending'
+           AND EXISTS (SELECT 1 FROM locked l WHERE l.tenant_id = r.tenant_id AND l.id = r.target_id)
+        """
     }
 
     /// The fair claim statement (`claim`): `$1` worker, `$2` limit, `$3` per tenant, `$4`
@@ -431,24 +438,7 @@ public enum DispatchStore {
     @discardableResult
     public static func unparkTokenPending(_ c: PostgresConnection) throws -> Int {
         // Targets first, sorted, then their operations (see `unparkIfTokenReady`).
-        try c.execute(
-            """
-            WITH ready AS (
-              SELECT o.tenant_id, o.id, o.target_id FROM operations o
-                JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
-                JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
-                LEFT JOIN start_targets s ON s.tenant_id = t.tenant_id AND s.id = t.start_target_id
-               WHERE o.status = 'queued' AND o.pending_reason = 'token_pending' AND \(tokenReady)
-            ), locked AS (
-              SELECT t.tenant_id, t.id FROM targets t
-               WHERE (t.tenant_id, t.id) IN (SELECT r.tenant_id, r.target_id FROM ready r)
-               ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t
-            )
-            UPDATE operations o SET pending_reason = NULL, updated_at = now()
-              FROM ready r
-             WHERE o.tenant_id = r.tenant_id AND o.id = r.id AND o.status = 'queued' AND o.pending_reason = 'token_pending'
-               AND EXISTS (SELECT 1 FROM locked l WHERE l.tenant_id = r.tenant_id AND l.id = r.target_id)
-            """)
+        try c.execute(unparkSQL(where: "true"))
     }
 
     // MARK: lifetime

@@ -5,6 +5,7 @@ import FoundationNetworking
 import Crypto
 import Delivery
 import HTTP2
+import HTTPServer
 import JSON
 import LiveRelayCore
 import LiveRelaySandbox
@@ -143,14 +144,14 @@ final class SandboxTests: ProviderTestCase {
     /// The sandbox reads `authorization: bearer <token>` with the scheme in any case and the
     /// token's surrounding spaces dropped; another scheme is not a bearer token.
     func testBearerTokenParsing() {
-        XCTAssertEqual(Sandbox.bearerToken("bearer abc.def"), "abc.def")
-        XCTAssertEqual(Sandbox.bearerToken("Bearer   abc.def \t"), "abc.def")
-        XCTAssertEqual(Sandbox.bearerToken("BEARER x"), "x")
-        XCTAssertEqual(Sandbox.bearerToken("bearer "), "")
-        XCTAssertNil(Sandbox.bearerToken("Basic abc"))
-        XCTAssertNil(Sandbox.bearerToken("bearer"))
-        XCTAssertNil(Sandbox.bearerToken("bearerabc"))
-        XCTAssertNil(Sandbox.bearerToken(""))
+        XCTAssertEqual(BearerToken.parse("bearer abc.def"), "abc.def")
+        XCTAssertEqual(BearerToken.parse("Bearer   abc.def \t"), "abc.def")
+        XCTAssertEqual(BearerToken.parse("BEARER x"), "x")
+        XCTAssertEqual(BearerToken.parse("bearer "), "")
+        XCTAssertNil(BearerToken.parse("Basic abc"))
+        XCTAssertNil(BearerToken.parse("bearer"))
+        XCTAssertNil(BearerToken.parse("bearerabc"))
+        XCTAssertNil(BearerToken.parse(""))
     }
 
     func testWritesFilesThatDescribeTheDemoCredentials() throws {
