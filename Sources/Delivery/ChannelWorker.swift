@@ -155,7 +155,11 @@ public final class ChannelWorker: @unchecked Sendable {
             let pending = try db.system { c in try FanoutStore.pending(c, limit: configuration.fanoutChannelsPerPass, rotation: r) }
             for p in pending {
                 let day = QuotaStore.day(Date())
-                let res = try db.system { c in try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day) }
+                let res = try db.system { c in
+                    // Slots a dispatcher of this process lends (docs/delivery.md "Claims at fan-out").
+                    let claim = FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: configuration.fanoutBatchSize)
+                    return try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day, claim: claim)
+                }
                 if res.skipped { continue }
                 worked += 1
                 if res.operations > 0 { fanoutOps.increment([], by: Double(res.operations)) }

@@ -45,4 +45,41 @@ extension Dispatcher {
         _ = hand([], lent: 1)
         returnToQueueLater(ops, why: "a claim at commit whose transaction did not report COMMIT")
     }
+
+    /// Lends up to `want` outstanding slots to the fan-out expander for tenant `tenantId`'s
+    /// members (docs/delivery.md "Claims at fan-out"; `CommitClaimTaker`): on the terms of a
+    /// claim at commit (running, `claimAtCommit` on, lent and outstanding slots below half of
+    /// `maxOutstanding`), and never more than the tenant's room (`tenantRoom`), so a tenant's
+    /// fan-out takes no more slots than its fair claims could.
+    public func reserveFanoutClaim(tenantId: String, want: Int) -> (terms: CommitClaimTerms, slots: Int)? {
+        cond.lock()
+        defer { cond.unlock() }
+        guard isRunning, configuration.claimAtCommit, want > 0 else { return nil }
+        let room = tenantRoom()
+        let n = min(want, maxOutstanding / 2 - outstanding.count - commitReserved, room.held[tenantId] ?? room.other)
+        guard n > 0 else { return nil }
+        commitReserved += n
+        let terms = CommitClaimTerms(
+            worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
+            clock: configuration.clock)
+        return (terms, n)
+    }
+
+    /// Takes what a fan-out batch inserted as `sending` (`CommitClaimTaker`): handed to the
+    /// submitters like a claim's result; the `lent` slots become their outstanding entries (the
+    /// rest are freed). When stopping, they go back to the queue instead.
+    public func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int) {
+        guard hand(ops, lent: lent), !ops.isEmpty else { return }
+        counters.claimedAtFanout(ops.count)
+        claimedAtFanoutTotal.increment([], by: Double(ops.count))
+        for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
+    }
+
+    /// Frees the `lent` slots of a fan-out batch that did not commit (or whose COMMIT's outcome
+    /// is unknown, or came too late); what it inserted as `sending` goes back to the queue
+    /// should it have been committed after all (`returnToQueueLater`, fenced by `sent_at`).
+    public func releaseFanoutClaim(claimed ops: [DispatchOperation], lent: Int) {
+        _ = hand([], lent: lent)
+        returnToQueueLater(ops, why: "a fan-out batch whose transaction did not report COMMIT")
+    }
 }

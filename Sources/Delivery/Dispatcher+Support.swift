@@ -49,6 +49,8 @@ public struct DispatcherStats: Sendable, Equatable {
     public var claims = 0, namedClaims = 0
     /// Operations claimed by the writes that queued them (docs/delivery.md "Claims at commit").
     public var claimedAtCommit = 0
+    /// Operations the fan-out expander inserted as `sending` (docs/delivery.md "Claims at fan-out").
+    public var claimedAtFanout = 0
     /// Operations claimed, and by named claims.
     public var claimed = 0, namedClaimed = 0
     /// Summed duration of the claim transactions.
@@ -73,6 +75,7 @@ final class DispatcherCounters: Sendable {
         }
     }
     func claimedAtCommit(_ n: Int) { state.withLock { $0.claimedAtCommit += n } }
+    func claimedAtFanout(_ n: Int) { state.withLock { $0.claimedAtFanout += n } }
     func returnedSlowClaim(_ n: Int) { state.withLock { $0.returnedSlowClaims += n } }
     func applyRetried(_ n: Int) { state.withLock { $0.applyRetries += n } }
     func applied(_ n: Int, seconds: Double) {

@@ -37,7 +37,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     /// Claimed-but-unfinished operations held at most (see `DispatcherConfiguration.maxOutstanding`).
     public let maxOutstanding: Int
 
-    let operationsTotal, priorityDowngrades, claimedAtCommitTotal: Counter
+    let operationsTotal, priorityDowngrades, claimedAtCommitTotal, claimedAtFanoutTotal: Counter
     let lag, claimSeconds, claimBatch, applyBatch: Histogram
     let queueDepthValue = LockedValue<Double>(0)
     private let inFlight = InFlightCounter()
@@ -134,6 +134,12 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             help: "Operations claimed by the write that queued them and handed to this dispatcher after COMMIT (docs/delivery.md, Claims at commit)",
             labels: [])
         claimedAtCommitTotal.increment([], by: 0)
+        claimedAtFanoutTotal = metrics.counter(
+            "liverelay_dispatch_claimed_at_fanout_total",
+            help:
+                "Operations the fan-out expander inserted in flight and handed to this dispatcher after COMMIT (docs/delivery.md, Claims at fan-out)",
+            labels: [])
+        claimedAtFanoutTotal.increment([], by: 0)
         let depth = queueDepthValue, inflight = inFlight
         metrics.gauge("liverelay_queue_depth", help: "Queued operations (all tenants), sampled every maintenance interval") {
             [([], depth.get())]

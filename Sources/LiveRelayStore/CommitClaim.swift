@@ -42,6 +42,26 @@ public protocol CommitClaimTaker: AnyObject, Sendable {
     /// had taken (empty when the claim never ran or took nothing); the taker must put those back
     /// in the queue should they have been committed after all (they were never sent).
     func releaseCommitClaim(claimed: [DispatchOperation])
+    /// Holds up to `want` outstanding slots for the fan-out expander's claim of tenant
+    /// `tenantId`'s members (docs/delivery.md "Claims at fan-out"): the terms and how many
+    /// slots it lends (at least 1), or nil (then the batch queues every operation as usual).
+    func reserveFanoutClaim(tenantId: String, want: Int) -> (terms: CommitClaimTerms, slots: Int)?
+    /// After the expander's COMMIT: `ops` (at most the slots lent) become outstanding work; the
+    /// `lent` slots are freed.
+    func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int)
+    /// The expander's transaction did not commit (or its outcome is unknown, or it took more
+    /// than half a lease): the `lent` slots are freed and `claimed` goes back to the queue
+    /// should it have been committed after all.
+    func releaseFanoutClaim(claimed: [DispatchOperation], lent: Int)
+}
+
+extension CommitClaimTaker {
+    /// Lends nothing: a taker without claims at fan-out.
+    public func reserveFanoutClaim(tenantId: String, want: Int) -> (terms: CommitClaimTerms, slots: Int)? { nil }
+    /// Never called when `reserveFanoutClaim` lends nothing.
+    public func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int) {}
+    /// Never called when `reserveFanoutClaim` lends nothing.
+    public func releaseFanoutClaim(claimed: [DispatchOperation], lent: Int) {}
 }
 
 /// Where a `Database`'s writes find the dispatcher of this process that takes claims at
@@ -146,4 +166,65 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
 
     /// Whether the claim took the operation (valid after `read`).
     public var claimedAny: Bool { box.withLock { !$0.isEmpty } }
+}
+
+/// A claim at fan-out (docs/delivery.md "Claims at fan-out"): a batch of the fan-out expander
+/// (`FanoutStore.expandBatch`) inserts the first operation of each member that has nothing
+/// queued or in flight, and whose token is registered, directly as `sending` under the
+/// dispatcher's lease, with its APNs `timestamp` (the claim's rules: attempt 1, stamp
+/// `max(now, the target's clock + 1)`), up to the slots lent; after COMMIT they go to the
+/// dispatcher of this process, like a claim's result. What is not inserted as `sending`
+/// waits in `dispatch_heads` for the fair claim as before. Saves each such push the claim's
+/// rewrite of its wide `operations` row, its head's insert and delete, and the claim
+/// transaction.
+///
+/// Use: `begin` inside the expander's transaction (nil → no slots: queue as usual); pass it to
+/// `expandBatch`, which calls `record`.
+public final class FanoutClaim: @unchecked Sendable {  // the box is written before COMMIT, read after
+    /// The lent terms.
+    public let terms: CommitClaimTerms
+    /// Operations this batch may insert as `sending` (the slots lent, at least 1).
+    public let slots: Int
+    private let taker: any CommitClaimTaker
+    private let box = Locked<[DispatchOperation]>([])
+    private let readAt = Locked<Date?>(nil)
+
+    private init(terms: CommitClaimTerms, slots: Int, taker: any CommitClaimTaker) {
+        self.terms = terms
+        self.slots = slots
+        self.taker = taker
+    }
+
+    /// Reserves up to `want` slots of `db`'s registered taker for tenant `tenantId` and
+    /// registers the transaction hook that hands the claimed operations over after COMMIT
+    /// (or frees the slots on rollback). Nil when there is no taker or it lends nothing.
+    public static func begin(_ c: PostgresConnection, db: Database, tenantId: String, want: Int) -> FanoutClaim? {
+        guard want > 0, let taker = db.commitClaims.current, let lent = taker.reserveFanoutClaim(tenantId: tenantId, want: want) else {
+            return nil
+        }
+        let claim = FanoutClaim(terms: lent.terms, slots: lent.slots, taker: taker)
+        c.addTransactionHook(
+            TransactionHook(
+                committed: { at in
+                    let ops = claim.box.withLock { $0 }
+                    // As a claim at commit: a COMMIT more than half a lease after the claim puts them back.
+                    if !ops.isEmpty, let read = claim.readAt.withLock({ $0 }), at.timeIntervalSince(read) > lent.terms.leaseSeconds / 2 {
+                        taker.releaseFanoutClaim(claimed: ops, lent: lent.slots)
+                    } else {
+                        taker.takeFanoutClaim(ops, lent: lent.slots)
+                    }
+                },
+                rolledBack: { taker.releaseFanoutClaim(claimed: claim.box.withLock { $0 }, lent: lent.slots) }))
+        return claim
+    }
+
+    /// Remembers what the batch inserted as `sending` (after the priority-budget decisions),
+    /// for the hand-over at COMMIT.
+    func record(_ ops: [DispatchOperation]) {
+        box.withLock { $0 = ops }
+        readAt.withLock { $0 = Date() }
+    }
+
+    /// What the batch inserted as `sending` (tests).
+    public var claimed: [DispatchOperation] { box.withLock { $0 } }
 }
