@@ -151,7 +151,6 @@ public enum FanoutStore {
                 inserted = rows.count
                 var sending: [(targetId: String, id: String)] = []
                 for r in rows where try r.string("status") == "sending" { sending.append((try r.string("target_id"), try r.string("id"))) }
-                if let claim, !sending.isEmpty { try readClaimed(c, tenantId: p.tenantId, sending, claim: claim) }
                 try supersedeQueued(
                     c, tenantId: p.tenantId, targets: tIds, lastOps: tLastOp, lastSeqs: tLastSeq, lastKinds: tLastKind,
                     lastHasState: tLastState)
@@ -171,7 +170,10 @@ public enum FanoutStore {
                         p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tOpSeq), PostgresTextArray(tRev), PostgresTextArray(tChSeq),
                         PostgresTextArray(tLastCop)
                     ])
-                try c.notify(OperationStore.dispatchChannel, payload: p.tenantId)
+                // Read as a claim would, after the members' rows moved on (the target state a stateless send uses).
+                if let claim, !sending.isEmpty { try readClaimed(c, tenantId: p.tenantId, sending, claim: claim) }
+                // A wake-up for the fair claim only when something waits queued.
+                if inserted > sending.count { try c.notify(OperationStore.dispatchChannel, payload: p.tenantId) }
             }
         }
         try c.execute(
