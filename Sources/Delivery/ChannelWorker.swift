@@ -157,8 +157,9 @@ public final class ChannelWorker: @unchecked Sendable {
                 let day = QuotaStore.day(Date())
                 let res = try db.system { c in
                     // Slots a dispatcher of this process lends (docs/delivery.md "Claims at fan-out").
-                    let claim = FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: configuration.fanoutBatchSize)
-                    return try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day, claim: claim)
+                    try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day) { [db] want in
+                        FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: want)
+                    }
                 }
                 if res.skipped { continue }
                 worked += 1

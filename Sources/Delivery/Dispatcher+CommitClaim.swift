@@ -49,8 +49,9 @@ extension Dispatcher {
     /// Lends up to `want` outstanding slots to the fan-out expander for tenant `tenantId`'s
     /// members (docs/delivery.md "Claims at fan-out"; `CommitClaimTaker`): on the terms of a
     /// claim at commit (running, `claimAtCommit` on, lent and outstanding slots below half of
-    /// `maxOutstanding`), and never more than the tenant's room (`tenantRoom`), so a tenant's
-    /// fan-out takes no more slots than its fair claims could.
+    /// `maxOutstanding`), and never more than the tenant's room (`tenantRoom`, which counts
+    /// these reservations as held until they are taken or released), so a tenant's fan-out
+    /// takes no more slots than its fair claims could.
     public func reserveFanoutClaim(tenantId: String, want: Int) -> (terms: CommitClaimTerms, slots: Int)? {
         cond.lock()
         defer { cond.unlock() }
@@ -59,6 +60,7 @@ extension Dispatcher {
         let n = min(want, maxOutstanding / 2 - outstanding.count - commitReserved, room.held[tenantId] ?? room.other)
         guard n > 0 else { return nil }
         commitReserved += n
+        fanoutReserved[tenantId, default: 0] += n
         let terms = CommitClaimTerms(
             worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
             clock: configuration.clock)
@@ -68,7 +70,8 @@ extension Dispatcher {
     /// Takes what a fan-out batch inserted as `sending` (`CommitClaimTaker`): handed to the
     /// submitters like a claim's result; the `lent` slots become their outstanding entries (the
     /// rest are freed). When stopping, they go back to the queue instead.
-    public func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int) {
+    public func takeFanoutClaim(_ ops: [DispatchOperation], tenantId: String, lent: Int) {
+        endFanoutReservation(tenantId: tenantId, lent: lent)
         guard hand(ops, lent: lent), !ops.isEmpty else { return }
         counters.claimedAtFanout(ops.count)
         claimedAtFanoutTotal.increment([], by: Double(ops.count))
@@ -78,8 +81,18 @@ extension Dispatcher {
     /// Frees the `lent` slots of a fan-out batch that did not commit (or whose COMMIT's outcome
     /// is unknown, or came too late); what it inserted as `sending` goes back to the queue
     /// should it have been committed after all (`returnToQueueLater`, fenced by `sent_at`).
-    public func releaseFanoutClaim(claimed ops: [DispatchOperation], lent: Int) {
+    public func releaseFanoutClaim(claimed ops: [DispatchOperation], tenantId: String, lent: Int) {
+        endFanoutReservation(tenantId: tenantId, lent: lent)
         _ = hand([], lent: lent)
         returnToQueueLater(ops, why: "a fan-out batch whose transaction did not report COMMIT")
+    }
+
+    /// The tenant's `lent` reserved slots stop counting toward its room (`tenantRoom`): they are
+    /// about to become outstanding operations or free slots.
+    private func endFanoutReservation(tenantId: String, lent: Int) {
+        cond.lock()
+        let left = (fanoutReserved[tenantId] ?? 0) - lent
+        fanoutReserved[tenantId] = left > 0 ? left : nil
+        cond.unlock()
     }
 }

@@ -45,7 +45,9 @@ extension Dispatcher {
     /// → their room; `other`: a tenant holding none. Call under `cond`.
     func tenantRoom() -> (held: [String: Int], other: Int) {
         let shared = maxOutstanding - min(configuration.claimBatchSize, maxOutstanding / 4)
-        let share = max(1, shared / max(1, heldByTenant.count))
-        return (heldByTenant.mapValues { max(0, share - $0) }, max(1, shared / (heldByTenant.count + 1)))
+        // Slots lent to a fan-out batch count as held by its tenant (docs/delivery.md "Claims at fan-out").
+        let holding = fanoutReserved.isEmpty ? heldByTenant : heldByTenant.merging(fanoutReserved, uniquingKeysWith: +)
+        let share = max(1, shared / max(1, holding.count))
+        return (holding.mapValues { max(0, share - $0) }, max(1, shared / (holding.count + 1)))
     }
 }

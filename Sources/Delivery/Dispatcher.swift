@@ -75,6 +75,9 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
     private var named: [(tenantId: String, id: String)] = []
     /// Outstanding slots lent to writes claiming at commit, not yet taken or released.
     var commitReserved = 0
+    /// Slots lent to fan-out batches, by tenant (part of `commitReserved`; `tenantRoom` counts
+    /// them as held).
+    var fanoutReserved: [String: Int] = [:]
     private let exited = DispatchSemaphore(value: 0)
     private var threadCount = 0
     // `jobsCond`

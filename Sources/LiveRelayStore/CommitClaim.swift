@@ -48,20 +48,20 @@ public protocol CommitClaimTaker: AnyObject, Sendable {
     func reserveFanoutClaim(tenantId: String, want: Int) -> (terms: CommitClaimTerms, slots: Int)?
     /// After the expander's COMMIT: `ops` (at most the slots lent) become outstanding work; the
     /// `lent` slots are freed.
-    func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int)
+    func takeFanoutClaim(_ ops: [DispatchOperation], tenantId: String, lent: Int)
     /// The expander's transaction did not commit (or its outcome is unknown, or it took more
     /// than half a lease): the `lent` slots are freed and `claimed` goes back to the queue
     /// should it have been committed after all.
-    func releaseFanoutClaim(claimed: [DispatchOperation], lent: Int)
+    func releaseFanoutClaim(claimed: [DispatchOperation], tenantId: String, lent: Int)
 }
 
 extension CommitClaimTaker {
     /// Lends nothing: a taker without claims at fan-out.
     public func reserveFanoutClaim(tenantId: String, want: Int) -> (terms: CommitClaimTerms, slots: Int)? { nil }
     /// Never called when `reserveFanoutClaim` lends nothing.
-    public func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int) {}
+    public func takeFanoutClaim(_ ops: [DispatchOperation], tenantId: String, lent: Int) {}
     /// Never called when `reserveFanoutClaim` lends nothing.
-    public func releaseFanoutClaim(claimed: [DispatchOperation], lent: Int) {}
+    public func releaseFanoutClaim(claimed: [DispatchOperation], tenantId: String, lent: Int) {}
 }
 
 /// Where a `Database`'s writes find the dispatcher of this process that takes claims at
@@ -179,7 +179,7 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
 /// transaction.
 ///
 /// Use: `begin` inside the expander's transaction (nil → no slots: queue as usual); pass it to
-/// `expandBatch`, which calls `record`.
+/// `expandBatch` as its `reserve`, which calls `record`.
 public final class FanoutClaim: @unchecked Sendable {  // the box is written before COMMIT, read after
     /// The lent terms.
     public let terms: CommitClaimTerms
@@ -209,20 +209,21 @@ public final class FanoutClaim: @unchecked Sendable {  // the box is written bef
                     let ops = claim.box.withLock { $0 }
                     // As a claim at commit: a COMMIT more than half a lease after the claim puts them back.
                     if !ops.isEmpty, let read = claim.readAt.withLock({ $0 }), at.timeIntervalSince(read) > lent.terms.leaseSeconds / 2 {
-                        taker.releaseFanoutClaim(claimed: ops, lent: lent.slots)
+                        taker.releaseFanoutClaim(claimed: ops, tenantId: tenantId, lent: lent.slots)
                     } else {
-                        taker.takeFanoutClaim(ops, lent: lent.slots)
+                        taker.takeFanoutClaim(ops, tenantId: tenantId, lent: lent.slots)
                     }
                 },
-                rolledBack: { taker.releaseFanoutClaim(claimed: claim.box.withLock { $0 }, lent: lent.slots) }))
+                rolledBack: { taker.releaseFanoutClaim(claimed: claim.box.withLock { $0 }, tenantId: tenantId, lent: lent.slots) }))
         return claim
     }
 
     /// Remembers what the batch inserted as `sending` (after the priority-budget decisions),
-    /// for the hand-over at COMMIT.
-    func record(_ ops: [DispatchOperation]) {
+    /// for the hand-over at COMMIT, and when the insert was sent (`insertedAt`: their lease
+    /// started then; a COMMIT more than half a lease later returns them to the queue).
+    func record(_ ops: [DispatchOperation], insertedAt: Date) {
         box.withLock { $0 = ops }
-        readAt.withLock { $0 = Date() }
+        readAt.withLock { $0 = insertedAt }
     }
 
     /// What the batch inserted as `sending` (tests).

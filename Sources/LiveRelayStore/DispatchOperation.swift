@@ -107,6 +107,13 @@ public struct DispatchOperation: Sendable, Equatable {
 
     func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }
 
+    /// An operation inserted in flight (docs/delivery.md "Claims at fan-out"), read in the
+    /// statement that inserted it: attempts and timestamp as inserted, the target's clock
+    /// (read before the statement's stamp) raised to that timestamp.
+    func stampedAtInsert() -> DispatchOperation {
+        DispatchOperation(copy: self, attempts: attempts, providerTimestamp: providerTimestamp ?? lastTimestamp)
+    }
+
     /// The token this operation's push goes to: Android → the installation's FCM token; iOS
     /// start → the start target's push-to-start token; iOS update/end → the activity's update token.
     public var deviceToken: String? {

@@ -51,148 +51,205 @@ public enum FanoutStore {
         }
     }
 
-    /// One batch of channel operation `p` in the caller's transaction: locks it (`SKIP LOCKED`),
-    /// marks older pending operations of its channel done (this walk delivers their alerts and
-    /// supersedes their state), locks the next `batchSize` live fan-out members after the
-    /// cursor, inserts their operations, supersedes what those replace in each member's queue
-    /// (docs/write-semantics.md coalescing), moves each member's state, revision, `op_seq` and
-    /// `channel_seq` on, and advances the cursor. `day`: the UTC quota day of the inserted
-    /// state-bearing operations. `claim`: slots a dispatcher of this process lent (docs/delivery.md
-    /// "Claims at fan-out"): the first operation of a member with nothing queued or in flight
-    /// and a registered token is inserted as `sending` under its lease, up to `claim.slots`.
+    /// One batch of channel operation `p`, in the caller's transaction, which it commits: locks
+    /// it (`SKIP LOCKED`), marks older pending operations of its channel done (this walk delivers
+    /// their alerts and supersedes their state), locks the next `batchSize` live fan-out members
+    /// after the cursor, moves each member's state, revision, `op_seq` and `channel_seq` on,
+    /// supersedes what its new operations replace in each member's queue
+    /// (docs/write-semantics.md coalescing), inserts them, advances the cursor and sends
+    /// `COMMIT`. `day`: the UTC quota day of the inserted state-bearing operations. `reserve`:
+    /// asks a dispatcher of this process for up to n slots (docs/delivery.md "Claims at
+    /// fan-out"; `FanoutClaim.begin`), called once the batch knows how many of its members have
+    /// nothing queued or in flight; the first operation of such a member whose token is
+    /// registered is then inserted as `sending` under the lent lease, up to the slots lent.
+    ///
+    /// Four round trips (docs/channels.md "Fan-out"): the lock; the members and the writes they
+    /// need; the members' rows, the supersede probe and the insert (which also reads back what
+    /// it inserted in flight); the rare supersede and priority-budget updates with the cursor
+    /// and `COMMIT`. The expander is the fan-out's critical path, and on a busy machine each
+    /// round trip also waits for a core. A skipped batch (another expander holds the channel
+    /// operation, or it is no longer pending) sends nothing after the lock.
+    /// - Throws: `PostgresError`.
     public static func expandBatch(
-        _ c: PostgresConnection, _ p: Pending, batchSize: Int, day: String, claim: FanoutClaim? = nil
+        _ c: PostgresConnection, _ p: Pending, batchSize: Int, day: String, reserve: ((Int) -> FanoutClaim?)? = nil
     ) throws -> BatchResult {
+        // Round trip 1. The older pending operations are marked done only when the lock was taken.
         guard
             let head = try c.query(
                 """
-                SELECT fanout_cursor FROM channel_operations WHERE tenant_id = $1 AND id = $2 AND fanout_state = 'pending'
-                   FOR UPDATE SKIP LOCKED
-                """, [p.tenantId, p.id]
+                WITH head AS (
+                    SELECT fanout_cursor FROM channel_operations WHERE tenant_id = $1 AND id = $2 AND fanout_state = 'pending'
+                       FOR UPDATE SKIP LOCKED
+                ), older AS (
+                    UPDATE channel_operations SET fanout_state = 'done', fanout_done_at = now(), updated_at = now()
+                     WHERE tenant_id = $1 AND channel_id = $3 AND seq < $4 AND fanout_state = 'pending' AND EXISTS (SELECT 1 FROM head)
+                )
+                SELECT fanout_cursor FROM head
+                """, [p.tenantId, p.id, p.channelId, p.seq]
             ).first
         else { return BatchResult(skipped: true) }
         // Keyset walk: `id > cursor` ('' before the first batch sorts below every id) is an index
         // condition of `targets_channel_fanout` in the statement's generic plan too; the former
         // `($3 IS NULL OR id > $3)` was not, so every batch re-read the channel from its first
         // member (215 ms per batch of 500 at 20,000 members: the walk was quadratic).
-        let cursor = try head.optionalString("fanout_cursor")
-        try c.execute(
-            """
-            UPDATE channel_operations SET fanout_state = 'done', fanout_done_at = now(), updated_at = now()
-             WHERE tenant_id = $1 AND channel_id = $2 AND seq < $3 AND fanout_state = 'pending'
-            """, [p.tenantId, p.channelId, p.seq])
+        let cursor = try head.optionalString("fanout_cursor") ?? ""
+        // Round trip 2: the members, locked, and the channel writes newer than the lowest
+        // watermark among them (read after the lock, so the watermarks cannot move).
         // `live` (only when claiming): the member has an operation queued or in flight, so a new
         // one cannot be its head. One `operations_live` probe per member (`OFFSET 0`: a subplan,
         // never a join over the tenant's queue); `$5` false skips it (AND short-circuits).
-        let members = try c.query(
+        let memberFilter = """
+            tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
             """
-            SELECT id, channel_seq, op_seq, revision,
-                   $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
-                                             AND p.status IN ('queued', 'sending') OFFSET 0) AS live
-              FROM targets
-             WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed')
-               AND id > $3
-             ORDER BY id LIMIT $4 FOR UPDATE
-            """, [p.tenantId, p.channelId, cursor ?? "", batchSize, claim != nil])
+        let r2 = try c.pipeline([
+            PostgresStatement(
+                """
+                SELECT id, channel_seq, op_seq, revision,
+                       $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
+                                                 AND p.status IN ('queued', 'sending') OFFSET 0) AS live
+                  FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4 FOR UPDATE
+                """, [p.tenantId, p.channelId, cursor, batchSize, reserve != nil]),
+            PostgresStatement(
+                """
+                SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
+                 WHERE tenant_id = $1 AND channel_id = $2 AND seq <= $5
+                   AND seq > (SELECT COALESCE(min(m.channel_seq), $5) FROM (
+                                SELECT channel_seq FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4) m)
+                 ORDER BY seq
+                """, [p.tenantId, p.channelId, cursor, batchSize, p.seq])
+        ]).get()
         struct Member { let id: String; let watermark: Int64; let opSeq: Int64; let revision: Int64; let live: Bool }
-        let ms = try members.map {
+        let ms = try r2[0].rows.map {
             Member(
                 id: try $0.string("id"), watermark: try $0.int64("channel_seq"), opSeq: try $0.int64("op_seq"),
                 revision: try $0.int64("revision"), live: try $0.bool("live"))
         }
         let done = ms.count < batchSize
         var inserted = 0
-        if let low = ms.map(\.watermark).min(), low < p.seq {
-            let writes = try c.query(
-                """
-                SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
-                 WHERE tenant_id = $1 AND channel_id = $2 AND seq > $3 AND seq <= $4 ORDER BY seq
-                """, [p.tenantId, p.channelId, low, p.seq])
-            var facts: [ChannelWriteFacts] = [], stateful: [String: Bool] = [:]
-            for w in writes {
-                let f = ChannelWriteFacts(
-                    id: try w.string("id"), seq: try w.int64("seq"), kind: PushEvent(rawValue: try w.string("kind")) ?? .update,
-                    hasAlert: try w.bool("has_alert"))
-                facts.append(f); stateful[f.id] = try w.bool("has_state")
-            }
-            // Rows to insert and per-member summaries.
-            var opIds: [String] = [], opTargets: [String] = [], opSeqs: [String] = [], opRevs: [String] = [], opCops: [String] = [],
-                opClaim: [String] = []
-            var slots = claim?.slots ?? 0
-            var tIds: [String] = [], tOpSeq: [String] = [], tRev: [String] = [], tChSeq: [String] = [], tLastCop: [String] = [],
-                tLastOp: [String] = [], tLastSeq: [String] = [], tLastKind: [String] = [], tLastState: [String] = []
-            for m in ms {
-                var sends = ChannelRules.fanoutSends(watermark: m.watermark, writes: facts)
-                if let last = sends.last, last.kind == .end { sends = [last] }  // an end supersedes every queued update anyway
-                guard !sends.isEmpty else { continue }
-                var seq = m.opSeq, rev = m.revision, lastId = ""
-                // Only the first send of a member with nothing live can go at once (one in flight per target).
-                let claimFirst = !m.live && slots > 0
-                if claimFirst { slots -= 1 }
-                for (k, s) in sends.enumerated() {
-                    seq += 1
-                    if stateful[s.id] == true { rev += 1 }
-                    lastId = Identifier.make(.operation)
-                    opIds.append(lastId); opTargets.append(m.id); opSeqs.append(String(seq)); opRevs.append(String(rev)); opCops.append(s.id)
-                    opClaim.append(claimFirst && k == 0 ? "true" : "false")
-                }
-                tIds.append(m.id); tOpSeq.append(String(seq)); tRev.append(String(rev)); tChSeq.append(String(sends.last!.seq))
-                tLastCop.append(sends.last!.id); tLastOp.append(lastId); tLastSeq.append(String(seq))
-                tLastKind.append(sends.last!.kind.rawValue); tLastState.append(stateful[sends.last!.id] == true ? "true" : "false")
-            }
-            if !opIds.isEmpty {
-                let rows = try c.query(
-                    insertSQL,
-                    [
-                        p.tenantId, day, PostgresTextArray(opIds), PostgresTextArray(opTargets), PostgresTextArray(opSeqs),
-                        PostgresTextArray(opRevs), PostgresTextArray(opCops), PostgresTextArray(opClaim), claim?.terms.worker,
-                        claim?.terms.leaseSeconds ?? 0, Timestamp.epochSeconds(Date())
-                    ])
-                inserted = rows.count
-                var sending: [(targetId: String, id: String)] = []
-                for r in rows where try r.string("status") == "sending" { sending.append((try r.string("target_id"), try r.string("id"))) }
-                try supersedeQueued(
-                    c, tenantId: p.tenantId, targets: tIds, lastOps: tLastOp, lastSeqs: tLastSeq, lastKinds: tLastKind,
-                    lastHasState: tLastState)
-                try c.execute(
-                    """
-                    UPDATE targets t SET op_seq = x.op_seq, revision = x.revision, channel_seq = x.channel_seq,
-                           state = CASE WHEN co.has_state THEN co.state ELSE t.state END,
-                           stale_at = COALESCE(co.stale_at, t.stale_at), relevance_score = COALESCE(co.relevance_score, t.relevance_score),
-                           status = CASE WHEN co.kind = 'end' AND t.status NOT IN ('ended', 'creation_failed') THEN 'ending' ELSE t.status END,
-                           updated_at = now()
-                      FROM unnest($2::text[], $3::text[]::bigint[], $4::text[]::bigint[], $5::text[]::bigint[], $6::text[])
-                           AS x(id, op_seq, revision, channel_seq, cop)
-                      JOIN channel_operations co ON co.tenant_id = $1 AND co.id = x.cop
-                     WHERE t.tenant_id = $1 AND t.id = x.id
-                    """,
-                    [
-                        p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tOpSeq), PostgresTextArray(tRev), PostgresTextArray(tChSeq),
-                        PostgresTextArray(tLastCop)
-                    ])
-                // Read as a claim would, after the members' rows moved on (the target state a stateless send uses).
-                if let claim, !sending.isEmpty { try readClaimed(c, tenantId: p.tenantId, sending, claim: claim) }
-                // A wake-up for the fair claim only when something waits queued.
-                if inserted > sending.count { try c.notify(OperationStore.dispatchChannel, payload: p.tenantId) }
-            }
+        var tail: [PostgresStatement] = []
+        var facts: [ChannelWriteFacts] = [], stateful: [String: Bool] = [:]
+        for w in r2[1].rows {
+            let f = ChannelWriteFacts(
+                id: try w.string("id"), seq: try w.int64("seq"), kind: PushEvent(rawValue: try w.string("kind")) ?? .update,
+                hasAlert: try w.bool("has_alert"))
+            facts.append(f); stateful[f.id] = try w.bool("has_state")
         }
-        try c.execute(
-            """
-            UPDATE channel_operations SET fanout_cursor = COALESCE($3, fanout_cursor),
-                   fanout_state = CASE WHEN $4::boolean THEN 'done' ELSE fanout_state END,
-                   fanout_done_at = CASE WHEN $4::boolean THEN now() ELSE fanout_done_at END, updated_at = now()
-             WHERE tenant_id = $1 AND id = $2
-            """, [p.tenantId, p.id, ms.last?.id, done])
+        // Slots only for members whose first new operation can go now: asked for after the
+        // members are known, so a batch holds no more than it can use.
+        let claimable = ms.filter { !$0.live && $0.watermark < p.seq }.count
+        let claim = claimable > 0 ? reserve?(claimable) : nil
+        // Rows to insert and per-member summaries.
+        var opIds: [String] = [], opTargets: [String] = [], opSeqs: [String] = [], opRevs: [String] = [], opCops: [String] = [],
+            opClaim: [String] = []
+        var slots = claim?.slots ?? 0
+        var tIds: [String] = [], tOpSeq: [String] = [], tRev: [String] = [], tChSeq: [String] = [], tLastCop: [String] = [],
+            tLastOp: [String] = [], tLastSeq: [String] = [], tLastKind: [String] = [], tLastState: [String] = []
+        for m in ms where m.watermark < p.seq {
+            var sends = ChannelRules.fanoutSends(watermark: m.watermark, writes: facts)
+            if let last = sends.last, last.kind == .end { sends = [last] }  // an end supersedes every queued update anyway
+            guard !sends.isEmpty else { continue }
+            var seq = m.opSeq, rev = m.revision, lastId = ""
+            // Only the first send of a member with nothing live can go at once (one in flight per target).
+            let claimFirst = !m.live && slots > 0
+            if claimFirst { slots -= 1 }
+            for (k, s) in sends.enumerated() {
+                seq += 1
+                if stateful[s.id] == true { rev += 1 }
+                lastId = Identifier.make(.operation)
+                opIds.append(lastId); opTargets.append(m.id); opSeqs.append(String(seq)); opRevs.append(String(rev)); opCops.append(s.id)
+                opClaim.append(claimFirst && k == 0 ? "true" : "false")
+            }
+            tIds.append(m.id); tOpSeq.append(String(seq)); tRev.append(String(rev)); tChSeq.append(String(sends.last!.seq))
+            tLastCop.append(sends.last!.id); tLastOp.append(lastId); tLastSeq.append(String(seq))
+            tLastKind.append(sends.last!.kind.rawValue); tLastState.append(stateful[sends.last!.id] == true ? "true" : "false")
+        }
+        if !opIds.isEmpty {
+            // Round trip 3, in this order: the members' rows move on (so the insert reads each
+            // member as a claim after the walk would: the target state a stateless send uses),
+            // the probe for what the new operations supersede (before the insert: it only looks
+            // below each member's new `seq`), and the insert.
+            // With a claim, its planner settings first (`DispatchStore.claimSettings`: the read
+            // of what the insert put in flight probes like a claim), for the rest of the transaction.
+            let settings =
+                claim.map { cl in
+                    [
+                        PostgresStatement(
+                            "SELECT " + cl.terms.settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", "),
+                            cl.terms.settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
+                    ]
+                } ?? []
+            let insertedAt = Date()  // the lease starts about now (the insert's statement_timestamp)
+            let r3 = try c.pipeline(
+                settings + [
+                    PostgresStatement(
+                        """
+                        UPDATE targets t SET op_seq = x.op_seq, revision = x.revision, channel_seq = x.channel_seq,
+                               state = CASE WHEN co.has_state THEN co.state ELSE t.state END,
+                               stale_at = COALESCE(co.stale_at, t.stale_at), relevance_score = COALESCE(co.relevance_score, t.relevance_score),
+                               status = CASE WHEN co.kind = 'end' AND t.status NOT IN ('ended', 'creation_failed') THEN 'ending' ELSE t.status END,
+                               updated_at = now()
+                          FROM unnest($2::text[], $3::text[]::bigint[], $4::text[]::bigint[], $5::text[]::bigint[], $6::text[])
+                               AS x(id, op_seq, revision, channel_seq, cop)
+                          JOIN channel_operations co ON co.tenant_id = $1 AND co.id = x.cop
+                         WHERE t.tenant_id = $1 AND t.id = x.id
+                        """,
+                        [
+                            p.tenantId, PostgresTextArray(tIds), PostgresTextArray(tOpSeq), PostgresTextArray(tRev), PostgresTextArray(tChSeq),
+                            PostgresTextArray(tLastCop)
+                        ]),
+                    supersedeProbe(
+                        tenantId: p.tenantId, targets: tIds, lastOps: tLastOp, lastSeqs: tLastSeq, lastKinds: tLastKind, lastHasState: tLastState),
+                    PostgresStatement(
+                        insertSQL,
+                        [
+                            p.tenantId, day, PostgresTextArray(opIds), PostgresTextArray(opTargets), PostgresTextArray(opSeqs),
+                            PostgresTextArray(opRevs), PostgresTextArray(opCops), PostgresTextArray(opClaim), claim?.terms.worker,
+                            claim?.terms.leaseSeconds ?? 0, Timestamp.epochSeconds(Date())
+                        ])
+                ]
+            ).get().suffix(3).map { $0 }
+            inserted = opIds.count
+            if let update = try supersedeUpdate(tenantId: p.tenantId, found: r3[1].rows) { tail.append(update) }
+            var sending = 0
+            if let claim {
+                var ops: [DispatchOperation] = []
+                for r in r3[2].rows {
+                    var op = try DispatchOperation(row: r).stampedAtInsert()  // attempt 1 and the timestamp as inserted
+                    op.claimedAt = r["claim_stamp"]
+                    ops.append(op)
+                }
+                let (decided, update) = DispatchStore.priorityDecisions(ops, now: claim.terms.clock())
+                if let update { tail.append(update) }
+                claim.record(decided, insertedAt: insertedAt)
+                sending = decided.count
+            }
+            // A wake-up for the fair claim only when something waits queued.
+            if inserted > sending { try c.notify(OperationStore.dispatchChannel, payload: p.tenantId) }
+        }
+        // Round trip 4.
+        tail.append(
+            PostgresStatement(
+                """
+                UPDATE channel_operations SET fanout_cursor = COALESCE($3, fanout_cursor),
+                       fanout_state = CASE WHEN $4::boolean THEN 'done' ELSE fanout_state END,
+                       fanout_done_at = CASE WHEN $4::boolean THEN now() ELSE fanout_done_at END, updated_at = now()
+                 WHERE tenant_id = $1 AND id = $2
+                """, [p.tenantId, p.id, ms.last?.id, done]))
+        _ = try c.pipeline(tail, commit: true).get()
         return BatchResult(members: ms.count, operations: inserted, done: done)
     }
 
     /// The batch's insert: one row per send (`$3`–`$7` parallel arrays: id, target, `seq`,
     /// revision, channel operation), `$8` "true" for a send to insert as `sending` (claims at
-    /// fan-out) when the member's token is registered (the claim's `tokenReady`, for an update or
+    /// fan-out) when the member has nothing queued or in flight (checked again here: this
+    /// statement's snapshot is taken after the members' locks) and its token is registered (the claim's `tokenReady`, for an update or
     /// end: Android → the installation's FCM token, iOS → the activity's registered update
     /// token), with attempt 1, `$9`'s lease of `$10` seconds and the APNs `timestamp`
     /// max(`$11` now in Unix seconds, the target's clock + 1), also written to `target_clocks`.
-    /// Returns every inserted row's `id`, `target_id` and `status`.
+    /// Returns the rows inserted in flight as the dispatcher's claim reads them
+    /// (`DispatchStore.selectColumns`, each probe by primary key, `target_clocks` as before
+    /// this statement: `DispatchOperation.stampedAtInsert` applies the stamp) and `claim_stamp`
+    /// (their `sent_at`, which fences a return to the queue).
     static let insertSQL = """
         WITH ins AS (
             INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, revision, has_state, state, alert, stale_at,
@@ -216,43 +273,24 @@ public enum FanoutStore {
                             AS last_timestamp
                      FROM targets t JOIN LATERAL (SELECT i.* FROM installations i
                                                    WHERE i.tenant_id = t.tenant_id AND i.id = t.installation_id OFFSET 0) i ON true
-                    WHERE x.claim AND t.tenant_id = $1 AND t.id = x.target_id OFFSET 0) r ON true
+                    WHERE x.claim AND t.tenant_id = $1 AND t.id = x.target_id
+                      AND NOT EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = x.target_id
+                                        AND p.status IN ('queued', 'sending') OFFSET 0)
+                   OFFSET 0) r ON true
              ORDER BY x.target_id, x.seq
-            RETURNING tenant_id, id, target_id, status, provider_timestamp
+            RETURNING *
         ), stamped AS (
             INSERT INTO target_clocks AS k (tenant_id, target_id, last_timestamp)
             SELECT i.tenant_id, i.target_id, i.provider_timestamp FROM ins i WHERE i.status = 'sending'
             ON CONFLICT (tenant_id, target_id) DO UPDATE SET last_timestamp = EXCLUDED.last_timestamp
              WHERE k.last_timestamp < EXCLUDED.last_timestamp
         )
-        SELECT id, target_id, status FROM ins
+        SELECT \(DispatchStore.selectColumns), o.sent_at AS claim_stamp
+          FROM ins o
+          CROSS JOIN LATERAL (SELECT t.* FROM targets t WHERE t.tenant_id = o.tenant_id AND t.id = o.target_id OFFSET 0) t
+          \(DispatchStore.probeJoins)
+         WHERE o.status = 'sending'
         """
-
-    /// Reads what the batch inserted as `sending` (`sending`: target and operation ids) as the
-    /// dispatcher's claim reads it (`DispatchStore.selectColumns`, each row reached by primary
-    /// key), takes the priority-budget decisions (`DispatchStore.priorityDecisions`, applying
-    /// its update when one changes a row) and records the result on `claim` for the hand-over.
-    /// - Throws: `PostgresError`.
-    static func readClaimed(_ c: PostgresConnection, tenantId: String, _ sending: [(targetId: String, id: String)], claim: FanoutClaim) throws {
-        let rows = try c.query(
-            """
-            SELECT \(DispatchStore.selectColumns), o.sent_at AS claim_stamp
-              FROM unnest($2::text[], $3::text[]) AS x(target_id, id)
-              CROSS JOIN LATERAL (SELECT o.* FROM operations o
-                                   WHERE o.tenant_id = $1 AND o.target_id = x.target_id AND o.id = x.id OFFSET 0) o
-              CROSS JOIN LATERAL (SELECT t.* FROM targets t WHERE t.tenant_id = o.tenant_id AND t.id = o.target_id OFFSET 0) t
-              \(DispatchStore.probeJoins)
-            """, [tenantId, PostgresTextArray(sending.map(\.targetId)), PostgresTextArray(sending.map(\.id))])
-        var ops: [DispatchOperation] = []
-        for r in rows {
-            var op = try DispatchOperation(row: r)  // attempts (1) and timestamp as inserted, the clock as stamped
-            op.claimedAt = r["claim_stamp"]
-            ops.append(op)
-        }
-        let (decided, update) = DispatchStore.priorityDecisions(ops, now: claim.terms.clock())
-        if let update { try c.execute(update.sql, update.params) }
-        claim.record(decided)
-    }
 
     /// Coalescing in each member's own queue (docs/write-semantics.md): the newest state-bearing
     /// send of a member (`lastOps[i]`, kind `lastKinds[i]`, `lastHasState[i]` "true"/"false", at
@@ -271,7 +309,19 @@ public enum FanoutStore {
         _ c: PostgresConnection, tenantId: String, targets: [String], lastOps: [String], lastSeqs: [String], lastKinds: [String],
         lastHasState: [String]
     ) throws {
-        let found = try c.query(
+        let probe = supersedeProbe(
+            tenantId: tenantId, targets: targets, lastOps: lastOps, lastSeqs: lastSeqs, lastKinds: lastKinds, lastHasState: lastHasState)
+        if let update = try supersedeUpdate(tenantId: tenantId, found: try c.query(probe.sql, probe.params)) {
+            try c.execute(update.sql, update.params)
+        }
+    }
+
+    /// The first statement of `supersedeQueued` (same parameters): each member's queued
+    /// operations that its newest send supersedes, as rows `(id, last_op)`.
+    static func supersedeProbe(
+        tenantId: String, targets: [String], lastOps: [String], lastSeqs: [String], lastKinds: [String], lastHasState: [String]
+    ) -> PostgresStatement {
+        PostgresStatement(
             """
             SELECT q.id, x.last_op
               FROM unnest($2::text[], $3::text[], $4::text[]::bigint[], $5::text[], $6::text[]::boolean[])
@@ -288,10 +338,16 @@ public enum FanoutStore {
                 tenantId, PostgresTextArray(targets), PostgresTextArray(lastOps), PostgresTextArray(lastSeqs), PostgresTextArray(lastKinds),
                 PostgresTextArray(lastHasState)
             ])
-        guard !found.isEmpty else { return }
+    }
+
+    /// The second statement of `supersedeQueued`: the probe's rows `found` marked superseded by
+    /// their `last_op`, by primary key; nil when the probe found nothing.
+    /// - Throws: `PostgresError` when a row cannot be decoded.
+    static func supersedeUpdate(tenantId: String, found: [PostgresRow]) throws -> PostgresStatement? {
+        guard !found.isEmpty else { return nil }
         var by: [String: JSONValue] = [:]
         for r in found { by[try r.string("id")] = .string(try r.string("last_op")) }
-        try c.execute(
+        return PostgresStatement(
             """
             UPDATE operations o SET status = 'superseded', superseded_by = $3::jsonb ->> o.id, updated_at = now()
              WHERE o.tenant_id = $1 AND o.id = ANY($2::text[]) AND \(DispatchStore.keyedStatus("o", "queued"))

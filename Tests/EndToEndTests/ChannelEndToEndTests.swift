@@ -97,6 +97,10 @@ final class ChannelEndToEndTests: EndToEndTestCase {
         }
         let broadcasts = h.sandbox.broadcasts(channelId: apnsChannel)
         XCTAssertEqual(broadcasts.count, 3, "exactly one broadcast request per channel write")
+        // Each write found both fan-out members idle, so the expander put each push in flight
+        // itself and handed it to the dispatcher (docs/delivery.md "Claims at fan-out").
+        let claimedAtFanout = h.metrics.counter("liverelay_dispatch_claimed_at_fanout_total", help: "", labels: []).value([])
+        XCTAssertEqual(claimedAtFanout, 6, "3 writes x 2 fan-out members, each claimed by the expander")
         for (p, t) in zip(phones.dropFirst(), targets.dropFirst()) {
             XCTAssertTrue(p.waitFor(timeout: 20) { $0.activity(t)?.state == ["message": "Half-time 1-0"] }, "\(p.lockScreen)")
         }

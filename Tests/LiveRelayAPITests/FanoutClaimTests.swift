@@ -22,11 +22,11 @@ final class StubFanoutClaimTaker: CommitClaimTaker, @unchecked Sendable {
         lentAndFreed.withLock { $0.lent += n }
         return (CommitClaimTerms(worker: "stub-fanout", leaseSeconds: 30, settings: DispatchStore.claimSettings, clock: Date.init), n)
     }
-    func takeFanoutClaim(_ ops: [DispatchOperation], lent: Int) {
+    func takeFanoutClaim(_ ops: [DispatchOperation], tenantId: String, lent: Int) {
         taken.withLock { $0 += ops }
         lentAndFreed.withLock { $0.freed += lent }
     }
-    func releaseFanoutClaim(claimed: [DispatchOperation], lent: Int) { lentAndFreed.withLock { $0.freed += lent } }
+    func releaseFanoutClaim(claimed: [DispatchOperation], tenantId: String, lent: Int) { lentAndFreed.withLock { $0.freed += lent } }
 }
 
 /// Claims at fan-out (docs/delivery.md "Claims at fan-out") on real PostgreSQL: the expander
@@ -103,11 +103,14 @@ final class FanoutClaimTests: XCTestCase {
             XCTAssertNil(try r.optionalInt64("provider_timestamp"))
         }
         XCTAssertTrue(try XCTUnwrap(byTarget[targets[1]]).bool("has_head"), "tokenless: queued with its head, for the fair claim to park")
-        let headOf3 = try w.env.db.system { c in
-            try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, targets[3]]).first?.string(
-                "operation_id")
+        let (headOf3, startOf3) = try w.env.db.system { c in
+            (
+                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, targets[3]]).first?.string(
+                    "operation_id"),
+                try c.query("SELECT id FROM operations WHERE tenant_id = $1 AND target_id = $2 AND kind = 'start'", [t, targets[3]])[0].string("id")
+            )
         }
-        XCTAssertNotEqual(headOf3, try XCTUnwrap(byTarget[targets[3]]).string("id"), "the fourth's update waits behind its start")
+        XCTAssertEqual(headOf3, startOf3, "the fourth's update waits behind its queued start, which stays its head")
 
         let handed = taker.taken.withLock { $0 }
         XCTAssertEqual(
@@ -123,6 +126,49 @@ final class FanoutClaimTests: XCTestCase {
         }
         let slots = taker.lentAndFreed.withLock { $0 }
         XCTAssertEqual(slots.lent, slots.freed, "every lent slot freed")
+    }
+
+    /// A member that two writes reach in one walk (an alert, then a newer state) gets both: the
+    /// first in flight, the second queued behind it with no dispatch head until the first is
+    /// applied, when the second becomes the head.
+    func testASecondSendWaitsWithoutAHeadUntilTheFirstIsApplied() throws {
+        let w = try ChannelWorld.make()
+        defer { w.env.tearDown() }
+        let ch = try w.channel()
+        let m = try w.member(platform: "android")
+        let key = try w.sender([m.startTargetId, ch])
+        XCTAssertEqual(w.start(m, channel: ch, as: key).status, 202)
+        let t = w.tenant.id
+        _ = try w.env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND kind = 'start'", [t])
+            try c.execute("UPDATE targets SET status = 'ready' WHERE tenant_id = $1", [t])
+        }
+        let taker = StubFanoutClaimTaker(slots: 10)
+        w.env.db.commitClaims.register(taker)
+        XCTAssertEqual(w.update(ch, ["eta": 1], revision: 0, as: key, extra: ["alert": ["title": "Goal", "body": "1-0"]]).status, 202)
+        XCTAssertEqual(w.update(ch, ["eta": 2], revision: 1, as: key).status, 202)
+        while w.worker().expandOnce() > 0 {}
+        func rows() throws -> [(id: String, status: String, eta: Int64)] {
+            try w.env.db.system { c in
+                try c.query(
+                    "SELECT id, status, (state ->> 'eta')::bigint AS eta FROM operations WHERE tenant_id = $1 AND channel_operation_id IS NOT NULL ORDER BY seq",
+                    [t]
+                ).map { (try $0.string("id"), try $0.string("status"), try $0.int64("eta")) }
+            }
+        }
+        func head() throws -> String? {
+            try w.env.db.system { c in try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1", [t]).first?.string("operation_id")
+            }
+        }
+        let ops = try rows()
+        XCTAssertEqual(ops.map(\.eta), [1, 2], "the alert and the newest state, in commit order")
+        XCTAssertEqual(ops.map(\.status), ["sending", "queued"])
+        XCTAssertNil(try head(), "nothing claimable while the first is in flight")
+        XCTAssertEqual(taker.taken.withLock { $0.map(\.id) }, [ops[0].id])
+        _ = try w.env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'accepted', lease_owner = NULL WHERE tenant_id = $1 AND id = $2", [t, ops[0].id])
+        }
+        XCTAssertEqual(try head(), ops[1].id, "applied: the second is now its target's head")
     }
 
     /// The expander never inserts more in flight than the slots lent: with one slot and two
