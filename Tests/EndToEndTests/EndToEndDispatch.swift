@@ -20,10 +20,11 @@ enum EndToEndDispatch {
         let d = Dispatcher(db: db, conninfo: conninfo, sender: sender, configuration: configuration, metrics: metrics, log: log)
         d.start()
         let provider = APNsChannelProvider(client: sender.channels)
+        var channelConfiguration = ChannelWorkerConfiguration(workerId: "e2e-channels-\(UUID().uuidString.prefix(8))")
+        // deploy/bench/fanout's A/B knob: members per fan-out batch.
+        if let b = ProcessInfo.processInfo.environment["BENCH_FANOUT_BATCH"].flatMap(Int.init), b > 0 { channelConfiguration.fanoutBatchSize = b }
         let channels = ChannelWorker(
-            db: db, conninfo: conninfo, sender: provider, manager: provider,
-            configuration: ChannelWorkerConfiguration(workerId: "e2e-channels-\(UUID().uuidString.prefix(8))"),
-            metrics: metrics, log: log)
+            db: db, conninfo: conninfo, sender: provider, manager: provider, configuration: channelConfiguration, metrics: metrics, log: log)
         channels.start()
         return {
             channels.stop(timeoutSeconds: 10); d.stop(timeoutSeconds: 10)
