@@ -3,6 +3,7 @@ import HTTPServer
 import JSON
 import LiveRelayCore
 import LiveRelayStore
+import Logging
 import Postgres
 
 /// docs/channels.md: channel resources and writes. A master key creates and reads channels; a
@@ -58,6 +59,23 @@ enum ChannelHandlers {
             switch ctx.channels.createChannel(tenantId: tenant, appId: r.appId, environment: r.environment, storagePolicy: r.apnsStoragePolicy) {
             case .ok(let id?):
                 apnsId = id
+                // A transaction that does not commit after this (a later error, or the pool running
+                // the body again on a new connection) would leave APNs holding a channel that no
+                // LiveRelay channel names, one more per attempt: it deletes it instead
+                // (docs/channels.md "Resources"). When COMMIT's outcome is unknown the channel may
+                // have been stored after all; its first broadcast then finds it gone and ends it
+                // (`channel_invalid`), which the tenant sees, where a leak is seen by no one.
+                let (channels, log, appId, environment) = (ctx.channels, ctx.log, r.appId, r.environment)
+                c.addTransactionHook(
+                    TransactionHook(
+                        committed: { _ in },
+                        rolledBack: {
+                            let outcome = channels.deleteChannel(tenantId: tenant, appId: appId, environment: environment, apnsChannelId: id)
+                            if case .ok = outcome { return }
+                            log.warning(
+                                "could not delete the APNs channel of a channel creation that did not commit",
+                                ["app_id": .string(appId), "environment": .string(environment), "outcome": .string("\(outcome)")])
+                        }))
             case .ok(nil):
                 throw providerError("APNs created the channel but sent no apns-channel-id", status: 201, reason: nil)
             case .refused(let status, let reason):

@@ -201,6 +201,32 @@ final class ChannelTests: XCTestCase {
         try w.assertNothingStored(retrying: "refused") { w.fake.refuseCreate.withLock { $0 = nil } }
     }
 
+    /// APNs made the channel but LiveRelay's transaction did not commit (here the insert fails):
+    /// the APNs channel is deleted again, so none is left that no LiveRelay channel names, and
+    /// the same idempotency key then creates exactly one channel. Before, every such attempt
+    /// leaked one APNs channel.
+    func testAnAPNsChannelWhoseCreationDidNotCommitIsDeleted() throws {
+        let w = try ChannelWorld.make()
+        defer { w.env.tearDown() }
+        _ = try w.env.db.system { c in
+            try c.execute(
+                "CREATE FUNCTION lr_test_refuse_channel() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused by the test'; END $$")
+            try c.execute("CREATE TRIGGER lr_test_refuse_channel BEFORE INSERT ON channels FOR EACH ROW EXECUTE FUNCTION lr_test_refuse_channel()")
+        }
+        let failed = w.createChannel(key: "rolled-back")
+        XCTAssertGreaterThanOrEqual(failed.status, 500, "\(failed.json)")
+        let made = w.fake.created.withLock { $0 }
+        XCTAssertEqual(made.count, 1)
+        XCTAssertEqual(w.fake.deleted.withLock { $0 }, made, "the APNs channel of the creation that rolled back is deleted")
+        XCTAssertEqual(try w.count("SELECT count(*) AS n FROM channels"), 0)
+        _ = try w.env.db.system { c in try c.execute("DROP TRIGGER lr_test_refuse_channel ON channels") }
+        let ok = w.createChannel(key: "rolled-back")
+        XCTAssertEqual(ok.status, 201, "\(ok.json)")
+        XCTAssertEqual(w.fake.created.withLock { $0.count }, 2)
+        XCTAssertEqual(w.fake.deleted.withLock { $0 }, made, "a creation that committed keeps its APNs channel")
+        XCTAssertEqual(ok["apns_channel_id"]?.stringValue, w.fake.created.withLock { $0.last })
+    }
+
     /// No credential lists the app: the tenant's set-up, so `400` naming `app_id` (never a
     /// 5xx); no answer from APNs: `502 PROVIDER_ERROR` with null provider status. Neither stores.
     func testMissingCredentialIsTheCallersErrorAndNoAnswerIsAProviderError() throws {
