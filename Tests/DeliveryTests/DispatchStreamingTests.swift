@@ -449,6 +449,49 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(try swept.withLock { $0 }?.get(), 1, "the sweep un-parked it after the write")
     }
 
+    /// An installation's new FCM token un-parks its targets' operations (migration 0033) after
+    /// locking those targets: a write holding one of them and then locking its queued operations
+    /// goes ahead while the token's trigger waits. Before, the trigger locked the parked
+    /// operation first and then waited for the target: the two deadlocked until PostgreSQL's
+    /// deadlock check aborted one (an API request or the device's registration).
+    func testAnFCMTokenLocksTheTargetsBeforeTheirOperations() throws {
+        let t = try h.tenant(), inst = try h.installation(t, platform: "android")
+        let tgt = try h.target(t, installation: inst, token: nil, platform: "android")
+        let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher: it stays queued
+        try h.db.system { c in
+            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
+        }
+        let writer = try PostgresConnection(h.conninfo)
+        defer { writer.close() }
+        try writer.execute("BEGIN")
+        try writer.execute("SELECT set_config('app.scope', 'system', true)")
+        _ = try writer.query("SELECT 1 AS one FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, tgt])
+        let registered = Locked<Result<Int, Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        let db = h.db
+        Thread {
+            let r = Result {
+                try db.system { c in
+                    try c.execute("UPDATE installations SET fcm_token = 'fcm-new' WHERE tenant_id = $1 AND id = $2", [t, inst])
+                }
+            }
+            registered.withLock { $0 = r }
+            done.signal()
+        }.start()
+        Thread.sleep(forTimeInterval: 0.3)  // the token's trigger waits for the target's row by now
+        let began = Date()
+        XCTAssertNoThrow(
+            try writer.query("SELECT 1 AS one FROM operations WHERE tenant_id = $1 AND target_id = $2 FOR UPDATE", [t, tgt]),
+            "the write locks its queued operations without a deadlock")
+        XCTAssertLessThan(Date().timeIntervalSince(began), 0.5, "the write did not wait for the token's trigger")
+        try writer.execute("COMMIT")
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
+        XCTAssertEqual(try registered.withLock { $0 }?.get(), 1, "the registration committed")
+        XCTAssertEqual(
+            try h.row("SELECT pending_reason IS NULL AS unparked FROM operations WHERE tenant_id = $1 AND id = $2", [t, op]).bool("unparked"), true,
+            "and un-parked the operation")
+    }
+
     /// The re-check after a claim that parked (`DispatchStore.parkedRows`, `unparkIfTokenReady`):
     /// a claim reports what it parked; once the token is there but the operation is still
     /// parked (a registration that committed while the claim was parking it un-parked nothing),
