@@ -2,7 +2,6 @@ import Foundation
 import JSON
 import LiveRelayCore
 import LiveRelayStore
-import Locking
 import Logging
 import Metrics
 import Postgres
@@ -14,9 +13,6 @@ public struct ChannelWorkerConfiguration: Sendable {
     public var workerId: String
     /// Members walked per fan-out transaction.
     public var fanoutBatchSize: Int
-    /// Fan-out transactions run at once on one channel write's walk (docs/channels.md "Fan-out"):
-    /// each takes its own range of `fanoutBatchSize` members, on its own connection.
-    public var fanoutParallelism: Int
     /// Channels expanded per pass (round robin across tenants).
     public var fanoutChannelsPerPass: Int
     /// Threads sending broadcasts (each blocks on one request).
@@ -29,13 +25,11 @@ public struct ChannelWorkerConfiguration: Sendable {
     public var defaultExpirationSeconds: Int
     public var retryPolicy: RetryPolicy
     public init(
-        workerId: String = DispatcherConfiguration.defaultWorkerId(), fanoutBatchSize: Int = 500, fanoutParallelism: Int = 2,
-        fanoutChannelsPerPass: Int = 16,
+        workerId: String = DispatcherConfiguration.defaultWorkerId(), fanoutBatchSize: Int = 500, fanoutChannelsPerPass: Int = 16,
         broadcastThreads: Int = 4, leaseSeconds: Double = 30, pollSeconds: Double = 1, defaultExpirationSeconds: Int = 3600,
         retryPolicy: RetryPolicy = .standard
     ) {
-        self.workerId = workerId; self.fanoutBatchSize = max(1, fanoutBatchSize); self.fanoutParallelism = max(1, fanoutParallelism)
-        self.fanoutChannelsPerPass = max(1, fanoutChannelsPerPass)
+        self.workerId = workerId; self.fanoutBatchSize = max(1, fanoutBatchSize); self.fanoutChannelsPerPass = max(1, fanoutChannelsPerPass)
         self.broadcastThreads = max(1, broadcastThreads); self.leaseSeconds = leaseSeconds; self.pollSeconds = pollSeconds
         self.defaultExpirationSeconds = defaultExpirationSeconds; self.retryPolicy = retryPolicy
     }
@@ -161,7 +155,12 @@ public final class ChannelWorker: @unchecked Sendable {
             let pending = try db.system { c in try FanoutStore.pending(c, limit: configuration.fanoutChannelsPerPass, rotation: r) }
             for p in pending {
                 let day = QuotaStore.day(Date())
-                let res = try expandStep(p, day: day)
+                let res = try db.system { c in
+                    // Slots a dispatcher of this process lends (docs/delivery.md "Claims at fan-out").
+                    try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day) { [db] want in
+                        FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: want)
+                    }
+                }
                 if res.skipped { continue }
                 worked += 1
                 if res.operations > 0 { fanoutOps.increment([], by: Double(res.operations)) }
@@ -173,46 +172,6 @@ public final class ChannelWorker: @unchecked Sendable {
             if isRunning { log.warning("fan-out pass failed", ["error": .string("\(error)")]) }
         }
         return worked
-    }
-
-    /// One step of `p`'s walk: with `fanoutParallelism` 1 a batch (`FanoutStore.expandBatch`);
-    /// otherwise a coordinating transaction locks the walk, splits the next members into ranges
-    /// of `fanoutBatchSize`, has each range expanded in a transaction of its own on its own
-    /// connection, all at once (`FanoutStore.expandMembers`), and moves the cursor past them once
-    /// every range committed. A range that fails makes the coordinator roll back: the next pass
-    /// walks those ranges again, and members an earlier attempt reached get nothing new (their
-    /// `channel_seq` is at the write already). Each range asks the dispatcher of this process for
-    /// its own slots (docs/delivery.md "Claims at fan-out").
-    private func expandStep(_ p: FanoutStore.Pending, day: String) throws -> FanoutStore.BatchResult {
-        let batch = configuration.fanoutBatchSize, db = db
-        @Sendable func reserve(_ c: PostgresConnection) -> (Int) -> FanoutClaim? {
-            { want in FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: want) }
-        }
-        if configuration.fanoutParallelism <= 1 {
-            return try db.system { c in try FanoutStore.expandBatch(c, p, batchSize: batch, day: day, reserve: reserve(c)) }
-        }
-        return try db.system { c in
-            guard let cursor = try FanoutStore.lockWalk(c, p) else { return FanoutStore.BatchResult(skipped: true) }
-            let next = try FanoutStore.nextRanges(c, p, after: cursor, batchSize: batch, parts: configuration.fanoutParallelism)
-            let results = Locked<[Result<(members: Int, operations: Int, last: String?), Error>]>([])
-            DispatchQueue.concurrentPerform(iterations: next.ranges.count) { i in
-                let range = next.ranges[i]
-                let r = Result {
-                    try db.system { rc in
-                        try FanoutStore.expandMembers(
-                            rc, p, after: range.after, through: range.through, limit: nil, day: day, reserve: reserve(rc))
-                    }
-                }
-                results.withLock { $0.append(r) }
-            }
-            var out = FanoutStore.BatchResult(done: next.done)
-            for r in results.withLock({ $0 }) {
-                let v = try r.get()
-                out.members += v.members; out.operations += v.operations
-            }
-            try FanoutStore.advance(c, p, cursor: next.last, done: next.done)
-            return out
-        }
     }
 
     private func expandLoop() {

@@ -73,27 +73,13 @@ public enum FanoutStore {
     public static func expandBatch(
         _ c: PostgresConnection, _ p: Pending, batchSize: Int, day: String, reserve: ((Int) -> FanoutClaim?)? = nil
     ) throws -> BatchResult {
-        // Round trip 1.
-        guard let cursor = try lockWalk(c, p) else { return BatchResult(skipped: true) }
-        let r = try expandMembers(c, p, after: cursor, through: nil, limit: batchSize, day: day, reserve: reserve) { members, last in
-            [advanceStatement(p, cursor: last, done: members < batchSize)]
-        }
-        return BatchResult(members: r.members, operations: r.operations, done: r.members < batchSize)
-    }
-
-    /// Round trip 1 of a batch: locks channel operation `p` (`FOR NO KEY UPDATE SKIP LOCKED`:
-    /// one walker at a time, and no conflict with a foreign-key check of its row) and, only when
-    /// the lock was taken, marks the older pending operations of its channel done (this walk
-    /// delivers their alerts and supersedes their state). Returns the walk's cursor ("" before
-    /// the first batch), or nil when another expander holds it or it is no longer pending.
-    /// - Throws: `PostgresError`.
-    public static func lockWalk(_ c: PostgresConnection, _ p: Pending) throws -> String? {
+        // Round trip 1. The older pending operations are marked done only when the lock was taken.
         guard
             let head = try c.query(
                 """
                 WITH head AS (
                     SELECT fanout_cursor FROM channel_operations WHERE tenant_id = $1 AND id = $2 AND fanout_state = 'pending'
-                       FOR NO KEY UPDATE SKIP LOCKED
+                       FOR UPDATE SKIP LOCKED
                 ), older AS (
                     UPDATE channel_operations SET fanout_state = 'done', fanout_done_at = now(), updated_at = now()
                      WHERE tenant_id = $1 AND channel_id = $3 AND seq < $4 AND fanout_state = 'pending' AND EXISTS (SELECT 1 FROM head)
@@ -101,70 +87,12 @@ public enum FanoutStore {
                 SELECT fanout_cursor FROM head
                 """, [p.tenantId, p.id, p.channelId, p.seq]
             ).first
-        else { return nil }
-        return try head.optionalString("fanout_cursor") ?? ""
-    }
-
-    /// The statement that moves the walk's cursor to `cursor` (nil: unchanged) and, when `done`,
-    /// ends the walk.
-    static func advanceStatement(_ p: Pending, cursor: String?, done: Bool) -> PostgresStatement {
-        PostgresStatement(
-            """
-            UPDATE channel_operations SET fanout_cursor = COALESCE($3, fanout_cursor),
-                   fanout_state = CASE WHEN $4::boolean THEN 'done' ELSE fanout_state END,
-                   fanout_done_at = CASE WHEN $4::boolean THEN now() ELSE fanout_done_at END, updated_at = now()
-             WHERE tenant_id = $1 AND id = $2
-            """, [p.tenantId, p.id, cursor, done])
-    }
-
-    /// Moves the walk of `p` (locked by `lockWalk` in this transaction) to `cursor`, ends it when
-    /// `done`, and commits.
-    /// - Throws: `PostgresError`.
-    public static func advance(_ c: PostgresConnection, _ p: Pending, cursor: String?, done: Bool) throws {
-        _ = try c.pipeline([advanceStatement(p, cursor: cursor, done: done)], commit: true).get()
-    }
-
-    /// Splits the next `parts` × `batchSize` members of the walk of `p` after `cursor` into up to
-    /// `parts` ranges of `batchSize` (`after`, `through`], for `expandMembers` on parallel
-    /// connections (docs/channels.md "Fan-out"); `last`: the last member read (the new cursor),
-    /// `done`: no member after it.
-    /// - Throws: `PostgresError`.
-    public static func nextRanges(
-        _ c: PostgresConnection, _ p: Pending, after cursor: String, batchSize: Int, parts: Int
-    ) throws -> (ranges: [(after: String, through: String)], last: String?, done: Bool) {
-        let ids = try c.query(
-            """
-            SELECT id FROM targets
-             WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
-             ORDER BY id LIMIT $4
-            """, [p.tenantId, p.channelId, cursor, batchSize * parts]
-        ).map { try $0.string("id") }
-        var ranges: [(after: String, through: String)] = []
-        var lo = cursor
-        for start in stride(from: 0, to: ids.count, by: batchSize) {
-            let hi = ids[min(ids.count, start + batchSize) - 1]
-            ranges.append((lo, hi))
-            lo = hi
-        }
-        return (ranges, ids.last, ids.count < batchSize * parts)
-    }
-
-    /// Round trips 2–4 of a batch (see `expandBatch`) over the live fan-out members with `after` <
-    /// id ≤ `through` (nil: no upper bound), at most `limit` of them (nil: all), in the caller's
-    /// transaction, which the last round trip commits after the statements `tail(members walked,
-    /// last member id)`. Members already at `p`'s write or newer (a range walked again after its
-    /// coordinator failed) get nothing. Returns the members walked, the operations inserted and
-    /// the last member's id.
-    /// - Throws: `PostgresError`.
-    public static func expandMembers(
-        _ c: PostgresConnection, _ p: Pending, after cursor: String, through: String?, limit: Int?, day: String,
-        reserve: ((Int) -> FanoutClaim?)?, tail extra: (Int, String?) -> [PostgresStatement] = { _, _ in [] }
-    ) throws -> (members: Int, operations: Int, last: String?) {
+        else { return BatchResult(skipped: true) }
         // Keyset walk: `id > cursor` ('' before the first batch sorts below every id) is an index
         // condition of `targets_channel_fanout` in the statement's generic plan too; the former
         // `($3 IS NULL OR id > $3)` was not, so every batch re-read the channel from its first
-        // member (215 ms per batch of 500 at 20,000 members: the walk was quadratic). The upper
-        // bound of a range is a filter; the lower bound and the limit (NULL: none) end the scan.
+        // member (215 ms per batch of 500 at 20,000 members: the walk was quadratic).
+        let cursor = try head.optionalString("fanout_cursor") ?? ""
         // Round trip 2: the members, locked, and the channel writes newer than the lowest
         // watermark among them (read after the lock, so the watermarks cannot move).
         // `live` (only when claiming): the member has an operation queued or in flight, so a new
@@ -172,7 +100,6 @@ public enum FanoutStore {
         // never a join over the tenant's queue); `$5` false skips it (AND short-circuits).
         let memberFilter = """
             tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
-               AND ($6::text IS NULL OR id <= $6::text)
             """
         let r2 = try c.pipeline([
             PostgresStatement(
@@ -181,7 +108,7 @@ public enum FanoutStore {
                        $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
                                                  AND p.status IN ('queued', 'sending') OFFSET 0) AS live
                   FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4 FOR UPDATE
-                """, [p.tenantId, p.channelId, cursor, limit, reserve != nil, through]),
+                """, [p.tenantId, p.channelId, cursor, batchSize, reserve != nil]),
             PostgresStatement(
                 """
                 SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
@@ -189,7 +116,7 @@ public enum FanoutStore {
                    AND seq > (SELECT COALESCE(min(m.channel_seq), $5) FROM (
                                 SELECT channel_seq FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4) m)
                  ORDER BY seq
-                """, [p.tenantId, p.channelId, cursor, limit, p.seq, through])
+                """, [p.tenantId, p.channelId, cursor, batchSize, p.seq])
         ]).get()
         struct Member { let id: String; let watermark: Int64; let opSeq: Int64; let revision: Int64; let live: Bool }
         let ms = try r2[0].rows.map {
@@ -197,6 +124,7 @@ public enum FanoutStore {
                 id: try $0.string("id"), watermark: try $0.int64("channel_seq"), opSeq: try $0.int64("op_seq"),
                 revision: try $0.int64("revision"), live: try $0.bool("live"))
         }
+        let done = ms.count < batchSize
         var inserted = 0
         var tail: [PostgresStatement] = []
         var facts: [ChannelWriteFacts] = [], stateful: [String: Bool] = [:]
@@ -299,11 +227,16 @@ public enum FanoutStore {
             if inserted > sending { try c.notify(OperationStore.dispatchChannel, payload: p.tenantId) }
         }
         // Round trip 4.
-        tail += extra(ms.count, ms.last?.id)
-        if !tail.isEmpty {
-            _ = try c.pipeline(tail, commit: true).get()
-        }
-        return (ms.count, inserted, ms.last?.id)
+        tail.append(
+            PostgresStatement(
+                """
+                UPDATE channel_operations SET fanout_cursor = COALESCE($3, fanout_cursor),
+                       fanout_state = CASE WHEN $4::boolean THEN 'done' ELSE fanout_state END,
+                       fanout_done_at = CASE WHEN $4::boolean THEN now() ELSE fanout_done_at END, updated_at = now()
+                 WHERE tenant_id = $1 AND id = $2
+                """, [p.tenantId, p.id, ms.last?.id, done]))
+        _ = try c.pipeline(tail, commit: true).get()
+        return BatchResult(members: ms.count, operations: inserted, done: done)
     }
 
     /// The batch's insert: one row per send (`$3`–`$7` parallel arrays: id, target, `seq`,
