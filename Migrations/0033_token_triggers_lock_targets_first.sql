@@ -15,17 +15,19 @@
 -- change: it fires inside the UPDATE of its own target row, which holds that row already.
 CREATE OR REPLACE FUNCTION lr_dispatch_start_token() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE locked text[];
 BEGIN
   IF NEW.push_to_start_token IS NOT NULL AND OLD.push_to_start_token IS DISTINCT FROM NEW.push_to_start_token THEN
-    PERFORM 1 FROM targets t
-     WHERE t.tenant_id = NEW.tenant_id AND t.start_target_id = NEW.id
-       AND EXISTS (SELECT 1 FROM operations o WHERE o.tenant_id = t.tenant_id AND o.target_id = t.id
-                     AND o.status = 'queued' AND o.pending_reason = 'token_pending')
-     ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t;
+    SELECT array_agg(l.id) INTO locked FROM (
+      SELECT t.id FROM targets t
+       WHERE t.tenant_id = NEW.tenant_id AND t.start_target_id = NEW.id
+         AND EXISTS (SELECT 1 FROM operations o WHERE o.tenant_id = t.tenant_id AND o.target_id = t.id
+                       AND o.status = 'queued' AND o.pending_reason = 'token_pending')
+       ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t) l;
+    -- Only the targets locked above: an operation parked after that snapshot is left to the
+    -- dispatcher's re-check (`unparkIfTokenReady`), which locks its target first.
     UPDATE operations o SET pending_reason = NULL, updated_at = now()
-      FROM targets t
-     WHERE t.tenant_id = NEW.tenant_id AND t.start_target_id = NEW.id
-       AND o.tenant_id = t.tenant_id AND o.target_id = t.id AND o.status = 'queued' AND o.pending_reason = 'token_pending';
+     WHERE o.tenant_id = NEW.tenant_id AND o.target_id = ANY(locked) AND o.status = 'queued' AND o.pending_reason = 'token_pending';
     IF FOUND OR EXISTS (SELECT 1 FROM targets t JOIN dispatch_heads h ON h.tenant_id = t.tenant_id AND h.target_id = t.id
                          WHERE t.tenant_id = NEW.tenant_id AND t.start_target_id = NEW.id) THEN
       PERFORM pg_notify('liverelay_dispatch', NEW.tenant_id);
@@ -36,18 +38,17 @@ END $$;
 
 CREATE OR REPLACE FUNCTION lr_dispatch_fcm_token() RETURNS trigger
 LANGUAGE plpgsql AS $$
-DECLARE unparked boolean;
+DECLARE unparked boolean; locked text[];
 BEGIN
   IF NEW.fcm_token IS NOT NULL AND OLD.fcm_token IS DISTINCT FROM NEW.fcm_token THEN
-    PERFORM 1 FROM targets t
-     WHERE t.tenant_id = NEW.tenant_id AND t.installation_id = NEW.id
-       AND EXISTS (SELECT 1 FROM operations o WHERE o.tenant_id = t.tenant_id AND o.target_id = t.id
-                     AND o.status = 'queued' AND o.pending_reason = 'token_pending')
-     ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t;
+    SELECT array_agg(l.id) INTO locked FROM (
+      SELECT t.id FROM targets t
+       WHERE t.tenant_id = NEW.tenant_id AND t.installation_id = NEW.id
+         AND EXISTS (SELECT 1 FROM operations o WHERE o.tenant_id = t.tenant_id AND o.target_id = t.id
+                       AND o.status = 'queued' AND o.pending_reason = 'token_pending')
+       ORDER BY t.tenant_id, t.id FOR NO KEY UPDATE OF t) l;
     UPDATE operations o SET pending_reason = NULL, updated_at = now()
-      FROM targets t
-     WHERE t.tenant_id = NEW.tenant_id AND t.installation_id = NEW.id
-       AND o.tenant_id = t.tenant_id AND o.target_id = t.id AND o.status = 'queued' AND o.pending_reason = 'token_pending';
+     WHERE o.tenant_id = NEW.tenant_id AND o.target_id = ANY(locked) AND o.status = 'queued' AND o.pending_reason = 'token_pending';
     unparked := FOUND;
     -- Android targets are token-registered exactly while the installation has an FCM token (docs/providers.md).
     UPDATE targets SET token_status = 'registered',

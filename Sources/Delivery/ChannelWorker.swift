@@ -156,10 +156,12 @@ public final class ChannelWorker: @unchecked Sendable {
             for p in pending {
                 let day = QuotaStore.day(Date())
                 let res = try db.system { c in
-                    // Slots a dispatcher of this process lends (docs/delivery.md "Claims at fan-out").
-                    try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day) { [db] want in
-                        FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: want)
-                    }
+                    // Slots a dispatcher of this process lends (docs/delivery.md "Claims at fan-out");
+                    // without one, no liveness probe per member either.
+                    let reserve: ((Int) -> FanoutClaim?)? =
+                        db.commitClaims.current == nil
+                        ? nil : { [db] want in FanoutClaim.begin(c, db: db, tenantId: p.tenantId, want: want) }
+                    return try FanoutStore.expandBatch(c, p, batchSize: configuration.fanoutBatchSize, day: day, reserve: reserve)
                 }
                 if res.skipped { continue }
                 worked += 1

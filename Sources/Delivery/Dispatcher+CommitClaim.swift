@@ -71,8 +71,7 @@ extension Dispatcher {
     /// submitters like a claim's result; the `lent` slots become their outstanding entries (the
     /// rest are freed). When stopping, they go back to the queue instead.
     public func takeFanoutClaim(_ ops: [DispatchOperation], tenantId: String, lent: Int) {
-        endFanoutReservation(tenantId: tenantId, lent: lent)
-        guard hand(ops, lent: lent), !ops.isEmpty else { return }
+        guard hand(ops, lent: lent, fanoutTenant: tenantId), !ops.isEmpty else { return }
         counters.claimedAtFanout(ops.count)
         claimedAtFanoutTotal.increment([], by: Double(ops.count))
         for op in ops where op.budgetDecision?.downgraded == true { priorityDowngrades.increment([]) }
@@ -82,17 +81,7 @@ extension Dispatcher {
     /// is unknown, or came too late); what it inserted as `sending` goes back to the queue
     /// should it have been committed after all (`returnToQueueLater`, fenced by `sent_at`).
     public func releaseFanoutClaim(claimed ops: [DispatchOperation], tenantId: String, lent: Int) {
-        endFanoutReservation(tenantId: tenantId, lent: lent)
-        _ = hand([], lent: lent)
+        _ = hand([], lent: lent, fanoutTenant: tenantId)
         returnToQueueLater(ops, why: "a fan-out batch whose transaction did not report COMMIT")
-    }
-
-    /// The tenant's `lent` reserved slots stop counting toward its room (`tenantRoom`): they are
-    /// about to become outstanding operations or free slots.
-    private func endFanoutReservation(tenantId: String, lent: Int) {
-        cond.lock()
-        let left = (fanoutReserved[tenantId] ?? 0) - lent
-        fanoutReserved[tenantId] = left > 0 ? left : nil
-        cond.unlock()
     }
 }

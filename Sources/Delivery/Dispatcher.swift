@@ -398,11 +398,18 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
 
     /// Records `claimed` as outstanding and queues it for the submitters, freeing `lent` slots
     /// lent to claims at commit in the same step (so the claim loops never see a free slot in
-    /// between); when stopping, returns it to the queue instead and answers false.
-    func hand(_ claimed: [DispatchOperation], lent: Int = 0) -> Bool {
+    /// between); `fanoutTenant`: the slots were lent to that tenant's fan-out batch, whose
+    /// reservation ends in the same step (a tenant capped by it is woken). When stopping,
+    /// returns it to the queue instead and answers false.
+    func hand(_ claimed: [DispatchOperation], lent: Int = 0, fanoutTenant: String? = nil) -> Bool {
         guard !claimed.isEmpty || lent > 0 else { return true }
         cond.lock()
         commitReserved -= lent
+        if let t = fanoutTenant {  // lent to a fan-out batch: no longer counted in the tenant's room
+            let left = (fanoutReserved[t] ?? 0) - lent
+            fanoutReserved[t] = left > 0 ? left : nil
+            if capped.remove(t) != nil { wakeRequested = true }
+        }
         if stopping {
             cond.broadcast()
             cond.unlock()

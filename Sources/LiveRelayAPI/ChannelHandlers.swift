@@ -61,20 +61,20 @@ enum ChannelHandlers {
                 apnsId = id
                 // A transaction that does not commit after this (a later error, or the pool running
                 // the body again on a new connection) would leave APNs holding a channel that no
-                // LiveRelay channel names, one more per attempt: it deletes it instead
-                // (docs/channels.md "Resources"). When COMMIT's outcome is unknown the channel may
-                // have been stored after all; its first broadcast then finds it gone and ends it
-                // (`channel_invalid`), which the tenant sees, where a leak is seen by no one.
-                let (channels, log, appId, environment) = (ctx.channels, ctx.log, r.appId, r.environment)
+                // LiveRelay channel names, one more per attempt: it is deleted instead
+                // (docs/channels.md "Resources"), off the request's transaction and after a short
+                // wait, and only when no channel names it (a COMMIT whose outcome was unknown may
+                // have stored it after all). When that check cannot run, it is left alone.
+                let (db, channels, log, appId, environment) = (ctx.db, ctx.channels, ctx.log, r.appId, r.environment)
                 c.addTransactionHook(
                     TransactionHook(
                         committed: { _ in },
                         rolledBack: {
-                            let outcome = channels.deleteChannel(tenantId: tenant, appId: appId, environment: environment, apnsChannelId: id)
-                            if case .ok = outcome { return }
-                            log.warning(
-                                "could not delete the APNs channel of a channel creation that did not commit",
-                                ["app_id": .string(appId), "environment": .string(environment), "outcome": .string("\(outcome)")])
+                            DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) {
+                                Self.deleteUnstoredAPNsChannel(
+                                    db: db, channels: channels, log: log, tenantId: tenant, appId: appId, environment: environment,
+                                    apnsChannelId: id)
+                            }
                         }))
             case .ok(nil):
                 throw providerError("APNs created the channel but sent no apns-channel-id", status: 201, reason: nil)
@@ -92,6 +92,28 @@ enum ChannelHandlers {
             let ch = try ChannelStore.insert(c, tenantId: tenant, id: Identifier.make(.channel), r, apnsChannelId: apnsId, createdByKeyId: keyId)
             return (201, Encode.channel(ch))
         }
+    }
+
+    /// Deletes APNs channel `apnsChannelId` (made by a creation whose transaction did not
+    /// commit) unless a channel of `tenantId` names it; logs a deletion APNs refused and a check
+    /// that could not run (then the APNs channel is kept).
+    static func deleteUnstoredAPNsChannel(
+        db: Database, channels: any ChannelManaging, log: Logger, tenantId: String, appId: String, environment: String,
+        apnsChannelId: String
+    ) {
+        let fields: [String: JSONValue] = ["app_id": .string(appId), "environment": .string(environment)]
+        do {
+            let stored = try db.tenant(tenantId) { c in try ChannelStore.namesAPNsChannel(c, tenantId: tenantId, apnsChannelId: apnsChannelId) }
+            if stored { return }
+        } catch {
+            log.warning("kept the APNs channel of a channel creation that may not have committed: could not check", fields)
+            return
+        }
+        let outcome = channels.deleteChannel(tenantId: tenantId, appId: appId, environment: environment, apnsChannelId: apnsChannelId)
+        if case .ok = outcome { return }
+        log.warning(
+            "could not delete the APNs channel of a channel creation that did not commit",
+            fields.merging(["outcome": .string("\(outcome)")]) { a, _ in a })
     }
 
     /// `502 PROVIDER_ERROR` with `details.provider_status` / `provider_reason`.

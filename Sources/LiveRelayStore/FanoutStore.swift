@@ -109,14 +109,7 @@ public enum FanoutStore {
                                                  AND p.status IN ('queued', 'sending') OFFSET 0) AS live
                   FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4 FOR UPDATE
                 """, [p.tenantId, p.channelId, cursor, batchSize, reserve != nil]),
-            PostgresStatement(
-                """
-                SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
-                 WHERE tenant_id = $1 AND channel_id = $2 AND seq <= $5
-                   AND seq > (SELECT COALESCE(min(m.channel_seq), $5) FROM (
-                                SELECT channel_seq FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4) m)
-                 ORDER BY seq
-                """, [p.tenantId, p.channelId, cursor, batchSize, p.seq])
+            writesStatement(p, after: cursor, batchSize: batchSize)
         ]).get()
         struct Member { let id: String; let watermark: Int64; let opSeq: Int64; let revision: Int64; let live: Bool }
         let ms = try r2[0].rows.map {
@@ -127,13 +120,26 @@ public enum FanoutStore {
         let done = ms.count < batchSize
         var inserted = 0
         var tail: [PostgresStatement] = []
+        // The writes statement read the members again, in a snapshot of its own: a member that
+        // joined in between can push a locked member out of its batch. When the locked members'
+        // lowest watermark is below the one it used, the writes in between are read now (rare).
+        var writeRows = r2[1].rows.filter { $0["id"] != nil }
+        let usedLow = try r2[1].rows.first?.int64("low") ?? p.seq
+        if let low = ms.map(\.watermark).min(), low < usedLow {
+            writeRows += try c.query(
+                """
+                SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
+                 WHERE tenant_id = $1 AND channel_id = $2 AND seq > $3 AND seq <= $4 ORDER BY seq
+                """, [p.tenantId, p.channelId, low, usedLow])
+        }
         var facts: [ChannelWriteFacts] = [], stateful: [String: Bool] = [:]
-        for w in r2[1].rows {
+        for w in writeRows {
             let f = ChannelWriteFacts(
                 id: try w.string("id"), seq: try w.int64("seq"), kind: PushEvent(rawValue: try w.string("kind")) ?? .update,
                 hasAlert: try w.bool("has_alert"))
             facts.append(f); stateful[f.id] = try w.bool("has_state")
         }
+        facts.sort { $0.seq < $1.seq }
         // Slots only for members whose first new operation can go now: asked for after the
         // members are known, so a batch holds no more than it can use.
         let claimable = ms.filter { !$0.live && $0.watermark < p.seq }.count
@@ -237,6 +243,28 @@ public enum FanoutStore {
                 """, [p.tenantId, p.id, ms.last?.id, done]))
         _ = try c.pipeline(tail, commit: true).get()
         return BatchResult(members: ms.count, operations: inserted, done: done)
+    }
+
+    /// The second statement of round trip 2: the channel writes after the lowest watermark
+    /// (`channel_seq`) of the batch's members, up to `p`'s, in commit order, each row also
+    /// carrying that watermark as `low` (`p.seq` when no member is below it); always at least one
+    /// row (with a null `id` when there are no writes), so the caller learns `low`.
+    static func writesStatement(_ p: Pending, after cursor: String, batchSize: Int) -> PostgresStatement {
+        PostgresStatement(
+            """
+            WITH low AS (
+                SELECT COALESCE(min(m.channel_seq), $5) AS v FROM (
+                    SELECT channel_seq FROM targets
+                     WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed')
+                       AND id > $3
+                     ORDER BY id LIMIT $4) m
+            )
+            SELECT low.v AS low, w.id, w.seq, w.kind, w.has_state, w.has_alert
+              FROM low LEFT JOIN LATERAL (
+                   SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
+                    WHERE tenant_id = $1 AND channel_id = $2 AND seq > low.v AND seq <= $5) w ON true
+             ORDER BY w.seq
+            """, [p.tenantId, p.channelId, cursor, batchSize, p.seq])
     }
 
     /// The batch's insert: one row per send (`$3`–`$7` parallel arrays: id, target, `seq`,

@@ -4,6 +4,7 @@ import LiveRelayTestSupport
 import Delivery
 import JSON
 import LiveRelayCore
+@testable import LiveRelayAPI
 import LiveRelayStore
 import Logging
 import Metrics
@@ -217,12 +218,21 @@ final class ChannelTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(failed.status, 500, "\(failed.json)")
         let made = w.fake.created.withLock { $0 }
         XCTAssertEqual(made.count, 1)
+        let deadline = Date().addingTimeInterval(10)
+        while w.fake.deleted.withLock({ $0.isEmpty }) && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
         XCTAssertEqual(w.fake.deleted.withLock { $0 }, made, "the APNs channel of the creation that rolled back is deleted")
         XCTAssertEqual(try w.count("SELECT count(*) AS n FROM channels"), 0)
         _ = try w.env.db.system { c in try c.execute("DROP TRIGGER lr_test_refuse_channel ON channels") }
         let ok = w.createChannel(key: "rolled-back")
         XCTAssertEqual(ok.status, 201, "\(ok.json)")
         XCTAssertEqual(w.fake.created.withLock { $0.count }, 2)
+        // A creation whose COMMIT's outcome was unknown but which did commit: the hook finds the
+        // stored channel and keeps its APNs channel.
+        let kept = try XCTUnwrap(ok["apns_channel_id"]?.stringValue)
+        ChannelHandlers.deleteUnstoredAPNsChannel(
+            db: w.env.db, channels: w.fake, log: Logger(minimum: .error, sink: { _ in }), tenantId: w.tenant.id, appId: "com.example.app",
+            environment: "sandbox", apnsChannelId: kept)
+        Thread.sleep(forTimeInterval: 0.7)  // past the rolled-back hook's wait: nothing else may be deleted
         XCTAssertEqual(w.fake.deleted.withLock { $0 }, made, "a creation that committed keeps its APNs channel")
         XCTAssertEqual(ok["apns_channel_id"]?.stringValue, w.fake.created.withLock { $0.last })
     }
