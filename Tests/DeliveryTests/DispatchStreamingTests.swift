@@ -411,42 +411,57 @@ final class DispatchStreamingTests: DispatchTestCase {
         XCTAssertEqual(try unclaim(second.claimedAt), 1)
     }
 
-    /// The un-park sweep locks a target before its operations, the order writes take: a write
-    /// holding the target (as `lockForWrite` does) and then locking its queued operations goes
-    /// ahead while the sweep waits for the target. When the sweep updated the operation first
-    /// (its dispatch-head trigger then waited for the target), the two deadlocked.
-    func testTheUnparkSweepLocksTheTargetBeforeItsOperations() throws {
-        let t = try h.tenant(), inst = try h.installation(t)
-        let tgt = try h.target(t, installation: inst, token: "tok-lock-order")
-        let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher: it stays queued
-        try h.db.system { c in
-            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
-        }
+    /// A write holding target `target` of tenant `t` (as `lockForWrite` does) while `other` runs
+    /// on a thread of its own, then locking the target's queued operations: asserts the write
+    /// went ahead at once (`other` waits for the target), commits, and returns `other`'s result.
+    /// When `other` locked the operation first and then waited for the target, the two
+    /// deadlocked until PostgreSQL's deadlock check (deadlock_timeout, 1 s) aborted one of them.
+    func resultAfterAWriteGoesFirst(
+        tenant t: String, target: String, _ other: @escaping @Sendable () throws -> Int, line: UInt = #line
+    ) throws -> Int {
         let writer = try PostgresConnection(h.conninfo)
         defer { writer.close() }
         try writer.execute("BEGIN")
         try writer.execute("SELECT set_config('app.scope', 'system', true)")
-        _ = try writer.query("SELECT 1 AS one FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, tgt])
-        let swept = Locked<Result<Int, Error>?>(nil)
+        _ = try writer.query("SELECT 1 AS one FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, target])
+        let result = Locked<Result<Int, Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
-        let db = h.db
         Thread {
-            let r = Result { try db.system { c in try DispatchStore.unparkTokenPending(c) } }
-            swept.withLock { $0 = r }
+            let r = Result { try other() }
+            result.withLock { $0 = r }
             done.signal()
         }.start()
-        Thread.sleep(forTimeInterval: 0.3)  // the sweep waits for the target's row by now
-        // With the operation locked by the sweep first, this waited for PostgreSQL's deadlock
-        // check (deadlock_timeout, 1 s), which then aborted one of the two (the sweep's
-        // transaction is retried, so only the wait shows).
+        Thread.sleep(forTimeInterval: 0.3)  // `other` waits for the target's row by now
         let began = Date()
         XCTAssertNoThrow(
-            try writer.query("SELECT 1 AS one FROM operations WHERE tenant_id = $1 AND target_id = $2 FOR UPDATE", [t, tgt]),
-            "the write locks its queued operations without a deadlock")
-        XCTAssertLessThan(Date().timeIntervalSince(began), 0.5, "the write did not wait for the sweep")
+            try writer.query("SELECT 1 AS one FROM operations WHERE tenant_id = $1 AND target_id = $2 FOR UPDATE", [t, target]),
+            "the write locks its queued operations without a deadlock", line: line)
+        XCTAssertLessThan(Date().timeIntervalSince(began), 0.5, "the write did not wait", line: line)
         try writer.execute("COMMIT")
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-        XCTAssertEqual(try swept.withLock { $0 }?.get(), 1, "the sweep un-parked it after the write")
+        XCTAssertEqual(done.wait(timeout: .now() + 10), .success, line: line)
+        return try XCTUnwrap(result.withLock { $0 }, line: line).get()
+    }
+
+    /// A queued update of a new target of tenant `t`, parked (`token_pending`).
+    func parkedUpdate(_ t: String, installation inst: String, token: String?, platform: String = "ios") throws -> (target: String, op: String) {
+        let tgt = try h.target(t, installation: inst, token: token, platform: platform)
+        let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher: it stays queued
+        try h.db.system { c in
+            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
+        }
+        return (tgt, op)
+    }
+
+    /// The un-park sweep locks a target before its operations, the order writes take: a write
+    /// holding the target and then locking its queued operations goes ahead while the sweep
+    /// waits for the target. When the sweep updated the operation first (its dispatch-head
+    /// trigger then waited for the target), the two deadlocked.
+    func testTheUnparkSweepLocksTheTargetBeforeItsOperations() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let (tgt, _) = try parkedUpdate(t, installation: inst, token: "tok-lock-order")
+        let db = h.db
+        let swept = try resultAfterAWriteGoesFirst(tenant: t, target: tgt) { try db.system { c in try DispatchStore.unparkTokenPending(c) } }
+        XCTAssertEqual(swept, 1, "the sweep un-parked it after the write")
     }
 
     /// An installation's new FCM token un-parks its targets' operations (migration 0033) after
@@ -456,37 +471,12 @@ final class DispatchStreamingTests: DispatchTestCase {
     /// deadlock check aborted one (an API request or the device's registration).
     func testAnFCMTokenLocksTheTargetsBeforeTheirOperations() throws {
         let t = try h.tenant(), inst = try h.installation(t, platform: "android")
-        let tgt = try h.target(t, installation: inst, token: nil, platform: "android")
-        let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher: it stays queued
-        try h.db.system { c in
-            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
-        }
-        let writer = try PostgresConnection(h.conninfo)
-        defer { writer.close() }
-        try writer.execute("BEGIN")
-        try writer.execute("SELECT set_config('app.scope', 'system', true)")
-        _ = try writer.query("SELECT 1 AS one FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE", [t, tgt])
-        let registered = Locked<Result<Int, Error>?>(nil)
-        let done = DispatchSemaphore(value: 0)
+        let (tgt, op) = try parkedUpdate(t, installation: inst, token: nil, platform: "android")
         let db = h.db
-        Thread {
-            let r = Result {
-                try db.system { c in
-                    try c.execute("UPDATE installations SET fcm_token = 'fcm-new' WHERE tenant_id = $1 AND id = $2", [t, inst])
-                }
-            }
-            registered.withLock { $0 = r }
-            done.signal()
-        }.start()
-        Thread.sleep(forTimeInterval: 0.3)  // the token's trigger waits for the target's row by now
-        let began = Date()
-        XCTAssertNoThrow(
-            try writer.query("SELECT 1 AS one FROM operations WHERE tenant_id = $1 AND target_id = $2 FOR UPDATE", [t, tgt]),
-            "the write locks its queued operations without a deadlock")
-        XCTAssertLessThan(Date().timeIntervalSince(began), 0.5, "the write did not wait for the token's trigger")
-        try writer.execute("COMMIT")
-        XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-        XCTAssertEqual(try registered.withLock { $0 }?.get(), 1, "the registration committed")
+        let registered = try resultAfterAWriteGoesFirst(tenant: t, target: tgt) {
+            try db.system { c in try c.execute("UPDATE installations SET fcm_token = 'fcm-new' WHERE tenant_id = $1 AND id = $2", [t, inst]) }
+        }
+        XCTAssertEqual(registered, 1, "the registration committed")
         XCTAssertEqual(
             try h.row("SELECT pending_reason IS NULL AS unparked FROM operations WHERE tenant_id = $1 AND id = $2", [t, op]).bool("unparked"), true,
             "and un-parked the operation")
