@@ -183,6 +183,32 @@ final class DispatchFairnessTests: DispatchTestCase {
         XCTAssertLessThanOrEqual(sentAfter ?? 99, 1.0, "tenant B's update waited behind tenant A's hanging requests")
     }
 
+    /// Slots lent to fan-out batches (docs/delivery.md "Claims at fan-out"): at most half of
+    /// the outstanding slots, shared with claims at commit, so the fair and named claims keep
+    /// the other half; released or taken, they are free again.
+    func testFanoutBatchesBorrowAtMostHalfTheSlotsAndGiveThemBack() throws {
+        var configuration = DispatchHarness.testConfiguration(worker: "worker-fanout-lend")
+        configuration.maxOutstanding = 64
+        configuration.maxOutstandingIsExplicit = true
+        let d = Dispatcher(db: h.db, conninfo: h.conninfo, sender: h.fakeSender(), configuration: configuration, metrics: h.metrics, log: h.logger)
+        h.dispatchers.append(d)
+        XCTAssertNil(d.reserveFanoutClaim(tenantId: "ten_a", want: 10), "not running: nothing lent")
+        d.start()
+        let first = try XCTUnwrap(d.reserveFanoutClaim(tenantId: "ten_a", want: 1_000))
+        XCTAssertEqual(first.slots, 32, "half of 64")
+        XCTAssertEqual(first.terms.worker, "worker-fanout-lend")
+        XCTAssertNil(d.reserveFanoutClaim(tenantId: "ten_b", want: 1), "the other half stays with the fair claims")
+        XCTAssertNil(d.reserveCommitClaim(), "claims at commit share the lent half")
+        d.releaseFanoutClaim(claimed: [], tenantId: "ten_a", lent: first.slots)
+        XCTAssertEqual(d.commitClaimsLent, 0)
+        let second = try XCTUnwrap(d.reserveFanoutClaim(tenantId: "ten_b", want: 5))
+        XCTAssertEqual(second.slots, 5, "no more than asked for")
+        XCTAssertEqual(d.commitClaimsLent, 5)
+        d.takeFanoutClaim([], tenantId: "ten_b", lent: second.slots)
+        XCTAssertEqual(d.commitClaimsLent, 0)
+        XCTAssertEqual(d.outstandingCount, 0)
+    }
+
     func testAQueuedEndSupersedesOlderQueuedEnds() throws {
         let t = try h.tenant(), inst = try h.installation(t)
         let tgt = try h.target(t, installation: inst, token: nil)  // never registers its update token
