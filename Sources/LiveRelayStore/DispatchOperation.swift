@@ -68,11 +68,27 @@ public struct DispatchOperation: Sendable, Equatable {
     public var sendPriority: Int { budgetDecision?.priority ?? priority }
 
     init(row r: PostgresRow) throws {
+        var none: JSONParseCache? = nil
+        try self.init(row: r, cache: &none)
+    }
+
+    /// Parsed JSON texts by text, for decoding many rows that share them (a fan-out batch: every
+    /// operation carries its channel write's state, every member that state after the walk).
+    typealias JSONParseCache = [String: JSONValue]
+
+    /// `init(row:)`, parsing each distinct `state` / `target_state` text once per `cache` (nil: no cache).
+    init(row r: PostgresRow, cache: inout JSONParseCache?) throws {
+        func parse(_ text: String) throws -> JSONValue {
+            if let hit = cache?[text] { return hit }
+            let v = try JSONValue.parse(text, maxDepth: 128)
+            cache?[text] = v
+            return v
+        }
         tenantId = try r.string("tenant_id"); id = try r.string("id"); targetId = try r.string("target_id"); seq = try r.int64("seq")
         guard let k = PushEvent(rawValue: try r.string("kind")) else { throw PostgresError(kind: .decoding, message: "bad operation kind") }
         kind = k
         revision = try r.int64("revision"); hasState = try r.bool("has_state")
-        state = try r.optionalString("state").map { try JSONValue.parse($0, maxDepth: 128) }
+        state = try r.optionalString("state").map(parse)
         alert = try r.optionalString("alert").flatMap(PushAlert.init(jsonText:))
         staleAt = try r.optionalDate("stale_at"); relevanceScore = try r.optionalDouble("relevance_score"); priority = try r.int("priority")
         expiresAt = try r.optionalDate("expires_at"); dismissAt = try r.optionalDate("dismiss_at")
@@ -80,7 +96,7 @@ public struct DispatchOperation: Sendable, Equatable {
         attempts = try r.int("attempts"); createdAt = try r.date("created_at"); providerTimestamp = try r.optionalInt64("provider_timestamp")
         installationId = try r.string("installation_id"); startTargetId = try r.optionalString("start_target_id")
         templateVersion = try r.optionalString("template_version"); businessKey = try r.optionalString("business_key")
-        targetState = try JSONValue.parse(try r.string("target_state"), maxDepth: 128)
+        targetState = try parse(try r.string("target_state"))
         targetStatus = try r.string("target_status"); pushToken = try r.optionalString("push_token")
         lastTimestamp = try r.int64("last_timestamp")
         platform = try r.string("platform"); environment = try r.string("environment"); appId = try r.string("app_id")

@@ -341,8 +341,9 @@ public enum DispatchStore {
     public static func claimedRows(_ rows: [PostgresRow]) throws -> (claimed: [DispatchOperation], over: [DispatchOperation]) {
         var claimed: [DispatchOperation] = []
         var over: [DispatchOperation] = []
+        var parsed: DispatchOperation.JSONParseCache? = [:]  // fan-out operations of one channel write share their state
         for r in rows {
-            let op = try DispatchOperation(row: r)
+            let op = try DispatchOperation(row: r, cache: &parsed)
             if try r.bool("target_over") { over.append(op); continue }
             guard let ts = try r.optionalInt64("claimed_ts") else { continue }  // parked
             var c = op.claimed(providerTimestamp: ts)

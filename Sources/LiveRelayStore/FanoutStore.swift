@@ -219,8 +219,9 @@ public enum FanoutStore {
             var sending = 0
             if let claim {
                 var ops: [DispatchOperation] = []
+                var parsed: DispatchOperation.JSONParseCache? = [:]  // one channel write's state, parsed once
                 for r in r3[2].rows {
-                    var op = try DispatchOperation(row: r).stampedAtInsert()  // attempt 1 and the timestamp as inserted
+                    var op = try DispatchOperation(row: r, cache: &parsed).stampedAtInsert()  // attempt 1 and the timestamp as inserted
                     op.claimedAt = r["claim_stamp"]
                     ops.append(op)
                 }
