@@ -62,15 +62,15 @@ enum ChannelHandlers {
                 // A transaction that does not commit after this (a later error, or the pool running
                 // the body again on a new connection) would leave APNs holding a channel that no
                 // LiveRelay channel names, one more per attempt: it is deleted instead
-                // (docs/channels.md "Resources"), off the request's transaction and after a short
-                // wait, and only when no channel names it (a COMMIT whose outcome was unknown may
+                // (docs/channels.md "Resources"), off the request's transaction and 2 s later,
+                // and only when no channel names it (a COMMIT whose outcome was unknown may
                 // have stored it after all). When that check cannot run, it is left alone.
                 let (db, channels, log, appId, environment) = (ctx.db, ctx.channels, ctx.log, r.appId, r.environment)
                 c.addTransactionHook(
                     TransactionHook(
                         committed: { _ in },
                         rolledBack: {
-                            DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) {
+                            DispatchQueue.global().asyncAfter(deadline: .now() + 2) {
                                 Self.deleteUnstoredAPNsChannel(
                                     db: db, channels: channels, log: log, tenantId: tenant, appId: appId, environment: environment,
                                     apnsChannelId: id)

@@ -163,7 +163,6 @@ public enum ChannelStore {
                 ])[0])
     }
 
-    /// Channel `id` of the tenant; `lock`: `FOR UPDATE` (writes), `FOR SHARE` (joins) or none.
     /// Whether a channel of tenant `tenantId` names APNs channel `apnsChannelId` (the check
     /// before deleting the APNs channel of a creation that may not have committed,
     /// docs/channels.md "Resources").
@@ -172,6 +171,7 @@ public enum ChannelStore {
         try !c.query("SELECT 1 AS one FROM channels WHERE tenant_id = $1 AND apns_channel_id = $2 LIMIT 1", [tenantId, apnsChannelId]).isEmpty
     }
 
+    /// Channel `id` of the tenant; `lock`: `FOR UPDATE` (writes), `FOR SHARE` (joins) or none.
     public static func get(_ c: PostgresConnection, tenantId: String, id: String, lock: String = "") throws -> ChannelRecord? {
         try c.query(
             "SELECT \(columns) FROM channels WHERE tenant_id = $1 AND id = $2 \(lock == "update" ? "FOR UPDATE" : lock == "share" ? "FOR SHARE" : "")",

@@ -74,14 +74,18 @@ public struct DispatchOperation: Sendable, Equatable {
 
     /// Parsed JSON texts by text, for decoding many rows that share them (a fan-out batch: every
     /// operation carries its channel write's state, every member that state after the walk).
-    typealias JSONParseCache = [String: JSONValue]
+    /// Keyed by the UTF-8 bytes: `String` equality is canonical equivalence, and two texts that
+    /// differ only in Unicode normalization must keep their own bytes.
+    typealias JSONParseCache = [[UInt8]: JSONValue]
 
     /// `init(row:)`, parsing each distinct `state` / `target_state` text once per `cache` (nil: no cache).
     init(row r: PostgresRow, cache: inout JSONParseCache?) throws {
         func parse(_ text: String) throws -> JSONValue {
-            if let hit = cache?[text] { return hit }
+            guard cache != nil else { return try JSONValue.parse(text, maxDepth: 128) }
+            let key = Array(text.utf8)
+            if let hit = cache?[key] { return hit }
             let v = try JSONValue.parse(text, maxDepth: 128)
-            cache?[text] = v
+            cache?[key] = v
             return v
         }
         tenantId = try r.string("tenant_id"); id = try r.string("id"); targetId = try r.string("target_id"); seq = try r.int64("seq")

@@ -130,7 +130,7 @@ public enum FanoutStore {
                 """
                 SELECT id, seq, kind, has_state, alert IS NOT NULL AS has_alert FROM channel_operations
                  WHERE tenant_id = $1 AND channel_id = $2 AND seq > $3 AND seq <= $4 ORDER BY seq
-                """, [p.tenantId, p.channelId, low, usedLow])
+                """, [p.tenantId, p.channelId, low, min(usedLow, p.seq)])
         }
         var facts: [ChannelWriteFacts] = [], stateful: [String: Bool] = [:]
         for w in writeRows {

@@ -232,7 +232,7 @@ final class ChannelTests: XCTestCase {
         ChannelHandlers.deleteUnstoredAPNsChannel(
             db: w.env.db, channels: w.fake, log: Logger(minimum: .error, sink: { _ in }), tenantId: w.tenant.id, appId: "com.example.app",
             environment: "sandbox", apnsChannelId: kept)
-        Thread.sleep(forTimeInterval: 0.7)  // past the rolled-back hook's wait: nothing else may be deleted
+        Thread.sleep(forTimeInterval: 2.5)  // past the rolled-back hook's wait: nothing else may be deleted
         XCTAssertEqual(w.fake.deleted.withLock { $0 }, made, "a creation that committed keeps its APNs channel")
         XCTAssertEqual(ok["apns_channel_id"]?.stringValue, w.fake.created.withLock { $0.last })
     }
