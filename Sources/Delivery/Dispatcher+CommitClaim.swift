@@ -15,7 +15,13 @@ extension Dispatcher {
         defer { cond.unlock() }
         guard isRunning, configuration.claimAtCommit, outstanding.count + commitReserved < maxOutstanding / 2 else { return nil }
         commitReserved += 1
-        return CommitClaimTerms(
+        return claimTerms
+    }
+
+    /// What this dispatcher lends a claim at commit or at fan-out: its worker id as lease
+    /// owner, its lease (seconds), its claims' planner settings and its clock.
+    var claimTerms: CommitClaimTerms {
+        CommitClaimTerms(
             worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
             clock: configuration.clock)
     }
@@ -61,10 +67,7 @@ extension Dispatcher {
         guard n > 0 else { return nil }
         commitReserved += n
         fanoutReserved[tenantId, default: 0] += n
-        let terms = CommitClaimTerms(
-            worker: configuration.workerId, leaseSeconds: configuration.leaseSeconds, settings: configuration.claimSettings,
-            clock: configuration.clock)
-        return (terms, n)
+        return (claimTerms, n)
     }
 
     /// Takes what a fan-out batch inserted as `sending` (`CommitClaimTaker`): handed to the

@@ -117,19 +117,9 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
         guard let taker = db.commitClaims.current, let terms = taker.reserveCommitClaim() else { return nil }
         let claim = CommitClaim(terms: terms, taker: taker)
         c.addTransactionHook(
-            TransactionHook(
-                committed: { at in
-                    let ops = claim.box.withLock { $0 }
-                    // A COMMIT that took more than half the lease (a stalled server or standby): the
-                    // lease may run out before the push is sent, and the lease rescue may already be
-                    // at it, so the operations go back to the queue (fenced) instead of being sent.
-                    if !ops.isEmpty, let read = claim.readAt.withLock({ $0 }), at.timeIntervalSince(read) > terms.leaseSeconds / 2 {
-                        taker.releaseCommitClaim(claimed: ops)
-                    } else {
-                        taker.takeCommitClaim(ops, committedAt: at)
-                    }
-                },
-                rolledBack: { taker.releaseCommitClaim(claimed: claim.box.withLock { $0 }) }))
+            handOverHook(
+                leaseSeconds: terms.leaseSeconds, claimed: claim.box, leaseStart: claim.readAt,
+                take: { ops, at in taker.takeCommitClaim(ops, committedAt: at) }, release: { taker.releaseCommitClaim(claimed: $0) }))
         return claim
     }
 
@@ -137,9 +127,7 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
     /// `operationSetting` and the claim's planner settings, which stay in force for the rest
     /// of the write.
     public func prelude(operationId: String) -> PostgresStatement {
-        let settings = [(Self.operationSetting, operationId)] + terms.settings
-        let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
-        return PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
+        .localSettings([(Self.operationSetting, operationId)] + terms.settings)
     }
 
     /// To pipeline after the insert (and supersede) of operation `operationId` of `tenantId`:
@@ -204,17 +192,10 @@ public final class FanoutClaim: @unchecked Sendable {  // the box is written bef
         }
         let claim = FanoutClaim(terms: lent.terms, slots: lent.slots, taker: taker)
         c.addTransactionHook(
-            TransactionHook(
-                committed: { at in
-                    let ops = claim.box.withLock { $0 }
-                    // As a claim at commit: a COMMIT more than half a lease after the claim puts them back.
-                    if !ops.isEmpty, let read = claim.readAt.withLock({ $0 }), at.timeIntervalSince(read) > lent.terms.leaseSeconds / 2 {
-                        taker.releaseFanoutClaim(claimed: ops, tenantId: tenantId, lent: lent.slots)
-                    } else {
-                        taker.takeFanoutClaim(ops, tenantId: tenantId, lent: lent.slots)
-                    }
-                },
-                rolledBack: { taker.releaseFanoutClaim(claimed: claim.box.withLock { $0 }, tenantId: tenantId, lent: lent.slots) }))
+            handOverHook(
+                leaseSeconds: lent.terms.leaseSeconds, claimed: claim.box, leaseStart: claim.readAt,
+                take: { ops, _ in taker.takeFanoutClaim(ops, tenantId: tenantId, lent: lent.slots) },
+                release: { taker.releaseFanoutClaim(claimed: $0, tenantId: tenantId, lent: lent.slots) }))
         return claim
     }
 
@@ -228,4 +209,25 @@ public final class FanoutClaim: @unchecked Sendable {  // the box is written bef
 
     /// What the batch inserted as `sending` (tests).
     public var claimed: [DispatchOperation] { box.withLock { $0 } }
+}
+
+/// The transaction hook of a claim at commit or at fan-out (docs/delivery.md "Claims at
+/// commit"): after COMMIT returned at `at`, `take` what `claimed` holds; on rollback, or when
+/// COMMIT came more than half of `leaseSeconds` (seconds) after `leaseStart` (a stalled server
+/// or standby: the lease may run out before the push is sent, and the lease rescue may already
+/// be at it), `release` it instead, so it goes back to the queue (fenced) and is not sent.
+func handOverHook(
+    leaseSeconds: Double, claimed: Locked<[DispatchOperation]>, leaseStart: Locked<Date?>,
+    take: @escaping @Sendable ([DispatchOperation], Date) -> Void, release: @escaping @Sendable ([DispatchOperation]) -> Void
+) -> TransactionHook {
+    TransactionHook(
+        committed: { at in
+            let ops = claimed.withLock { $0 }
+            if !ops.isEmpty, let start = leaseStart.withLock({ $0 }), at.timeIntervalSince(start) > leaseSeconds / 2 {
+                release(ops)
+            } else {
+                take(ops, at)
+            }
+        },
+        rolledBack: { release(claimed.withLock { $0 }) })
 }

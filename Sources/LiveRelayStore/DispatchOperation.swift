@@ -128,8 +128,8 @@ public struct DispatchOperation: Sendable, Equatable {
     func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }
 
     /// An operation inserted in flight (docs/delivery.md "Claims at fan-out"), read in the
-    /// statement that inserted it: attempts and timestamp as inserted, the target's clock
-    /// (read before the statement's stamp) raised to that timestamp.
+    /// statement that inserted it: attempts and APNs `timestamp` (Unix seconds) as inserted,
+    /// the target's clock (read before the statement's stamp) raised to that timestamp.
     func stampedAtInsert() -> DispatchOperation {
         DispatchOperation(copy: self, attempts: attempts, providerTimestamp: providerTimestamp ?? lastTimestamp)
     }

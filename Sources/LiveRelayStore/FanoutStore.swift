@@ -176,14 +176,7 @@ public enum FanoutStore {
             // below each member's new `seq`), and the insert.
             // With a claim, its planner settings first (`DispatchStore.claimSettings`: the read
             // of what the insert put in flight probes like a claim), for the rest of the transaction.
-            let settings =
-                claim.map { cl in
-                    [
-                        PostgresStatement(
-                            "SELECT " + cl.terms.settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", "),
-                            cl.terms.settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
-                    ]
-                } ?? []
+            let settings = claim.flatMap { $0.terms.settings.isEmpty ? nil : [PostgresStatement.localSettings($0.terms.settings)] } ?? []
             let insertedAt = Date()  // the lease starts about now (the insert's statement_timestamp)
             let r3 = try c.pipeline(
                 settings + [

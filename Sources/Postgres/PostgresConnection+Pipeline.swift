@@ -13,6 +13,14 @@ public struct PostgresStatement {
         self.sql = sql
         self.params = params
     }
+
+    /// One statement setting every `(name, value)` of `settings` for the rest of the
+    /// transaction (`SELECT set_config($1, $2, true), …`, like `SET LOCAL`; PostgreSQL
+    /// "Configuration Settings Functions"). `settings` must not be empty.
+    public static func localSettings(_ settings: [(String, String)]) -> PostgresStatement {
+        let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
+        return PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
+    }
 }
 
 /// What one statement of a pipeline returned: its rows (empty for commands) and the number of

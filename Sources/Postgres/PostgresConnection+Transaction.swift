@@ -31,10 +31,7 @@ extension PostgresConnection {
             committedInPipeline = false
         }
         var begin = [PostgresStatement("BEGIN ISOLATION LEVEL " + isolation.sql)]
-        if !settings.isEmpty {  // one statement for all of them
-            let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
-            begin.append(PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] }))
-        }
+        if !settings.isEmpty { begin.append(.localSettings(settings)) }  // one statement for all of them
         lastError = nil
         committedInPipeline = false
         beginFailedOnConnection = false

@@ -128,23 +128,32 @@ final class FanoutClaimTests: XCTestCase {
         XCTAssertEqual(slots.lent, slots.freed, "every lent slot freed")
     }
 
+    /// A channel with `count` Android fan-out members whose starts were accepted (ready, FCM
+    /// token registered), a sender key covering them, and a recording taker lending `slots`
+    /// per batch, registered on the world's database.
+    func readyAndroidMembers(_ w: ChannelWorld, count: Int, slots: Int) throws -> (channel: String, key: Fixtures.Key, taker: StubFanoutClaimTaker) {
+        let ch = try w.channel()
+        var members: [ChannelWorld.Member] = []
+        for _ in 0..<count { members.append(try w.member(platform: "android")) }
+        let key = try w.sender(members.map(\.startTargetId) + [ch])
+        for m in members { XCTAssertEqual(w.start(m, channel: ch, as: key).status, 202) }
+        _ = try w.env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND kind = 'start'", [w.tenant.id])
+            try c.execute("UPDATE targets SET status = 'ready' WHERE tenant_id = $1", [w.tenant.id])
+        }
+        let taker = StubFanoutClaimTaker(slots: slots)
+        w.env.db.commitClaims.register(taker)
+        return (ch, key, taker)
+    }
+
     /// A member that two writes reach in one walk (an alert, then a newer state) gets both: the
     /// first in flight, the second queued behind it with no dispatch head until the first is
     /// applied, when the second becomes the head.
     func testASecondSendWaitsWithoutAHeadUntilTheFirstIsApplied() throws {
         let w = try ChannelWorld.make()
         defer { w.env.tearDown() }
-        let ch = try w.channel()
-        let m = try w.member(platform: "android")
-        let key = try w.sender([m.startTargetId, ch])
-        XCTAssertEqual(w.start(m, channel: ch, as: key).status, 202)
+        let (ch, key, taker) = try readyAndroidMembers(w, count: 1, slots: 10)
         let t = w.tenant.id
-        _ = try w.env.db.system { c in
-            try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND kind = 'start'", [t])
-            try c.execute("UPDATE targets SET status = 'ready' WHERE tenant_id = $1", [t])
-        }
-        let taker = StubFanoutClaimTaker(slots: 10)
-        w.env.db.commitClaims.register(taker)
         XCTAssertEqual(w.update(ch, ["eta": 1], revision: 0, as: key, extra: ["alert": ["title": "Goal", "body": "1-0"]]).status, 202)
         XCTAssertEqual(w.update(ch, ["eta": 2], revision: 1, as: key).status, 202)
         while w.worker().expandOnce() > 0 {}
@@ -176,18 +185,8 @@ final class FanoutClaimTests: XCTestCase {
     func testTheExpanderInsertsNoMoreInFlightThanTheSlotsLent() throws {
         let w = try ChannelWorld.make()
         defer { w.env.tearDown() }
-        let ch = try w.channel()
-        var members: [ChannelWorld.Member] = []
-        for _ in 0..<2 { members.append(try w.member(platform: "android")) }
-        let key = try w.sender(members.map(\.startTargetId) + [ch])
-        for m in members { XCTAssertEqual(w.start(m, channel: ch, as: key).status, 202) }
+        let (ch, key, taker) = try readyAndroidMembers(w, count: 2, slots: 1)
         let t = w.tenant.id
-        _ = try w.env.db.system { c in
-            try c.execute("UPDATE operations SET status = 'accepted' WHERE tenant_id = $1 AND kind = 'start'", [t])
-            try c.execute("UPDATE targets SET status = 'ready' WHERE tenant_id = $1", [t])
-        }
-        let taker = StubFanoutClaimTaker(slots: 1)
-        w.env.db.commitClaims.register(taker)
         XCTAssertEqual(w.update(ch, ["eta": 2], revision: 0, as: key).status, 202)
         while w.worker().expandOnce() > 0 {}
         let statuses = try w.env.db.system { c in
