@@ -113,8 +113,12 @@ public enum EventStore {
         ).first.map(EventRecord.init(row:))
     }
 
-    /// Deletes up to `batch` events older than 30 days (system scope; their deliveries go with
-    /// them), and delivery-log entries older than 30 days. Returns how many events went.
+    /// Deletes up to `batch` events made more than 30 days before `now` (system scope; their
+    /// deliveries go with them), and delivery-log entries older than 30 days. Returns how many
+    /// events went. Events are found by id, not `created_at` (which has no index since
+    /// migration 0034, docs/webhooks.md "Retention"): an event id starts with the Unix
+    /// milliseconds of its making, so each tenant's events below `idFloor(cutoff)` are a
+    /// primary-key range.
     public static func purgeExpired(_ c: PostgresConnection, now: Date, batch: Int = 5000) throws -> Int {
         let cutoff = now.addingTimeInterval(-retentionSeconds)
         try c.execute(
@@ -125,7 +129,20 @@ public enum EventStore {
         return try c.execute(
             """
             DELETE FROM events WHERE (tenant_id, id) IN (
-              SELECT tenant_id, id FROM events WHERE created_at < $1 ORDER BY created_at LIMIT $2)
-            """, [cutoff, batch])
+              SELECT e.tenant_id, e.id FROM tenants t CROSS JOIN LATERAL (
+                     SELECT e.tenant_id, e.id FROM events e WHERE e.tenant_id = t.tenant_id AND e.id < $1 ORDER BY e.id LIMIT $2) e
+               LIMIT $2)
+            """, [idFloor(cutoff), batch])
+    }
+
+    /// The lowest possible event id of the millisecond of `date` (`evt_` and the 10 base32
+    /// characters of the 2 zero bits and 48 millisecond bits, Identifier.makeBody's layout):
+    /// every event made in an earlier millisecond sorts below it (ids compare bytewise,
+    /// `COLLATE "C"`), every event of that millisecond or later above it.
+    public static func idFloor(_ date: Date) -> String {
+        let ms = UInt64(max(0, date.timeIntervalSince1970 * 1000))
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
+        return IdKind.auditEvent.rawValue + "_" + CrockfordBase32.encode128(bytes).prefix(10)
     }
 }

@@ -229,8 +229,11 @@ final class WebhookAPITests: XCTestCase {
         let t = try env.tenant()
         try env.db.tenant(t.id) { c in
             for i in 0..<3 { _ = try EventStore.record(c, tenantId: t.id, type: .quotaExhausted, object: ["n": .int(Int64(i))]) }
+            // Made 30 days and a minute ago: its id carries that instant (the purge reads ids).
+            let old = Date().addingTimeInterval(-EventStore.retentionSeconds - 60)
             try c.execute(
-                "UPDATE events SET created_at = now() - interval '30 days 1 minute' WHERE tenant_id = $1 AND data->'object'->>'n' = '0'", [t.id])
+                "UPDATE events SET created_at = $2, id = $3 WHERE tenant_id = $1 AND data->'object'->>'n' = '0'",
+                [t.id, old, Identifier.make(.auditEvent, now: old)])
         }
         let page1 = env.call("GET", "/v1/events?limit=1", as: t.master)
         XCTAssertEqual(page1["data"]?.arrayValue?.first?["data"]?["object"]?["n"]?.intValue, 2, "newest first")
@@ -240,6 +243,20 @@ final class WebhookAPITests: XCTestCase {
         XCTAssertEqual(page2["next_cursor"], .null, "the 30-day-old event is not listed")
         let purged = try env.db.system { c in try EventStore.purgeExpired(c, now: Date()) }
         XCTAssertEqual(purged, 1)
+        let left = try env.db.tenant(t.id) { c in try c.query("SELECT count(*) AS n FROM events WHERE tenant_id = $1", [t.id])[0].int("n") }
+        XCTAssertEqual(left, 2, "the two events inside the 30 days are kept")
+    }
+
+    /// The purge's id bound: an id of the cut-off millisecond or later sorts at or above it,
+    /// one of the millisecond before sorts below it, bytewise as PostgreSQL compares them.
+    func testEventIdFloorSeparatesMilliseconds() {
+        let instant = Date(timeIntervalSince1970: 1_790_000_000.123)
+        let floor = EventStore.idFloor(instant)
+        for _ in 0..<50 {
+            XCTAssertLessThan(Identifier.make(.auditEvent, now: instant.addingTimeInterval(-0.001)), floor)
+            XCTAssertGreaterThan(Identifier.make(.auditEvent, now: instant), floor)
+        }
+        XCTAssertEqual(floor.count, "evt_".count + 10)
     }
 
     /// Each status trigger fires on exactly the transition its type names, in the transaction
