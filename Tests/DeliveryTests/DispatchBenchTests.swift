@@ -206,8 +206,36 @@ final class DispatchBenchTests: XCTestCase {
         d2.stop()
         sink.setFaults(HTTP2ServerFaults())
 
-        // Phase 5: claim cost, small vs large queue (each claim rolled back, so the queue stays as it is).
+        // Phase 5: claim cost, small vs large queue. Measured two ways:
+        // - `claimP50Fresh`: each claim of 64 commits, then its operations are accepted (untimed),
+        //   so every claim takes heads no claim touched before, as the dispatcher's claims do;
+        // - `claimP50`: the same 64 heads claimed and rolled back 60 times (the queue stays as it
+        //   is). Each rolled-back claim leaves a dead version of each of the 64 operations and an
+        //   index entry for it beside the live one (its own update changes the index page, so the
+        //   entries are never marked dead): by the median claim, each probe of an operation read
+        //   ~42 buffers at 1,000 targets and ~65 at 1,000,000 (BENCH_CLAIM_PLANS=1), a cost no
+        //   dispatcher claim pays. Kept, labelled, so runs stay comparable with earlier ones.
         struct Rollback: Error {}
+        func claimP50Fresh(_ reps: Int, tenant: String) throws -> Double {
+            var times: [Double] = []
+            for _ in 0..<reps {
+                let t0 = Date()
+                let ids = try h.db.system(settings: DispatchStore.claimSettings) { c in  // as the dispatcher claims
+                    try DispatchStore.claim(c, worker: "claim-bench", limit: 64, leaseSeconds: 30, now: Date()).map(\.id)
+                }
+                times.append(Date().timeIntervalSince(t0))
+                XCTAssertEqual(ids.count, 64)
+                _ = try h.db.system { c in
+                    try c.execute(
+                        """
+                        UPDATE operations SET status = 'accepted', accepted_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+                               updated_at = now()
+                         WHERE tenant_id = $1 AND id = ANY($2::text[])
+                        """, [tenant, PostgresTextArray(ids)])
+                }
+            }
+            return times.sorted()[times.count / 2] * 1000
+        }
         func claimP50(_ reps: Int) -> Double {
             var times: [Double] = []
             for _ in 0..<reps {
@@ -221,12 +249,30 @@ final class DispatchBenchTests: XCTestCase {
             }
             return times.sorted()[times.count / 2] * 1000
         }
-        var claimSmall = 0.0, claimLarge = 0.0
+        // BENCH_CLAIM_PLANS=1: the plan of one such claim (EXPLAIN ANALYZE, BUFFERS, rolled back),
+        // every line, labelled small or large, to see where the large queue's extra time goes.
+        var claimPlans: [String] = []
+        func explainClaim(_ label: String) {
+            guard env("BENCH_CLAIM_PLANS", 0) == 1 else { return }
+            _ = try? h.db.system(settings: DispatchStore.claimSettings) { c -> Int in
+                for r in try c.query(
+                    "EXPLAIN (ANALYZE, BUFFERS) " + DispatchStore.fairClaimSQL,
+                    ["claim-plan", 64, 64, "0", 30.0, Timestamp.epochSeconds(Date()), "{}", 64])
+                {
+                    claimPlans.append("claim plan \(label): \(try r.string("QUERY PLAN"))")
+                }
+                throw Rollback()
+            }
+        }
+        var claimSmall = 0.0, claimLarge = 0.0, claimSmallRolledBack = 0.0, claimLargeRolledBack = 0.0
         let largeTargets = env("BENCH_CLAIM_TARGETS", 1_000_000), largeQueued = env("BENCH_CLAIM_QUEUED", 100_000)
+        let freshReps = 14  // 14 × 64 = 896 of the small queue's 1,000 heads
         if env("BENCH_CLAIM", 1) == 1 {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
             try h.loadQueue(tenant: ts, installation: insts, prefix: "small", count: 1000)
-            claimSmall = claimP50(60)
+            claimSmall = try claimP50Fresh(freshReps, tenant: ts)
+            explainClaim("small")
+            claimSmallRolledBack = claimP50(60)
             _ = try h.db.tenant(ts) { c in
                 try c.execute("UPDATE operations SET status = 'cancelled' WHERE tenant_id = $1 AND status = 'queued'", [ts])
             }
@@ -234,7 +280,9 @@ final class DispatchBenchTests: XCTestCase {
             let t0 = Date()
             try h.loadQueue(tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
             print("bench: setup of \(largeTargets) targets, \(largeQueued) queued took \(String(format: "%.1f", Date().timeIntervalSince(t0))) s")
-            claimLarge = claimP50(60)
+            claimLarge = try claimP50Fresh(freshReps, tenant: tl)
+            explainClaim("large")
+            claimLargeRolledBack = claimP50(60)
         }
 
         // Phase 6: where a claim and an apply of 512 spend their time (EXPLAIN ANALYZE, BUFFERS:
@@ -285,9 +333,11 @@ final class DispatchBenchTests: XCTestCase {
             ratio_dispatch_to_h2load=\(ratio)
             delayed sink (\(delayMs) ms per response, \(delayedCount) updates): delayed_pushes_per_second=\(String(format: "%.0f", Double(delayedCount) / slowSeconds)) streams_in_flight_max_delayed=\(slowStreams)
             delayed: \(slowStats)
-            claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64)
-            claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64)
+            claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64, \(freshReps) claims committed, each of heads not claimed before)
+            claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64, likewise)
+            claim_ms_p50_small_rolled_back=\(String(format: "%.2f", claimSmallRolledBack)) claim_ms_p50_large_rolled_back=\(String(format: "%.2f", claimLargeRolledBack)) claim_ratio_rolled_back=\(claimSmallRolledBack > 0 ? String(format: "%.2f", claimLargeRolledBack / claimSmallRolledBack) : "n/a") (the same 64 heads claimed and rolled back 60 times: the figures before this session)
             \(profile.joined(separator: "\n"))
+            \(claimPlans.joined(separator: "\n"))
             claim_ratio_large_to_small=\(claimSmall > 0 ? String(format: "%.2f", claimLarge / claimSmall) : "n/a")
             """
         print(report)

@@ -144,9 +144,13 @@ final class FanoutBenchTests: XCTestCase {
         XCTAssertEqual(r.status, 202, "\(r)")
         let cop = try XCTUnwrap(r["channel_operation"]?["id"]?.stringValue)
         let started = Date()
+        let cpuBefore = Self.cpuTicks()
+        let claimedAtFanout = h.metrics.counter("liverelay_dispatch_claimed_at_fanout_total", help: "", labels: [])
+        let claimedBefore = claimedAtFanout.value([])
         // Wait in process until the sandbox got a request per member (no database reads while
         // the fan-out runs), then until the queue is idle (every result committed).
         while pushesReceived() - pushesBefore < fanout && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.05) }
+        let cpuAfter = Self.cpuTicks(), claimedDuring = claimedAtFanout.value([]) - claimedBefore
         while try !idle() && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.2) }
         let row = try h.db.system { c in
             try c.query(
@@ -171,6 +175,11 @@ final class FanoutBenchTests: XCTestCase {
             String(format: "fanout_commit_to_first_request_seconds=%.2f", try row.optionalDouble("to_first") ?? 0),
             String(format: "fanout_commit_to_expanded_seconds=%.2f", try row.optionalDouble("expanded") ?? 0),
             "broadcast_requests_per_write=\(h.sandbox.stats.broadcastRequests - broadcastsBefore)",
+            // Diagnostics of the wave (write to the last push received): the share of both
+            // cores busy (/proc/stat), and the members whose push was claimed at fan-out
+            // (docs/delivery.md "Claims at fan-out") rather than by the fair claim.
+            String(format: "fanout_cpu_busy_percent=%.0f", Self.busyPercent(cpuBefore, cpuAfter)),
+            String(format: "fanout_claimed_at_fanout=%.0f", claimedDuring),
             String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart))
         ]
         for line in out { print(line) }
@@ -180,6 +189,23 @@ final class FanoutBenchTests: XCTestCase {
         try? report.write(
             toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "fanout-bench.txt"),
             atomically: true, encoding: .utf8)
+    }
+
+    /// The machine's CPU ticks from `/proc/stat`'s first line: (busy, total); (0, 0) when
+    /// unreadable.
+    static func cpuTicks() -> (busy: Double, total: Double) {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+            let first = text.split(separator: "\n").first
+        else { return (0, 0) }
+        let v = first.split(separator: " ").dropFirst().compactMap { Double($0) }
+        guard v.count >= 5 else { return (0, 0) }
+        let total = v.prefix(8).reduce(0, +), idle = v[3] + v[4]  // idle + iowait
+        return (total - idle, total)
+    }
+
+    /// Busy share of all cores between two `cpuTicks` readings, percent.
+    static func busyPercent(_ a: (busy: Double, total: Double), _ b: (busy: Double, total: Double)) -> Double {
+        b.total > a.total ? 100 * (b.busy - a.busy) / (b.total - a.total) : 0
     }
 
     /// Step 3: h2load posts `requests` copies of the last fan-out push (its path, headers and
