@@ -75,7 +75,7 @@ enum NGHTTP2 {
     /// call). Regular field names are lowercased (RFC 9113 §8.2.1).
     static func withHeaders<R>(_ fields: [(String, String)], _ body: (UnsafePointer<nghttp2_nv>, Int) -> R) -> R {
         let encoded: [([UInt8], [UInt8])] = fields.map { name, value in
-            (Array((name.hasPrefix(":") ? name : name.lowercased()).utf8), Array(value.utf8))
+            (Array((name.hasPrefix(":") ? name : HTTP2FieldName.lowercased(name)).utf8), Array(value.utf8))
         }
         let total = encoded.reduce(0) { $0 + $1.0.count + $1.1.count }
         let storage = UnsafeMutablePointer<UInt8>.allocate(capacity: max(total, 1))

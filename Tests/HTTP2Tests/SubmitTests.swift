@@ -1,5 +1,5 @@
 import Foundation
-import HTTP2
+@testable import HTTP2
 import Locking
 import Synchronization
 import XCTest
@@ -82,5 +82,25 @@ final class SubmitTests: XCTestCase {
         XCTAssertEqual(closed.all.wait(timeout: .now() + 5), .success)
         guard case .failure(.notProcessed(let reason))? = closed.results.withLock({ $0["c"] }) else { return XCTFail("closed pool") }
         XCTAssertTrue(reason.contains("closed"), reason)
+    }
+}
+
+/// `HTTP2Message.header` ignores ASCII case only, and field names are lowercased on the wire
+/// exactly as `String.lowercased()` would.
+final class FieldNameTests: XCTestCase {
+    func testHeaderLookupIgnoresASCIICaseOnly() {
+        let r = HTTP2Response(status: 200, headers: [("apns-id", "a"), ("X-Mixed", "b"), ("Étiquette", "c")], body: [])
+        XCTAssertEqual(r.header("APNS-ID"), "a")
+        XCTAssertEqual(r.header("x-mixed"), "b")
+        XCTAssertEqual(r.header("Étiquette"), "c")
+        XCTAssertNil(r.header("étiquette"), "non-ASCII letters compare as they are")
+        XCTAssertNil(r.header("apns-i"))
+        XCTAssertNil(r.header("apns-idx"))
+    }
+
+    func testWireNamesAreLowercased() {
+        for name in ["apns-topic", "Apns-Topic", "AUTHORIZATION", "x-Ünïcode"] {
+            XCTAssertEqual(HTTP2FieldName.lowercased(name), name.lowercased())
+        }
     }
 }
