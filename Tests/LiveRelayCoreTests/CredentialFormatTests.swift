@@ -31,6 +31,15 @@ final class CredentialFormatTests: XCTestCase {
         XCTAssertNotEqual(Identifier.make(.tenant), Identifier.make(.tenant))
     }
 
+    /// The last 13 characters of an id (bits 65–127: 62 random bits after the variant) take
+    /// every Crockford character at each position over many ids: none is stuck at a constant.
+    func testIdRandomTailVariesAtEveryPosition() {
+        let tails = (0..<4_000).map { _ in Array(Identifier.make(.operation).suffix(13)) }
+        for position in 1..<13 {
+            XCTAssertEqual(Set(tails.map { $0[position] }).count, 32, "position \(position) of the random tail")
+        }
+    }
+
     /// Ids made in one millisecond sort in the order they were made (a listing "newest first"
     /// must not depend on random bits), even past the 12-bit counter; an explicit earlier instant
     /// keeps its own millisecond.
