@@ -8,7 +8,8 @@ import Synchronization
 
 /// Wakes requests that wait for something another node may cause (docs/endpoints.md
 /// `wait_until_ready_ms`, §5 `wait_ms`): one LISTEN connection per process on
-/// `OperationStore.eventsChannel`; payloads are target or operation ids. Waiters re-check
+/// `OperationStore.eventsChannel`; payloads are target or operation ids, several of them
+/// separated by spaces when the notifier packed them (`Database.sendNotifications`). Waiters re-check
 /// the database after each wake-up, so a missed notification only costs the 1 s re-check
 /// interval, never correctness. No sleep loops on the request path.
 ///
@@ -71,7 +72,7 @@ public final class EventWaiter: Sendable {
     public func start(conninfo: String) {
         listener.start(
             name: "event-waiter", conninfo: conninfo, channel: OperationStore.eventsChannel,
-            received: { [self] in for n in $0 { wake(n.payload) } },
+            received: { [self] in for n in $0 { received(payload: n.payload) } },
             lost: { [log] error in log.warning("event listener lost its connection; retrying", ["error": .string("\(error)")]) })
     }
 
@@ -79,6 +80,11 @@ public final class EventWaiter: Sendable {
     public func stop() {
         stopping.store(true, ordering: .relaxed)
         listener.stop()
+    }
+
+    /// One notification's payload: wakes each space-separated id in it.
+    func received(payload: String) {
+        for key in payload.split(separator: " ") { wake(String(key)) }
     }
 
     func wake(_ key: String) {

@@ -144,7 +144,8 @@ public final class Database: Sendable {
     public static let statementTimeout = "30s"
 
     /// Queues `list` for the notifier thread, which sends it (coalesced with other requests'
-    /// notifications, duplicates dropped) on a dedicated session with `synchronous_commit = off`;
+    /// notifications, duplicates dropped, the ids of `OperationStore.eventsChannel` packed
+    /// into space-separated payloads: `Notifier.packed`) on a dedicated session with `synchronous_commit = off`;
     /// a failure is retried once, then ignored (the notifications are hints, see `run`).
     /// Returns at once.
     public func sendNotifications(_ list: [(channel: String, payload: String)]) {
@@ -272,6 +273,37 @@ final class Notifier: @unchecked Sendable {
 
     private var busy = false
 
+    /// Channels whose listeners split a payload on spaces (`OperationStore.eventsChannel`:
+    /// `EventWaiter` wakes each id of it). Their notifications are packed.
+    static let packedChannels: Set<String> = [OperationStore.eventsChannel]
+
+    /// Longest packed payload, bytes (PostgreSQL's limit is 8,000).
+    static let packedPayloadBytes = 7_000
+
+    /// `list` with the notifications of each `packedChannels` channel joined, in order, into
+    /// space-separated payloads of at most `packedPayloadBytes` bytes (a payload that is
+    /// longer on its own, or contains a space, stays alone); other channels as they are. An
+    /// applied fan-out push notified its operation and its target one by one: 200,000
+    /// `pg_notify` calls, and as many messages for every listener, per 100,000-member wave.
+    static func packed(_ list: [(channel: String, payload: String)]) -> [(channel: String, payload: String)] {
+        var out: [(channel: String, payload: String)] = []
+        var open: [String: Int] = [:]  // channel → index in `out` of its payload being filled
+        for n in list {
+            let bytes = n.payload.utf8.count
+            guard packedChannels.contains(n.channel), bytes < packedPayloadBytes, !n.payload.utf8.contains(0x20) else {
+                out.append(n)
+                continue
+            }
+            if let i = open[n.channel], out[i].payload.utf8.count + 1 + bytes <= packedPayloadBytes {
+                out[i].payload += " " + n.payload
+            } else {
+                open[n.channel] = out.count
+                out.append(n)
+            }
+        }
+        return out
+    }
+
     private func work() {
         var conn: PostgresConnection?
         defer { conn?.close() }
@@ -285,9 +317,10 @@ final class Notifier: @unchecked Sendable {
                 }
                 continue
             }
-            let batch = Array(pending.prefix(100))
-            pending.removeFirst(batch.count)
-            for n in batch { pendingSet.remove(n.channel + "\u{0}" + n.payload) }
+            let taken = Array(pending.prefix(5_000))
+            pending.removeFirst(taken.count)
+            for n in taken { pendingSet.remove(n.channel + "\u{0}" + n.payload) }
+            let batch = Self.packed(taken)
             busy = true
             condition.unlock()
             var attempts = 0
@@ -299,8 +332,11 @@ final class Notifier: @unchecked Sendable {
                         try c.execute("SET synchronous_commit = off")
                         conn = c
                     }
-                    let calls = batch.indices.map { "pg_notify($\($0 * 2 + 1), $\($0 * 2 + 2))" }.joined(separator: ", ")
-                    try conn!.query("SELECT " + calls, batch.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
+                    for start in stride(from: 0, to: batch.count, by: 100) {
+                        let part = batch[start..<min(batch.count, start + 100)]
+                        let calls = part.indices.map { "pg_notify($\(($0 - start) * 2 + 1), $\(($0 - start) * 2 + 2))" }.joined(separator: ", ")
+                        try conn!.query("SELECT " + calls, part.flatMap { [$0.channel, $0.payload] as [(any PostgresBindable)?] })
+                    }
                     break
                 } catch {
                     conn?.close()

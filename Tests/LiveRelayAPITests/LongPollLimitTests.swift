@@ -2,7 +2,7 @@ import Foundation
 import XCTest
 import HTTPServer
 import JSON
-import LiveRelayAPI
+@testable import LiveRelayAPI
 import Logging
 #if canImport(Glibc)
 import Glibc
@@ -70,5 +70,21 @@ final class LongPollLimitTests: APITestCase {
         let statuses = waiting.map { answer($0).0 }
         XCTAssertEqual(statuses, Array(repeating: 200, count: cap))
         XCTAssertEqual(env.api.events.waitsInProgress(credential: keyId), 0)
+    }
+}
+
+/// A packed notification (`Database.sendNotifications` joins the ids of one channel with
+/// spaces) wakes the waiters of every id in it, and no others.
+final class EventWaiterPayloadTests: XCTestCase {
+    func testEveryIdOfAPackedPayloadWakesItsWaiters() {
+        let ev = EventWaiter(log: Logger(minimum: .error, sink: { _ in }))
+        let target = DispatchSemaphore(value: 0), operation = DispatchSemaphore(value: 0), other = DispatchSemaphore(value: 0)
+        ev.waiters.withLock { $0 = ["tgt_a": [target], "op_b": [operation], "tgt_c": [other]] }
+        ev.received(payload: "op_x tgt_a op_b")
+        XCTAssertEqual(target.wait(timeout: .now()), .success)
+        XCTAssertEqual(operation.wait(timeout: .now()), .success)
+        XCTAssertEqual(other.wait(timeout: .now()), .timedOut, "an id not in the payload is not woken")
+        ev.received(payload: "tgt_c")
+        XCTAssertEqual(other.wait(timeout: .now()), .success, "a single id is a payload too")
     }
 }
