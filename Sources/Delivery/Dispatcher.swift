@@ -57,6 +57,13 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
         var applyFailedSince: Double? = nil
     }
 
+    /// Held by the fair claim loop and the named-claim thread from computing the tenants'
+    /// room (`tenantRoom`) until what they claimed is held (`hand`), so the two never claim
+    /// against the same room at once: each would otherwise give a tenant its whole room, and a
+    /// tenant whose requests hang could hold more than its share (DispatchFairnessTests). Taken
+    /// before `cond`, never while holding it.
+    let claimGate = NSLock()
+
     // `cond`
     let cond = NSCondition()
     var running = false
@@ -320,11 +327,18 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 }
             }
             wakeRequested = false
+            cond.unlock()
+            claimGate.lock()  // before `cond` (see `claimGate`)
+            cond.lock()
             let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count - commitReserved)
             claimRotation &+= 1
             let rotation = claimRotation
             let room = tenantRoom()
             cond.unlock()
+            guard limit > 0 else {
+                claimGate.unlock()
+                continue
+            }
 
             var claimed: [DispatchOperation] = []
             var examined = 0
@@ -346,10 +360,14 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             // Cut by its limit (parked and finished-target heads count: they used places too), so
             // claim again as soon as slots free, whether or not an apply finds a due head.
             lastClaimFull = max(claimed.count, examined) >= limit && limit > 0
-            if !hand(claimed) { return }
+            if !hand(claimed) {
+                claimGate.unlock()
+                return
+            }
             cond.lock()
             noteRoomCuts(claimed, room: room)
             cond.unlock()
+            claimGate.unlock()
         }
     }
 
@@ -440,6 +458,9 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 cond.wait()
             }
             if !isRunning { cond.unlock(); return }
+            cond.unlock()
+            claimGate.lock()  // before `cond` (see `claimGate`)
+            cond.lock()
             let free = maxOutstanding - outstanding.count - commitReserved
             // Names beyond their tenant's room wait for the fair claim (which takes them when
             // the room comes back).
@@ -455,9 +476,12 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             }
             if heldBack { wakeRequested = true }
             named.removeAll()
-            if batch.count > free { batch.removeLast(batch.count - free); wakeRequested = true }
+            if batch.count > max(0, free) { batch.removeLast(batch.count - max(0, free)); wakeRequested = true }
             cond.unlock()
-            guard !batch.isEmpty else { continue }
+            guard !batch.isEmpty else {
+                claimGate.unlock()
+                continue
+            }
 
             var claimed: [DispatchOperation] = []
             var parked: [(tenantId: String, id: String)] = []
@@ -473,8 +497,10 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 if isRunningLocked() { log.warning("named claim failed", ["error": .string("\(error)")]) }
             }
             recheckParked(parked)
+            let handed = hand(claimed)
+            claimGate.unlock()
             if claimed.count < batch.count { wake() }  // the rest: the fair loop decides
-            if !hand(claimed) { return }
+            if !handed { return }
         }
     }
 
