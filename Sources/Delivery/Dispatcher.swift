@@ -330,19 +330,27 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             cond.unlock()
             claimGate.lock()  // before `cond` (see `claimGate`)
             cond.lock()
+            if !isRunning {  // stopped while waiting for the gate: begin no claim
+                cond.unlock()
+                claimGate.unlock()
+                return
+            }
             let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count - commitReserved)
+            guard limit > 0 else {  // the named claim took the free slots meanwhile: keep the wake-up
+                wakeRequested = true
+                cond.unlock()
+                claimGate.unlock()
+                continue
+            }
             claimRotation &+= 1
             let rotation = claimRotation
             let room = tenantRoom()
             cond.unlock()
-            guard limit > 0 else {
-                claimGate.unlock()
-                continue
-            }
 
             var claimed: [DispatchOperation] = []
             var examined = 0
             var parked: [(tenantId: String, id: String)] = []
+            var failed = false
             do {
                 claimed = try timedClaim(named: false) { c in
                     let r = try DispatchStore.claimExamining(
@@ -354,7 +362,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 }
             } catch {
                 if isRunningLocked() { log.warning("claim failed", ["error": .string("\(error)")]) }
-                Thread.sleep(forTimeInterval: 0.2)
+                failed = true
             }
             recheckParked(parked)
             // Cut by its limit (parked and finished-target heads count: they used places too), so
@@ -368,6 +376,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             noteRoomCuts(claimed, room: room)
             cond.unlock()
             claimGate.unlock()
+            if failed { Thread.sleep(forTimeInterval: 0.2) }  // outside the gate: named claims go on
         }
     }
 
@@ -461,6 +470,11 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             cond.unlock()
             claimGate.lock()  // before `cond` (see `claimGate`)
             cond.lock()
+            if !isRunning {  // stopped while waiting for the gate: begin no claim
+                cond.unlock()
+                claimGate.unlock()
+                return
+            }
             let free = maxOutstanding - outstanding.count - commitReserved
             // Names beyond their tenant's room wait for the fair claim (which takes them when
             // the room comes back).
