@@ -327,14 +327,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 }
             }
             wakeRequested = false
-            cond.unlock()
-            claimGate.lock()  // before `cond` (see `claimGate`)
-            cond.lock()
-            if !isRunning {  // stopped while waiting for the gate: begin no claim
-                cond.unlock()
-                claimGate.unlock()
-                return
-            }
+            guard enterClaimGate() else { return }
             let limit = min(configuration.claimBatchSize, maxOutstanding - outstanding.count - commitReserved)
             guard limit > 0 else {  // the named claim took the free slots meanwhile: keep the wake-up
                 wakeRequested = true
@@ -467,14 +460,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
                 cond.wait()
             }
             if !isRunning { cond.unlock(); return }
-            cond.unlock()
-            claimGate.lock()  // before `cond` (see `claimGate`)
-            cond.lock()
-            if !isRunning {  // stopped while waiting for the gate: begin no claim
-                cond.unlock()
-                claimGate.unlock()
-                return
-            }
+            guard enterClaimGate() else { return }
             let free = maxOutstanding - outstanding.count - commitReserved
             // Names beyond their tenant's room wait for the fair claim (which takes them when
             // the room comes back).
@@ -516,6 +502,21 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             if claimed.count < batch.count { wake() }  // the rest: the fair loop decides
             if !handed { return }
         }
+    }
+
+    /// Called holding `cond`: takes `claimGate` (released `cond` first, the gate's lock order),
+    /// then `cond` again. Returns true holding both; false, holding neither, when the dispatcher
+    /// stopped meanwhile (then no claim may begin).
+    private func enterClaimGate() -> Bool {
+        cond.unlock()
+        claimGate.lock()
+        cond.lock()
+        guard isRunning else {
+            cond.unlock()
+            claimGate.unlock()
+            return false
+        }
+        return true
     }
 
     func isRunningLocked() -> Bool { cond.lock(); defer { cond.unlock() }; return isRunning }
