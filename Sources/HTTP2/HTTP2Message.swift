@@ -36,6 +36,8 @@ enum HTTP2FieldName {
         name.utf8.allSatisfy { $0 < 0x80 && !(0x41...0x5A).contains($0) } ? name : name.lowercased()
     }
 
+    /// `c` with an ASCII capital letter (A–Z) turned into its small letter; any other byte as it is.
+    /// `c` with an ASCII capital letter (A–Z) turned into its small letter; any other byte as it is.
     static func lowerASCII(_ c: UInt8) -> UInt8 { (0x41...0x5A).contains(c) ? c | 0x20 : c }
 }
 

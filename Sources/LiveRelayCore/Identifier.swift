@@ -46,7 +46,7 @@ public enum Identifier {
     /// sequence of ids made at the real time.
     public static func makeBody(now: Date = Date()) -> String {
         var rng = SystemRandomNumberGenerator()
-        let requested = UInt64(max(0, now.timeIntervalSince1970 * 1000))
+        let requested = milliseconds(now)
         let (ms, counter) = sequences.withLock { table -> (UInt64, UInt16) in
             if let i = table.firstIndex(where: { $0.clockMs == requested }) {
                 if table[i].counter < 0x0FFF {
@@ -62,8 +62,7 @@ public enum Identifier {
             table.append(fresh)
             return (fresh.ms, fresh.counter)
         }
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
+        var bytes = timeBytes(ms)
         bytes[6] = 0x70 | UInt8(counter >> 8)  // UUID version 7, counter high nibble
         bytes[7] = UInt8(truncatingIfNeeded: counter)
         // One 64-bit draw for the 8 random bytes (a draw per byte was a getrandom call per byte:
@@ -72,6 +71,16 @@ public enum Identifier {
         for i in 8..<16 { bytes[i] = UInt8(truncatingIfNeeded: random >> (8 * (15 - i))) }
         bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
         return CrockfordBase32.encode128(bytes)
+    }
+
+    /// Unix milliseconds of `date` (0 before 1970).
+    static func milliseconds(_ date: Date) -> UInt64 { UInt64(max(0, date.timeIntervalSince1970 * 1000)) }
+
+    /// 16 bytes: `ms` big-endian in the first 6, zeros after.
+    static func timeBytes(_ ms: UInt64) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: 16)
+        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
+        return bytes
     }
 
     /// The counter of one recently seen millisecond.

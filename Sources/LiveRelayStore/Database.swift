@@ -317,6 +317,7 @@ final class Notifier: @unchecked Sendable {
                 }
                 continue
             }
+            // Up to 5,000 at a time, packed, then sent 100 `pg_notify` calls per statement.
             let taken = Array(pending.prefix(5_000))
             pending.removeFirst(taken.count)
             for n in taken { pendingSet.remove(n.channel + "\u{0}" + n.payload) }

@@ -118,7 +118,10 @@ public enum EventStore {
     /// events went. Events are found by id, not `created_at` (which has no index since
     /// migration 0034, docs/webhooks.md "Retention"): an event id starts with the Unix
     /// milliseconds of its making, so each tenant's events below `idFloor(cutoff)` are a
-    /// primary-key range.
+    /// primary-key range. Fair across tenants: each tenant offers at most its share of `batch`
+    /// (`batch` / tenants, at least 100) of its oldest, taken round robin (every tenant's
+    /// oldest before any tenant's second), so a tenant with a large backlog of old events
+    /// cannot take every pass's batch while another tenant's expired events wait.
     public static func purgeExpired(_ c: PostgresConnection, now: Date, batch: Int = 5000) throws -> Int {
         let cutoff = now.addingTimeInterval(-retentionSeconds)
         try c.execute(
@@ -126,23 +129,22 @@ public enum EventStore {
             DELETE FROM webhook_attempts WHERE (tenant_id, endpoint_id, id) IN (
               SELECT tenant_id, endpoint_id, id FROM webhook_attempts WHERE delivered_at < $1 LIMIT $2)
             """, [cutoff, batch])
+        let tenants = try c.query("SELECT count(*) AS n FROM tenants")[0].int("n")
         return try c.execute(
             """
             DELETE FROM events WHERE (tenant_id, id) IN (
               SELECT e.tenant_id, e.id FROM tenants t CROSS JOIN LATERAL (
-                     SELECT e.tenant_id, e.id FROM events e WHERE e.tenant_id = t.tenant_id AND e.id < $1 ORDER BY e.id LIMIT $2) e
-               LIMIT $2)
-            """, [idFloor(cutoff), batch])
+                     SELECT e.tenant_id, e.id, row_number() OVER (ORDER BY e.id) AS rn FROM events e
+                      WHERE e.tenant_id = t.tenant_id AND e.id < $1 ORDER BY e.id LIMIT $3) e
+               ORDER BY e.rn, substr(e.id, 5) LIMIT $2)
+            """, [idFloor(cutoff), batch, max(100, batch / max(1, tenants))])
     }
 
-    /// The lowest possible event id of the millisecond of `date` (`evt_` and the 10 base32
-    /// characters of the 2 zero bits and 48 millisecond bits, Identifier.makeBody's layout):
-    /// every event made in an earlier millisecond sorts below it (ids compare bytewise,
-    /// `COLLATE "C"`), every event of that millisecond or later above it.
+    /// The lowest possible event id of the millisecond of `date`: `evt_` and the first 10
+    /// characters of `Identifier.lowerBound` (2 zero bits and the 48 millisecond bits). Every
+    /// event made in an earlier millisecond sorts below it (ids compare bytewise, `COLLATE
+    /// "C"`), every event of that millisecond or later above it.
     public static func idFloor(_ date: Date) -> String {
-        let ms = UInt64(max(0, date.timeIntervalSince1970 * 1000))
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: ms >> (8 * (5 - i))) }
-        return IdKind.auditEvent.rawValue + "_" + CrockfordBase32.encode128(bytes).prefix(10)
+        String(Identifier.lowerBound(.auditEvent, at: date).prefix(IdKind.auditEvent.rawValue.count + 1 + 10))
     }
 }

@@ -217,6 +217,7 @@ final class DispatchBenchTests: XCTestCase {
         //   ~42 buffers at 1,000 targets and ~65 at 1,000,000 (BENCH_CLAIM_PLANS=1), a cost no
         //   dispatcher claim pays. Kept, labelled, so runs stay comparable with earlier ones.
         struct Rollback: Error {}
+        func medianMilliseconds(_ seconds: [Double]) -> Double { seconds.sorted()[seconds.count / 2] * 1000 }
         func claimP50Fresh(_ reps: Int, tenant: String) throws -> Double {
             var times: [Double] = []
             for rep in 0..<reps {
@@ -246,7 +247,7 @@ final class DispatchBenchTests: XCTestCase {
                         """, [tenant, PostgresTextArray(ids), String(rep)])
                 }
             }
-            return times.sorted()[times.count / 2] * 1000
+            return medianMilliseconds(times)
         }
         func claimP50(_ reps: Int) -> Double {
             var times: [Double] = []
@@ -259,7 +260,7 @@ final class DispatchBenchTests: XCTestCase {
                     throw Rollback()
                 }
             }
-            return times.sorted()[times.count / 2] * 1000
+            return medianMilliseconds(times)
         }
         // BENCH_CLAIM_PLANS=1: the plan of one such claim (EXPLAIN ANALYZE, BUFFERS, rolled back),
         // every line, labelled small or large, to see where the large queue's extra time goes.

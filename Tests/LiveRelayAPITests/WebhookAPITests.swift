@@ -247,6 +247,31 @@ final class WebhookAPITests: XCTestCase {
         XCTAssertEqual(left, 2, "the two events inside the 30 days are kept")
     }
 
+    /// The purge shares its batch between tenants: a tenant with 300 expired events does not
+    /// keep another tenant's single expired event waiting for a later pass.
+    func testEventPurgeIsRoundRobinAcrossTenants() throws {
+        let busy = try env.tenant(), other = try env.tenant()
+        func expired(_ tenant: String, count: Int, ageDays: Double) throws {
+            try env.db.tenant(tenant) { c in
+                for i in 0..<count {
+                    let made = Date().addingTimeInterval(-ageDays * 86_400 - Double(i))
+                    let e = try XCTUnwrap(EventStore.record(c, tenantId: tenant, type: .quotaExhausted, object: ["n": .int(Int64(i))]))
+                    try c.execute(
+                        "UPDATE events SET created_at = $3, id = $4 WHERE tenant_id = $1 AND id = $2",
+                        [tenant, e.id, made, Identifier.make(.auditEvent, now: made)])
+                }
+            }
+        }
+        try expired(busy.id, count: 300, ageDays: 40)
+        try expired(other.id, count: 1, ageDays: 31)
+        let purged = try env.db.system { c in try EventStore.purgeExpired(c, now: Date(), batch: 100) }
+        XCTAssertLessThanOrEqual(purged, 100)
+        let left = try env.db.system { c in
+            try c.query("SELECT count(*) AS n FROM events WHERE tenant_id = $1", [other.id])[0].int("n")
+        }
+        XCTAssertEqual(left, 0, "the other tenant's expired event went in the first pass")
+    }
+
     /// The purge's id bound: an id of the cut-off millisecond or later sorts at or above it,
     /// one of the millisecond before sorts below it, bytewise as PostgreSQL compares them.
     func testEventIdFloorSeparatesMilliseconds() {
