@@ -135,6 +135,7 @@ final class FanoutBenchTests: XCTestCase {
         // The sandbox's monotonic counter: its delivery log keeps only the newest 100,000 entries,
         // which one 100,000-member fan-out alone fills (a count taken from the log read 0 here).
         let broadcastsBefore = h.sandbox.stats.broadcastRequests, pushesBefore = pushesReceived()
+        let walBefore = try Self.writeVolume(h)
         let r = h.call(
             "POST", "/v1/remote-updates/channels/\(large.id)/update",
             [
@@ -143,7 +144,7 @@ final class FanoutBenchTests: XCTestCase {
             ], as: sender)
         XCTAssertEqual(r.status, 202, "\(r)")
         let cop = try XCTUnwrap(r["channel_operation"]?["id"]?.stringValue)
-        let started = Date()
+        let started = Date(), waveBegan = Self.monotonicSeconds()
         let cpuBefore = Self.cpuTicks()
         let claimedAtFanout = h.metrics.counter("liverelay_dispatch_claimed_at_fanout_total", help: "", labels: [])
         let claimedBefore = claimedAtFanout.value([])
@@ -151,6 +152,9 @@ final class FanoutBenchTests: XCTestCase {
         // the fan-out runs), then until the queue is idle (every result committed).
         while pushesReceived() - pushesBefore < fanout && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.05) }
         let cpuAfter = Self.cpuTicks(), claimedDuring = claimedAtFanout.value([]) - claimedBefore
+        let walAfter = try Self.writeVolume(h)
+        // For profiles of the wave alone (`perf record -k CLOCK_MONOTONIC`, docs/delivery.md "Measuring").
+        print(String(format: "bench: wave CLOCK_MONOTONIC %.3f..%.3f s", waveBegan, Self.monotonicSeconds()))
         while try !idle() && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.2) }
         let row = try h.db.system { c in
             try c.query(
@@ -180,6 +184,12 @@ final class FanoutBenchTests: XCTestCase {
             // (docs/delivery.md "Claims at fan-out") rather than by the fair claim.
             String(format: "fanout_cpu_busy_percent=%.0f", Self.busyPercent(cpuBefore, cpuAfter)),
             String(format: "fanout_claimed_at_fanout=%.0f", claimedDuring),
+            // PostgreSQL's writes during the wave, per member: WAL bytes and full-page images
+            // (pg_stat_wal), temporary-file bytes (pg_stat_database; its counters are flushed
+            // up to a second late, so this one may undercount).
+            String(format: "fanout_wal_bytes_per_push=%.0f", Double(walAfter.wal - walBefore.wal) / Double(max(1, fanout))),
+            String(format: "fanout_wal_fpi_per_push=%.3f", Double(walAfter.fpi - walBefore.fpi) / Double(max(1, fanout))),
+            String(format: "fanout_temp_bytes_per_push=%.0f", Double(walAfter.temp - walBefore.temp) / Double(max(1, fanout))),
             String(format: "drain_seconds=%.1f", Date().timeIntervalSince(drainStart))
         ]
         for line in out { print(line) }
@@ -193,6 +203,26 @@ final class FanoutBenchTests: XCTestCase {
 
     /// The machine's CPU ticks from `/proc/stat`'s first line: (busy, total); (0, 0) when
     /// unreadable.
+    /// PostgreSQL's cumulative write volume: WAL bytes and full-page images (`pg_stat_wal`) and
+    /// this database's temporary-file bytes (`pg_stat_database.temp_bytes`).
+    static func writeVolume(_ h: EndToEndHarness) throws -> (wal: Int64, fpi: Int64, temp: Int64) {
+        try h.db.system { c in
+            let r = try c.query(
+                """
+                SELECT w.wal_bytes::int8 AS wal, w.wal_fpi AS fpi, d.temp_bytes AS temp
+                  FROM pg_stat_wal w, pg_stat_database d WHERE d.datname = current_database()
+                """)[0]
+            return (try r.int64("wal"), try r.int64("fpi"), try r.int64("temp"))
+        }
+    }
+
+    /// CLOCK_MONOTONIC, seconds (the clock `perf record -k CLOCK_MONOTONIC` stamps samples with).
+    static func monotonicSeconds() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+
     static func cpuTicks() -> (busy: Double, total: Double) {
         guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
             let first = text.split(separator: "\n").first

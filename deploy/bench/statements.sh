@@ -22,7 +22,9 @@ bench_auto_explain_report() {
 }
 bench_statements_enable() {
   [ "${BENCH_STATEMENTS:-0}" = 1 ] || return 0
-  printf "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\ntrack_functions = 'pl'\n" \
+  # Both on: one shared_preload_libraries line naming both (the last line of a setting wins).
+  local preload=pg_stat_statements; [ "${BENCH_AUTO_EXPLAIN:-0}" = 1 ] && preload="auto_explain,pg_stat_statements"
+  printf "shared_preload_libraries = '%s'\npg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\ntrack_functions = 'pl'\n" "$preload" \
     | runuser -u postgres -- tee -a "$work/pg/data/postgresql.conf" >/dev/null
   deploy/local/pg-cluster stop "$work/pg"; PG_FSYNC="${PG_FSYNC:-on}" deploy/local/pg-cluster start "$work/pg" >/dev/null
   psql -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements"
