@@ -51,6 +51,47 @@ public enum FanoutStore {
         }
     }
 
+    /// The walk of a batch (round trip 2 of `expandBatch`), as pipelined statements whose last
+    /// one returns the rows: the next `batchSize` live fan-out members of `p`'s channel after
+    /// `cursor` in id order, locked (`FOR UPDATE`), each with `id, channel_seq, op_seq,
+    /// revision` and `live` (with `probeLiveness`; false otherwise, as `AND` short-circuits):
+    /// the member has an operation queued or in flight, so a new one cannot be its head. One
+    /// `operations_live` probe per member (`OFFSET 0`: a subplan, never a join over the
+    /// tenant's queue).
+    ///
+    /// The walk must read an index in id order and stop after `batchSize` members. Planned with
+    /// statistics taken before a channel's members arrived (each batch is planned with its own
+    /// cursor), PostgreSQL 15 chose a sequential scan of `targets` and an external sort of the
+    /// channel's remaining members instead: 50–120 ms per batch of 500 at 100,000 members in
+    /// deploy/bench/fanout (auto_explain; 5 of the measured wave's 200 batches), against ~3 ms,
+    /// and a walk that grows with the square of the members. So the walk runs with sequential
+    /// scans and sorts priced out (`SET LOCAL` before it, and the transaction's own values
+    /// restored after it, so the other statements keep theirs).
+    static func walkStatements(_ p: Pending, after cursor: String, batchSize: Int, probeLiveness: Bool) -> [PostgresStatement] {
+        [
+            PostgresStatement(
+                """
+                SELECT set_config('lr.walk_seqscan', current_setting('enable_seqscan'), true),
+                       set_config('lr.walk_sort', current_setting('enable_sort'), true),
+                       set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)
+                """),
+            PostgresStatement(
+                """
+                SELECT id, channel_seq, op_seq, revision,
+                       $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
+                                                 AND p.status IN ('queued', 'sending') OFFSET 0) AS live
+                  FROM targets
+                 WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
+                 ORDER BY id LIMIT $4 FOR UPDATE
+                """, [p.tenantId, p.channelId, cursor, batchSize, probeLiveness]),
+            PostgresStatement(
+                """
+                SELECT set_config('enable_seqscan', current_setting('lr.walk_seqscan'), true),
+                       set_config('enable_sort', current_setting('lr.walk_sort'), true)
+                """)
+        ]
+    }
+
     /// One batch of channel operation `p`, in the caller's transaction, which it commits: locks
     /// it (`SKIP LOCKED`), marks older pending operations of its channel done (this walk delivers
     /// their alerts and supersedes their state), locks the next `batchSize` live fan-out members
@@ -95,24 +136,11 @@ public enum FanoutStore {
         let cursor = try head.optionalString("fanout_cursor") ?? ""
         // Round trip 2: the members, locked, and the channel writes newer than the lowest
         // watermark among them (read after the lock, so the watermarks cannot move).
-        // `live` (only when claiming): the member has an operation queued or in flight, so a new
-        // one cannot be its head. One `operations_live` probe per member (`OFFSET 0`: a subplan,
-        // never a join over the tenant's queue); `$5` false skips it (AND short-circuits).
-        let memberFilter = """
-            tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
-            """
-        let r2 = try c.pipeline([
-            PostgresStatement(
-                """
-                SELECT id, channel_seq, op_seq, revision,
-                       $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
-                                                 AND p.status IN ('queued', 'sending') OFFSET 0) AS live
-                  FROM targets WHERE \(memberFilter) ORDER BY id LIMIT $4 FOR UPDATE
-                """, [p.tenantId, p.channelId, cursor, batchSize, reserve != nil]),
-            writesStatement(p, after: cursor, batchSize: batchSize)
-        ]).get()
+        let walk = walkStatements(p, after: cursor, batchSize: batchSize, probeLiveness: reserve != nil)
+        let r2 = try c.pipeline(walk + [writesStatement(p, after: cursor, batchSize: batchSize)]).get()
+        let walked = r2[walk.count - 2], writes = r2[walk.count]  // the walk's rows: its next-to-last statement
         struct Member { let id: String; let watermark: Int64; let opSeq: Int64; let revision: Int64; let live: Bool }
-        let ms = try r2[0].rows.map {
+        let ms = try walked.rows.map {
             Member(
                 id: try $0.string("id"), watermark: try $0.int64("channel_seq"), opSeq: try $0.int64("op_seq"),
                 revision: try $0.int64("revision"), live: try $0.bool("live"))
@@ -123,8 +151,8 @@ public enum FanoutStore {
         // The writes statement read the members again, in a snapshot of its own: a member that
         // joined in between can push a locked member out of its batch. When the locked members'
         // lowest watermark is below the one it used, the writes in between are read now (rare).
-        var writeRows = r2[1].rows.filter { $0["id"] != nil }
-        let usedLow = try r2[1].rows.first?.int64("low") ?? p.seq
+        var writeRows = writes.rows.filter { $0["id"] != nil }
+        let usedLow = try writes.rows.first?.int64("low") ?? p.seq
         if let low = ms.map(\.watermark).min(), low < usedLow {
             writeRows += try c.query(
                 """

@@ -76,4 +76,56 @@ final class PlannerStatisticsTests: DispatchTestCase {
         XCTAssertFalse(plan.contains("targets_installation"), "no walk over an installation's targets:\n\(plan)")
         XCTAssertFalse(plan.contains("Seq Scan on operations") || plan.contains("Seq Scan on targets"), "no full scans:\n\(plan)")
     }
+
+    /// The fan-out expander's walk (`FanoutStore.walkStatements`, docs/channels.md "Fan-out")
+    /// reads its members by an index in id order and stops at the batch size: 4,000 members
+    /// beside 4,000 other targets of the tenant, statistics fresh, each batch planned with its
+    /// own cursor (as `expandBatch` sends it). The planner takes the row-level security filter
+    /// for a selective one (~0.5 %), so it expects far fewer members than the batch size and
+    /// no early stop; without the walk's settings it planned the first batch as a sequential
+    /// scan of `targets` with a sort of every remaining member.
+    func testTheFanoutWalkReadsAnIndexInIdOrder() throws {
+        let a = try h.tenant(), inst = try h.installation(a)
+        let channel = "ch_plan"
+        try h.db.tenant(a) { c in
+            try c.execute(
+                """
+                INSERT INTO channels (tenant_id, id, app_id, environment, activity_type, attributes_type, apns_channel_id)
+                VALUES ($1, $2, 'com.example.delivery', 'sandbox', 'delivery', 'DeliveryAttributes', 'apns-plan')
+                """, [a, channel])
+            try c.execute(
+                """
+                INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, status, revision, state, push_token,
+                                     token_status, channel_id, delivery)
+                SELECT $1, 'tgt_' || CASE WHEN g % 2 = 0 THEN 'w' ELSE 'o' END || lpad(g::text, 6, '0'), $2, 'remote', 'delivery',
+                       'ready', 1, '{"eta": 1}', lpad(to_hex(g), 64, '0'), 'registered',
+                       CASE WHEN g % 2 = 0 THEN $3 END, CASE WHEN g % 2 = 0 THEN 'fanout' END
+                  FROM generate_series(1, 8000) g
+                """, [a, inst, channel])
+        }
+        try h.db.system { c in try c.execute("ANALYZE targets") }
+        let pending = FanoutStore.Pending(tenantId: a, id: "cop_plan", channelId: channel, seq: 9)
+        for cursor in ["", "tgt_w004000"] {
+            let walk = FanoutStore.walkStatements(pending, after: cursor, batchSize: 500, probeLiveness: true)
+            let plan = try h.db.system { c in
+                let r = try c.pipeline(
+                    walk.dropLast(2) + [PostgresStatement("EXPLAIN (COSTS OFF) " + walk[walk.count - 2].sql, walk[walk.count - 2].params)]
+                        + [walk[walk.count - 1]]
+                ).get()
+                return try r[r.count - 2].rows.map { try $0.string("QUERY PLAN") }.joined(separator: "\n")
+            }
+            XCTAssertFalse(plan.contains("Seq Scan on targets"), "cursor '\(cursor)': no full scan:\n\(plan)")
+            XCTAssertFalse(plan.contains("Sort"), "cursor '\(cursor)': members in index order, no sort:\n\(plan)")
+            XCTAssertTrue(plan.contains("Index Scan using targets_"), "cursor '\(cursor)': by an index of targets:\n\(plan)")
+        }
+        // The walk's rows, and the transaction's own settings afterwards.
+        let walk = FanoutStore.walkStatements(pending, after: "tgt_w000100", batchSize: 3, probeLiveness: false)
+        let (ids, after) = try h.db.system(settings: [("enable_sort", "off")]) { c in
+            let r = try c.pipeline(walk).get()
+            let settings = try c.query("SELECT current_setting('enable_seqscan') AS seq, current_setting('enable_sort') AS sort")[0]
+            return (try r[r.count - 2].rows.map { try $0.string("id") }, [try settings.string("seq"), try settings.string("sort")])
+        }
+        XCTAssertEqual(ids, ["tgt_w000102", "tgt_w000104", "tgt_w000106"])
+        XCTAssertEqual(after, ["on", "off"], "enable_seqscan back to its default, enable_sort to the transaction's own off")
+    }
 }

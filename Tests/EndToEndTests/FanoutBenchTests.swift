@@ -154,7 +154,9 @@ final class FanoutBenchTests: XCTestCase {
         let cpuAfter = Self.cpuTicks(), claimedDuring = claimedAtFanout.value([]) - claimedBefore
         let walAfter = try Self.writeVolume(h)
         // For profiles of the wave alone (`perf record -k CLOCK_MONOTONIC`, docs/delivery.md "Measuring").
-        print(String(format: "bench: wave CLOCK_MONOTONIC %.3f..%.3f s", waveBegan, Self.monotonicSeconds()))
+        print(
+            String(format: "bench: wave CLOCK_MONOTONIC %.3f..%.3f s, ", waveBegan, Self.monotonicSeconds())
+                + "UTC \(Timestamp.format(started))..\(Timestamp.format(Date()))")
         while try !idle() && Date().timeIntervalSince(started) < 600 { Thread.sleep(forTimeInterval: 0.2) }
         let row = try h.db.system { c in
             try c.query(
