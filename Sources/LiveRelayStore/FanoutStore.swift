@@ -66,7 +66,10 @@ public enum FanoutStore {
     /// deploy/bench/fanout (auto_explain; 5 of the measured wave's 200 batches), against ~3 ms,
     /// and a walk that grows with the square of the members. So the walk runs with sequential
     /// scans and sorts priced out (`SET LOCAL` before it, and the transaction's own values
-    /// restored after it, so the other statements keep theirs).
+    /// restored after it, so the other statements keep theirs). The cause was the row-level
+    /// security test, priced at ~1 % of rows; migration 0035 fixed that estimate
+    /// (docs/security.md "Row-level security and the planner"), and the settings stay for
+    /// statistics taken before a channel's members arrived.
     static func walkStatements(_ p: Pending, after cursor: String, batchSize: Int, probeLiveness: Bool) -> [PostgresStatement] {
         [
             PostgresStatement(
