@@ -51,42 +51,48 @@ public enum FanoutStore {
         }
     }
 
-    /// The walk of a batch (round trip 2 of `expandBatch`), as pipelined statements whose last
-    /// one returns the rows: the next `batchSize` live fan-out members of `p`'s channel after
-    /// `cursor` in id order, locked (`FOR UPDATE`), each with `id, channel_seq, op_seq,
-    /// revision` and `live` (with `probeLiveness`; false otherwise, as `AND` short-circuits):
-    /// the member has an operation queued or in flight, so a new one cannot be its head. One
-    /// `operations_live` probe per member (`OFFSET 0`: a subplan, never a join over the
-    /// tenant's queue).
+    /// The walk of a batch (round trip 2 of `expandBatch`): the next `batchSize` live fan-out
+    /// members of `p`'s channel after `cursor` in id order, locked (`FOR UPDATE`), each with
+    /// `id, channel_seq, op_seq, revision` and `live` (with `probeLiveness`; false otherwise,
+    /// as `AND` short-circuits): the member has an operation queued or in flight, so a new one
+    /// cannot be its head. One `operations_live` probe per member (`OFFSET 0`: a subplan, never
+    /// a join over the tenant's queue). Sent inside `withWalkSettings`.
+    static func walkStatement(_ p: Pending, after cursor: String, batchSize: Int, probeLiveness: Bool) -> PostgresStatement {
+        PostgresStatement(
+            """
+            SELECT id, channel_seq, op_seq, revision,
+                   $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
+                                             AND p.status IN ('queued', 'sending') OFFSET 0) AS live
+              FROM targets
+             WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
+             ORDER BY id LIMIT $4 FOR UPDATE
+            """, [p.tenantId, p.channelId, cursor, batchSize, probeLiveness])
+    }
+
+    /// `statements` between two statements that price sequential scans and sorts out for them
+    /// (`enable_seqscan`, `enable_sort` off with `set_config(…, true)`, like `SET LOCAL`) and
+    /// then restore the transaction's own values: the walk (`walkStatement`) and the writes
+    /// statement (`writesStatement`, which reads the batch's members again) must read
+    /// `targets_channel_fanout` in id order and stop after the batch. The result of
+    /// `statements[i]` is at index `i + 1` of the pipeline's results.
     ///
-    /// The walk must read an index in id order and stop after `batchSize` members. Planned with
-    /// statistics taken before a channel's members arrived (each batch is planned with its own
-    /// cursor), PostgreSQL 15 chose a sequential scan of `targets` and an external sort of the
-    /// channel's remaining members instead: 50–120 ms per batch of 500 at 100,000 members in
-    /// deploy/bench/fanout (auto_explain; 5 of the measured wave's 200 batches), against ~3 ms,
-    /// and a walk that grows with the square of the members. So the walk runs with sequential
-    /// scans and sorts priced out (`SET LOCAL` before it, and the transaction's own values
-    /// restored after it, so the other statements keep theirs). The cause was the row-level
-    /// security test, priced at ~1 % of rows; migration 0035 fixed that estimate
-    /// (docs/security.md "Row-level security and the planner"), and the settings stay for
-    /// statistics taken before a channel's members arrived.
-    static func walkStatements(_ p: Pending, after cursor: String, batchSize: Int, probeLiveness: Bool) -> [PostgresStatement] {
+    /// Measured in deploy/bench/fanout (auto_explain, 100,000 members): early batches of the
+    /// walk were planned as a sequential scan of `targets` with an external sort of every
+    /// remaining member, 50–120 ms per batch of 500 against ~3 ms by the index, 5 of the 200
+    /// batches of a measured wave, 27 MB of temporary files, and a walk whose cost grows with
+    /// the square of the members. The planner expected far fewer members than the batch, so no
+    /// early stop: the row-level security test was priced at 0.5 % of rows in the system
+    /// scope. Migration 0035 fixed that estimate (docs/security.md "Row-level security and the
+    /// planner"); the settings stay for statistics taken before a channel's members arrived.
+    static func withWalkSettings(_ statements: [PostgresStatement]) -> [PostgresStatement] {
         [
             PostgresStatement(
                 """
                 SELECT set_config('lr.walk_seqscan', current_setting('enable_seqscan'), true),
                        set_config('lr.walk_sort', current_setting('enable_sort'), true),
                        set_config('enable_seqscan', 'off', true), set_config('enable_sort', 'off', true)
-                """),
-            PostgresStatement(
-                """
-                SELECT id, channel_seq, op_seq, revision,
-                       $5::boolean AND EXISTS (SELECT 1 FROM operations p WHERE p.tenant_id = $1 AND p.target_id = targets.id
-                                                 AND p.status IN ('queued', 'sending') OFFSET 0) AS live
-                  FROM targets
-                 WHERE tenant_id = $1 AND channel_id = $2 AND delivery = 'fanout' AND status NOT IN ('ended', 'creation_failed') AND id > $3
-                 ORDER BY id LIMIT $4 FOR UPDATE
-                """, [p.tenantId, p.channelId, cursor, batchSize, probeLiveness]),
+                """)
+        ] + statements + [
             PostgresStatement(
                 """
                 SELECT set_config('enable_seqscan', current_setting('lr.walk_seqscan'), true),
@@ -139,9 +145,13 @@ public enum FanoutStore {
         let cursor = try head.optionalString("fanout_cursor") ?? ""
         // Round trip 2: the members, locked, and the channel writes newer than the lowest
         // watermark among them (read after the lock, so the watermarks cannot move).
-        let walk = walkStatements(p, after: cursor, batchSize: batchSize, probeLiveness: reserve != nil)
-        let r2 = try c.pipeline(walk + [writesStatement(p, after: cursor, batchSize: batchSize)]).get()
-        let walked = r2[walk.count - 2], writes = r2[walk.count]  // the walk's rows: its next-to-last statement
+        let r2 = try c.pipeline(
+            withWalkSettings([
+                walkStatement(p, after: cursor, batchSize: batchSize, probeLiveness: reserve != nil),
+                writesStatement(p, after: cursor, batchSize: batchSize)
+            ])
+        ).get()
+        let walked = r2[1], writes = r2[2]
         struct Member { let id: String; let watermark: Int64; let opSeq: Int64; let revision: Int64; let live: Bool }
         let ms = try walked.rows.map {
             Member(

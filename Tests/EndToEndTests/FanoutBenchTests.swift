@@ -186,9 +186,10 @@ final class FanoutBenchTests: XCTestCase {
             // (docs/delivery.md "Claims at fan-out") rather than by the fair claim.
             String(format: "fanout_cpu_busy_percent=%.0f", Self.busyPercent(cpuBefore, cpuAfter)),
             String(format: "fanout_claimed_at_fanout=%.0f", claimedDuring),
-            // PostgreSQL's writes during the wave, per member: WAL bytes and full-page images
-            // (pg_stat_wal), temporary-file bytes (pg_stat_database; its counters are flushed
-            // up to a second late, so this one may undercount).
+            // PostgreSQL's writes during the wave (from the write to the last request, whole
+            // cluster), per member: WAL bytes and full-page images (pg_stat_wal),
+            // temporary-file bytes (pg_stat_database). PostgreSQL 15 flushes both kinds of
+            // counters from each backend up to a second late, so both may undercount a little.
             String(format: "fanout_wal_bytes_per_push=%.0f", Double(walAfter.wal - walBefore.wal) / Double(max(1, fanout))),
             String(format: "fanout_wal_fpi_per_push=%.3f", Double(walAfter.fpi - walBefore.fpi) / Double(max(1, fanout))),
             String(format: "fanout_temp_bytes_per_push=%.0f", Double(walAfter.temp - walBefore.temp) / Double(max(1, fanout))),
@@ -203,8 +204,6 @@ final class FanoutBenchTests: XCTestCase {
             atomically: true, encoding: .utf8)
     }
 
-    /// The machine's CPU ticks from `/proc/stat`'s first line: (busy, total); (0, 0) when
-    /// unreadable.
     /// PostgreSQL's cumulative write volume: WAL bytes and full-page images (`pg_stat_wal`) and
     /// this database's temporary-file bytes (`pg_stat_database.temp_bytes`).
     static func writeVolume(_ h: EndToEndHarness) throws -> (wal: Int64, fpi: Int64, temp: Int64) {
@@ -225,6 +224,8 @@ final class FanoutBenchTests: XCTestCase {
         return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
     }
 
+    /// The machine's CPU ticks from `/proc/stat`'s first line: (busy, total); (0, 0) when
+    /// unreadable.
     static func cpuTicks() -> (busy: Double, total: Double) {
         guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
             let first = text.split(separator: "\n").first

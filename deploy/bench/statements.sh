@@ -22,7 +22,8 @@ bench_auto_explain_report() {
 }
 bench_statements_enable() {
   [ "${BENCH_STATEMENTS:-0}" = 1 ] || return 0
-  # Both on: one shared_preload_libraries line naming both (the last line of a setting wins).
+  # Both on: one shared_preload_libraries line naming both (the last line of a setting wins), so
+  # callers run bench_auto_explain_enable before this (deploy/bench/dispatch and fanout do).
   local preload=pg_stat_statements; [ "${BENCH_AUTO_EXPLAIN:-0}" = 1 ] && preload="auto_explain,pg_stat_statements"
   printf "shared_preload_libraries = '%s'\npg_stat_statements.track = 'all'\npg_stat_statements.track_planning = on\ntrack_functions = 'pl'\n" "$preload" \
     | runuser -u postgres -- tee -a "$work/pg/data/postgresql.conf" >/dev/null
