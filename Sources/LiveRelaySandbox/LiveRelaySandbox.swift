@@ -341,9 +341,9 @@ public final class Sandbox: @unchecked Sendable {
 
     func record(
         provider: String, token: String, status: Int, reason: String?, headers: [String: String] = [:],
-        jwt: VerifiedJWT? = nil, body: [UInt8], detail: String?
+        jwt: VerifiedJWT? = nil, payload: JSONValue?, detail: String?
     ) {
-        let payload = (try? JSONValue.parse(body, maxDepth: 64)) ?? .null
+        let payload = payload ?? .null  // a body that is not JSON is logged as null
         let now = configuration.now()
         state.withLock { s in
             s.sequence += 1
@@ -354,5 +354,22 @@ public final class Sandbox: @unchecked Sendable {
                     payload: payload, detail: detail))
             if s.deliveries.count > configuration.maxRecordedDeliveries { s.deliveries.removeFirst(s.deliveries.count / 10) }
         }
+    }
+}
+
+/// A request body parsed as JSON at most once, when first asked (`value`: nil when it is not
+/// JSON; at most 64 levels deep): a provider handler's checks and its delivery log share one
+/// parse. One per request, on the request's thread.
+final class ParsedOnce {
+    private let bytes: [UInt8]
+    private var parsed: JSONValue??
+
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    var value: JSONValue? {
+        if let p = parsed { return p }
+        let p = try? JSONValue.parse(bytes, maxDepth: 64)
+        parsed = .some(p)
+        return p
     }
 }

@@ -49,8 +49,9 @@ extension Sandbox {
         }
         let apnsId = request.header("apns-id")?.lowercased() ?? SecureRandom.uuidV4()
         var jwt: VerifiedJWT?
+        let body = ParsedOnce(request.body)
         func answer(_ status: Int, _ reason: String?, _ detail: String? = nil, extra: [(String, String)] = []) -> HTTP2Response {
-            record(provider: "apns", token: token, status: status, reason: reason, headers: headers, jwt: jwt, body: request.body, detail: detail)
+            record(provider: "apns", token: token, status: status, reason: reason, headers: headers, jwt: jwt, payload: body.value, detail: detail)
             guard let reason else {
                 return HTTP2Response(status: status, headers: [("apns-id", apnsId)])
             }
@@ -90,8 +91,8 @@ extension Sandbox {
         guard request.body.count <= Sandbox.maxPayloadBytes else {
             return answer(413, "PayloadTooLarge", "\(request.body.count) bytes > \(Sandbox.maxPayloadBytes)")
         }
-        if let problem = Sandbox.liveActivityPayloadProblem(request.body) { return answer(400, "BadPayload", problem) }
-        if let problem = inputPushChannelProblem(request.body, bundle: bundle) { return answer(400, "BadPayload", problem) }
+        if let problem = Sandbox.liveActivityPayloadProblem(body.value) { return answer(400, "BadPayload", problem) }
+        if let problem = inputPushChannelProblem(body.value, bundle: bundle) { return answer(400, "BadPayload", problem) }
 
         if state.withLock({ $0.deadTokens.contains(token) }) { return answer(410, "Unregistered") }
         if let injected = injectedFault(provider: "apns", token: token, request, { answer($0, $1, $2, extra: $3) }) { return injected }
@@ -214,9 +215,10 @@ extension Sandbox {
         }
     }
 
-    /// Why `body` is not an ActivityKit push payload, or nil.
-    static func liveActivityPayloadProblem(_ body: [UInt8]) -> String? {
-        guard let v = try? JSONValue.parse(body, maxDepth: 64), let root = v.objectValue else { return "the body must be a JSON object" }
+    /// Why `payload` (a request body as parsed, nil when it is not JSON) is not an ActivityKit
+    /// push payload, or nil.
+    static func liveActivityPayloadProblem(_ payload: JSONValue?) -> String? {
+        guard let root = payload?.objectValue else { return "the body must be a JSON object" }
         guard let aps = root["aps"]?.objectValue else { return "the body has no aps object" }
         guard let ts = aps["timestamp"]?.intValue, ts >= 0, ts < 10_000_000_000 else { return "aps.timestamp must be whole epoch seconds" }
         guard let event = aps["event"]?.stringValue, ["start", "update", "end"].contains(event) else {

@@ -140,11 +140,12 @@ extension Sandbox {
         let channelId = request.header("apns-channel-id") ?? ""
         let requestId = request.header("apns-request-id")?.lowercased() ?? UUID().uuidString.lowercased()
         var jwt: VerifiedJWT?
+        let body = ParsedOnce(request.body)
         func answer(_ status: Int, _ reason: String?, _ detail: String? = nil, extra: [(String, String)] = []) -> HTTP2Response {
             record(
                 provider: "broadcast", token: channelId, status: status, reason: reason,
                 headers: headers.merging(["bundle_id": bundle]) { a, _ in a },
-                jwt: jwt, body: request.body, detail: detail)
+                jwt: jwt, payload: body.value, detail: detail)
             guard let reason else {
                 return HTTP2Response(status: status, headers: [("apns-request-id", requestId), ("apns-unique-id", UUID().uuidString.lowercased())])
             }
@@ -176,8 +177,8 @@ extension Sandbox {
         guard request.body.count <= Sandbox.maxPayloadBytes else {
             return answer(413, "PayloadTooLarge", "\(request.body.count) bytes > \(Sandbox.maxPayloadBytes)")
         }
-        if let problem = Sandbox.liveActivityPayloadProblem(request.body) { return answer(400, "BadPayload", problem) }
-        if let event = (try? JSONValue.parse(request.body, maxDepth: 64))?.objectValue?["aps"]?.objectValue?["event"]?.stringValue, event == "start" {
+        if let problem = Sandbox.liveActivityPayloadProblem(body.value) { return answer(400, "BadPayload", problem) }
+        if let event = body.value?.objectValue?["aps"]?.objectValue?["event"]?.stringValue, event == "start" {
             return answer(400, "BadPayload", "a broadcast is an update or an end (a channel cannot start activities)")
         }
         guard let channel = state.withLock({ $0.channels[channelId] }), channel.bundleId == bundle else { return answer(400, "ChannelNotRegistered") }
@@ -197,9 +198,10 @@ extension Sandbox {
         return nil
     }
 
-    /// Why a start's `aps.input-push-channel` is wrong (nil when absent or right).
-    func inputPushChannelProblem(_ body: [UInt8], bundle: String) -> String? {
-        guard let aps = (try? JSONValue.parse(body, maxDepth: 64))?.objectValue?["aps"]?.objectValue,
+    /// Why a start's `aps.input-push-channel` is wrong (nil when absent or right). `payload`:
+    /// the request body as parsed (nil when it is not JSON).
+    func inputPushChannelProblem(_ payload: JSONValue?, bundle: String) -> String? {
+        guard let aps = payload?.objectValue?["aps"]?.objectValue,
             let value = aps["input-push-channel"]
         else { return nil }
         guard aps["event"]?.stringValue == "start" else { return "only a start carries input-push-channel" }

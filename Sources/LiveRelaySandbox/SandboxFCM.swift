@@ -119,7 +119,7 @@ extension Sandbox {
         let token = parsed?["message"]?["token"]?.stringValue ?? ""
         func answer(_ code: Int, _ errorCode: String?, _ message: String, retryAfter: Int? = nil) -> HTTP2Response {
             let reason = code < 300 ? nil : (errorCode ?? Sandbox.googleStatus(code))
-            record(provider: "fcm", token: token, status: code, reason: reason, body: request.body, detail: code < 300 ? nil : message)
+            record(provider: "fcm", token: token, status: code, reason: reason, payload: parsed, detail: code < 300 ? nil : message)
             if code < 300 {
                 let name = "projects/\(project)/messages/\(Digest.sha256Hex(SecureRandom.bytes(8)).prefix(16))"
                 return HTTP2Response(
