@@ -37,7 +37,6 @@ enum HTTP2FieldName {
     }
 
     /// `c` with an ASCII capital letter (A–Z) turned into its small letter; any other byte as it is.
-    /// `c` with an ASCII capital letter (A–Z) turned into its small letter; any other byte as it is.
     static func lowerASCII(_ c: UInt8) -> UInt8 { (0x41...0x5A).contains(c) ? c | 0x20 : c }
 }
 

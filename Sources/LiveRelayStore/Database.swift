@@ -281,8 +281,9 @@ final class Notifier: @unchecked Sendable {
     static let packedPayloadBytes = 7_000
 
     /// `list` with the notifications of each `packedChannels` channel joined, in order, into
-    /// space-separated payloads of at most `packedPayloadBytes` bytes (a payload that is
-    /// longer on its own, or contains a space, stays alone); other channels as they are. An
+    /// space-separated payloads of at most `packedPayloadBytes` bytes (a payload of
+    /// `packedPayloadBytes` bytes or more on its own, or one with a space, stays alone); other
+    /// channels as they are. An
     /// applied fan-out push notified its operation and its target one by one: 200,000
     /// `pg_notify` calls, and as many messages for every listener, per 100,000-member wave.
     static func packed(_ list: [(channel: String, payload: String)]) -> [(channel: String, payload: String)] {

@@ -370,7 +370,7 @@ final class DispatchBenchTests: XCTestCase {
             ratio_dispatch_to_h2load=\(ratio)
             delayed sink (\(delayMs) ms per response, \(delayedCount) updates): delayed_pushes_per_second=\(String(format: "%.0f", Double(delayedCount) / slowSeconds)) streams_in_flight_max_delayed=\(slowStreams)
             delayed: \(slowStats)
-            claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64, \(freshReps) claims committed, each of operations no claim touched, targets claimed before)
+            claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64, \(freshReps) claims committed, each of operations no earlier claim touched, targets claimed before)
             claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64, likewise)
             claim_ms_p50_small_rolled_back=\(String(format: "%.2f", claimSmallRolledBack)) claim_ms_p50_large_rolled_back=\(String(format: "%.2f", claimLargeRolledBack)) claim_ratio_rolled_back=\(claimSmallRolledBack > 0 ? String(format: "%.2f", claimLargeRolledBack / claimSmallRolledBack) : "n/a") (the same 64 heads claimed and rolled back 60 times: the method of the figures before 2026-12-05)
             \(profile.joined(separator: "\n"))

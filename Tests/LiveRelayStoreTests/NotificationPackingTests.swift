@@ -31,4 +31,16 @@ final class NotificationPackingTests: XCTestCase {
         let out = Notifier.packed([(events, "a"), (events, "b c"), (events, long), (events, "d")])
         XCTAssertEqual(out.map(\.payload), ["a d", "b c", long])
     }
+
+    /// The byte limit is exact: two ids that make a payload of exactly `packedPayloadBytes`
+    /// bytes with their space travel together; one byte more and they travel apart.
+    func testThePackedPayloadLimitIsExact() {
+        let half = (Notifier.packedPayloadBytes - 1) / 2
+        let a = String(repeating: "a", count: half), b = String(repeating: "b", count: Notifier.packedPayloadBytes - 1 - half)
+        let together = Notifier.packed([(events, a), (events, b)])
+        XCTAssertEqual(together.map(\.payload), [a + " " + b])
+        XCTAssertEqual(together[0].payload.utf8.count, Notifier.packedPayloadBytes)
+        let apart = Notifier.packed([(events, a), (events, b + "b")])
+        XCTAssertEqual(apart.map(\.payload), [a, b + "b"])
+    }
 }
