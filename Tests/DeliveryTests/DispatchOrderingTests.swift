@@ -194,10 +194,16 @@ final class DispatchOrderingTests: DispatchTestCase {
 
     func testTwoDispatchersOnOneDatabaseSendEachOperationOnceInOrder() throws {
         let t = try tenantWithAlertRounds(targets: 30, tokenPrefix: "two", rounds: 5) { _ in "r" }
-        let fake = h.fakeSender(delay: 0.004)
+        // 20 ms per send: each dispatcher holds at most 8 of the 30 targets' heads, and the run
+        // lasts longer than one poll interval (0.2 s), so a dispatcher that starts a little later
+        // still finds heads. With 4 ms per send, the first one could finish all 150 before the
+        // second's first claim (a clean-clone CI run saw worker B send none).
+        let fake = h.fakeSender(delay: 0.02)
         let who = TagLog()
-        h.dispatcher(TaggingSender(tag: "A", inner: fake, log: who), worker: "worker-a", threads: 4)
-        h.dispatcher(TaggingSender(tag: "B", inner: fake, log: who), worker: "worker-b", threads: 4)
+        let a = h.dispatcher(TaggingSender(tag: "A", inner: fake, log: who), worker: "worker-a", threads: 4, start: false)
+        let b = h.dispatcher(TaggingSender(tag: "B", inner: fake, log: who), worker: "worker-b", threads: 4, start: false)
+        a.start()
+        b.start()
         try waitUntilAccepted(t, count: 150)
         Thread.sleep(forTimeInterval: 0.3)
         let calls = fake.calls
