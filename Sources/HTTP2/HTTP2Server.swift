@@ -45,7 +45,7 @@ public struct HTTP2ServerFaults: Sendable, Equatable {
     /// Streams after the first N are reset with `REFUSED_STREAM` (RFC 9113 §8.7) without
     /// calling the handler.
     public var refuseStreamsAfter: Int?
-    /// Seconds each request waits on its worker before the handler runs.
+    /// Seconds each request waits before the handler runs (no thread is held meanwhile).
     public var responseDelaySeconds: Double
 
     /// Creates a fault set; the default injects nothing.
@@ -60,10 +60,26 @@ public struct HTTP2ServerFaults: Sendable, Equatable {
     }
 }
 
-/// Handles one complete request and returns its response. Called on one of the server's
-/// worker threads (a new one is started when all are busy, up to 512), concurrently for
-/// concurrent streams; may block (e.g. to simulate latency).
+/// Handles one complete request and returns its response. With `HTTP2HandlerThreads.workers`
+/// it is called on one of the server's worker threads (a new one is started when all are busy,
+/// up to 512), concurrently for concurrent streams, and may block (e.g. to simulate latency);
+/// with `.connection` it runs on the connection's I/O thread and must not block. Either way a
+/// response whose `sendDelaySeconds` is above 0 is sent that many seconds later, without
+/// holding a thread.
 public typealias HTTP2Handler = @Sendable (HTTP2Request) -> HTTP2Response
+
+/// Where an `HTTP2Server` runs its handler.
+public enum HTTP2HandlerThreads: Sendable, Equatable {
+    /// On a pool of worker threads: the handler may block. Each request costs a hand-over to a
+    /// worker and back (two thread wake-ups).
+    case workers
+    /// On the connection's own I/O thread, as soon as the request is complete: the handler must
+    /// never block (it stalls every stream of its connection meanwhile) and should return
+    /// within microseconds. Responses are sent with the next write of the loop, so a burst of
+    /// requests read together is answered together. The local APNs/FCM sandbox runs so
+    /// (docs/providers.md "The local sandbox's threads").
+    case connection
+}
 
 /// A small HTTP/2 server over TLS (ALPN "h2" only, TLS 1.2+), driven by nghttp2: the local
 /// APNs/FCM sandbox and tests. One accept thread, one I/O thread per connection, handlers on
@@ -80,6 +96,7 @@ public final class HTTP2Server: @unchecked Sendable {
 
     let configuration: HTTP2ServerConfiguration
     let handler: HTTP2Handler
+    let handlerThreads: HTTP2HandlerThreads
     let state = Locked(State())
     /// Threads that run `handler` (grow on demand; see `WorkerPool`).
     let workers = WorkerPool(name: "HTTP2Server handler")
@@ -88,9 +105,14 @@ public final class HTTP2Server: @unchecked Sendable {
     private let connectionThreads = DispatchGroup()
     private(set) var context: OpaquePointer?
 
-    /// Creates a stopped server; `start()` listens.
-    public init(configuration: HTTP2ServerConfiguration, handler: @escaping HTTP2Handler) {
+    /// Creates a stopped server; `start()` listens. `handlerThreads`: where `handler` runs
+    /// (default `.workers`, for handlers that may block).
+    public init(
+        configuration: HTTP2ServerConfiguration, handlerThreads: HTTP2HandlerThreads = .workers,
+        handler: @escaping HTTP2Handler
+    ) {
         self.configuration = configuration
+        self.handlerThreads = handlerThreads
         self.handler = handler
     }
 

@@ -76,7 +76,9 @@ extension HTTP2ServerConnection {
         _ = nghttp2_submit_rst_stream(session, UInt8(NGHTTP2_FLAG_NONE.rawValue), id, NGHTTP2_REFUSED_STREAM.rawValue)
     }
 
-    /// The request on stream `id` was read completely: hand it to the handler on a worker.
+    /// The request on stream `id` was read completely: run the handler where the server says
+    /// (`HTTP2HandlerThreads`), after the connection's `responseDelaySeconds` fault if any, and
+    /// send its response (after its own `sendDelaySeconds`, if any).
     private func requestComplete(_ id: Int32) {
         guard let stream = streams[id] else { return }
         completedRequests += 1
@@ -85,16 +87,20 @@ extension HTTP2ServerConnection {
         let delay = faults.responseDelaySeconds
         let drop = faults.dropConnectionAfterRequest == completedRequests
         if drop { abortNow = true }
-        let workers = server.workers
         let work: @Sendable () -> Void = { [self] in
             let response = handler(request)
             if !drop { complete(id, response) }
         }
         if delay > 0 {
-            // Wait without holding a worker thread.
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { workers.submit(work) }
+            // Wait without holding a thread.
+            let workers = server.workers
+            let onWorker = server.handlerThreads == .workers
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { if onWorker { workers.submit(work) } else { work() } }
+        } else if server.handlerThreads == .workers {
+            server.workers.submit(work)
         } else {
-            workers.submit(work)
+            let response = handler(request)
+            if !drop { completeOnLoop(id, response) }
         }
     }
 }

@@ -17,7 +17,7 @@ final class ServerStream {
 
 /// One accepted connection of `HTTP2Server`: TLS handshake, nghttp2 server session and the
 /// I/O loop on its own thread. Handlers run on the server's workers and hand responses back
-/// through `completions` + the wake pipe. `@unchecked Sendable`: only `completions`/`stopping`
+/// through `completions` + the wake pipe, or inline on the I/O thread (`HTTP2HandlerThreads`). `@unchecked Sendable`: only `completions`/`stopping`
 /// (mutex) are shared; everything else is confined to the I/O thread.
 final class HTTP2ServerConnection: @unchecked Sendable {
     unowned let server: HTTP2Server
@@ -44,10 +44,25 @@ final class HTTP2ServerConnection: @unchecked Sendable {
         wake.signal()
     }
 
-    /// Queues a handler's response for stream `id` (any thread).
+    /// Queues a handler's response for stream `id` (any thread); a response with
+    /// `sendDelaySeconds` is queued that much later.
     func complete(_ id: Int32, _ response: HTTP2Response) {
+        if response.sendDelaySeconds > 0 {
+            DispatchQueue.global().asyncAfter(deadline: .now() + response.sendDelaySeconds) { [self] in
+                shared.withLock { $0.completions.append((id, response)) }
+                wake.signal()
+            }
+            return
+        }
         shared.withLock { $0.completions.append((id, response)) }
         wake.signal()
+    }
+
+    /// `complete` from the I/O thread itself (a handler run inline): the loop submits it before
+    /// its next write, so the wake pipe is not needed.
+    func completeOnLoop(_ id: Int32, _ response: HTTP2Response) {
+        guard response.sendDelaySeconds <= 0 else { return complete(id, response) }
+        shared.withLock { $0.completions.append((id, response)) }
     }
 
     func run() {

@@ -158,7 +158,8 @@ public final class Sandbox: @unchecked Sendable {
         let server = HTTP2Server(
             configuration: HTTP2ServerConfiguration(
                 host: configuration.host, port: configuration.port, certificatePEM: serverIdentity.certificatePEM + ca.certificatePEM,
-                privateKeyPEM: serverIdentity.privateKeyPEM, maxConcurrentStreams: configuration.maxConcurrentStreams)
+                privateKeyPEM: serverIdentity.privateKeyPEM, maxConcurrentStreams: configuration.maxConcurrentStreams),
+            handlerThreads: .connection
         ) { [self] request in
             handle(request)
         }
@@ -309,6 +310,22 @@ public final class Sandbox: @unchecked Sendable {
     // MARK: request handling
 
     func handle(_ request: HTTP2Request) -> HTTP2Response {
+        let delay = FaultDelay()
+        var response = Sandbox.$faultDelay.withValue(delay) { route(request) }
+        response.sendDelaySeconds = delay.seconds
+        return response
+    }
+
+    /// The latency of the fault `takeFault` took for the request being handled, in seconds: the
+    /// server sends the answer that much later (`HTTP2Response.sendDelaySeconds`), so no thread
+    /// sleeps and the handler can run on the connection's own thread. Confined to the thread
+    /// handling that one request (bound by `handle` for its duration).
+    final class FaultDelay: @unchecked Sendable {
+        var seconds: Double = 0
+    }
+    @TaskLocal static var faultDelay: FaultDelay?
+
+    func route(_ request: HTTP2Request) -> HTTP2Response {
         let path = request.path.split(separator: "?", maxSplits: 1).first.map(String.init) ?? request.path
         if path == "/token" { return handleToken(request) }
         if path.hasPrefix("/3/device/") { return handleAPNs(request, token: String(path.dropFirst("/3/device/".count))) }
@@ -325,7 +342,8 @@ public final class Sandbox: @unchecked Sendable {
         return apnsError(404, "BadPath")
     }
 
-    /// Takes the first matching fault (consuming one of its `times`) and sleeps its delay.
+    /// Takes the first matching fault (consuming one of its `times`); its delay is added to the
+    /// request's answer (`FaultDelay`), which the server sends that much later.
     func takeFault(provider: String, token: String?) -> SandboxFault? {
         let fault = state.withLock { s -> SandboxFault? in
             guard let i = s.faults.firstIndex(where: { $0.fault.matches(provider: provider, token: token) }) else { return nil }
@@ -335,7 +353,7 @@ public final class Sandbox: @unchecked Sendable {
             }
             return f
         }
-        if let d = fault?.delaySeconds, d > 0 { Thread.sleep(forTimeInterval: d) }
+        if let d = fault?.delaySeconds, d > 0, let box = Sandbox.faultDelay { box.seconds += d }
         return fault
     }
 

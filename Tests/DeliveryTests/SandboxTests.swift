@@ -177,6 +177,47 @@ final class SandboxTests: ProviderTestCase {
     }
 
     /// Raw HTTP/2 requests the way a sloppy client would make them: each documented check answers.
+    /// An injected `delay_seconds` holds that request's answer, not a thread or the connection
+    /// (docs/providers.md "The local sandbox's threads"): on one connection, a push to another
+    /// token is answered meanwhile; the delayed push is recorded when it arrives and answered
+    /// after its delay.
+    func testADelayedFaultHoldsOnlyItsOwnAnswer() throws {
+        let conn = try HTTP2Connection(
+            configuration: HTTP2ClientConfiguration(
+                baseURL: URL(string: h.sandbox.baseURL)!, extraCAFile: h.sandbox.files["ca.pem"], connectTimeoutSeconds: 5, requestTimeoutSeconds: 10))
+        defer { conn.close() }
+        let jwt = try JWT.sign(
+            header: ["kid": .string(h.sandbox.keyId)],
+            claims: ["iss": .string(h.sandbox.teamId), "iat": .int(Int64(h.clock.now().timeIntervalSince1970))],
+            algorithm: .es256(h.sandbox.apnsKey))
+        let headers: [(String, String)] = [
+            ("authorization", "bearer \(jwt)"), ("apns-topic", "com.example.app.push-type.liveactivity"),
+            ("apns-push-type", "liveactivity"), ("apns-priority", "10")
+        ]
+        let body = APNsPayload(event: .update, timestamp: h.clock.now(), contentState: ["a": 1]).bytes()
+        let slow = ProviderHarness.hexToken(), fast = ProviderHarness.hexToken()
+        h.sandbox.addFault(SandboxFault(provider: "apns", token: slow, times: 1, delaySeconds: 1.5))
+        let began = Date()
+        let slowAnswer = Locked<(status: Int, seconds: Double)?>(nil)
+        let slowDone = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            let r = try? conn.send(HTTP2Request(method: "POST", path: "/3/device/\(slow)", headers: headers, body: body))
+            slowAnswer.withLock { $0 = (r?.status ?? 0, Date().timeIntervalSince(began)) }
+            slowDone.signal()
+        }
+        // The delayed push is recorded on arrival, before its answer.
+        let deadline = Date().addingTimeInterval(5)
+        while h.sandbox.deliveries(token: slow).isEmpty && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        XCTAssertEqual(h.sandbox.deliveries(token: slow).count, 1)
+        XCTAssertNil(slowAnswer.withLock { $0 }, "not answered yet")
+        XCTAssertEqual(try conn.send(HTTP2Request(method: "POST", path: "/3/device/\(fast)", headers: headers, body: body)).status, 200)
+        XCTAssertNil(slowAnswer.withLock { $0 }, "the other token's push was answered while this one waits")
+        XCTAssertEqual(slowDone.wait(timeout: .now() + 10), .success)
+        let answer = try XCTUnwrap(slowAnswer.withLock { $0 })
+        XCTAssertEqual(answer.status, 200)
+        XCTAssertGreaterThanOrEqual(answer.seconds, 1.5, "answered after its delay")
+    }
+
     func testChecksRequestsTheWayAppleDocuments() throws {
         let conn = try HTTP2Connection(
             configuration: HTTP2ClientConfiguration(
