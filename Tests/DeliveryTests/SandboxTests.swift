@@ -184,7 +184,8 @@ final class SandboxTests: ProviderTestCase {
     func testADelayedFaultHoldsOnlyItsOwnAnswer() throws {
         let conn = try HTTP2Connection(
             configuration: HTTP2ClientConfiguration(
-                baseURL: URL(string: h.sandbox.baseURL)!, extraCAFile: h.sandbox.files["ca.pem"], connectTimeoutSeconds: 5, requestTimeoutSeconds: 10))
+                baseURL: URL(string: h.sandbox.baseURL)!, extraCAFile: h.sandbox.files["ca.pem"], connectTimeoutSeconds: 5, requestTimeoutSeconds: 10)
+        )
         defer { conn.close() }
         let jwt = try JWT.sign(
             header: ["kid": .string(h.sandbox.keyId)],
