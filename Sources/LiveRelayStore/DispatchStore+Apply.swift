@@ -239,36 +239,8 @@ extension DispatchStore {
                 tokens["\(try r.string("tenant_id"))\u{1}\(try r.string("id"))"] = .some(try r.optionalString("push_token"))
             }
         }
-        let rows = results.map { OperationUpdate($0.op, $0.decision, apnsId: $0.apnsId) }
-        // One relation, no join (docs/delivery.md "Applying results"): each row finds its values by
-        // its position in the batch (`$12`: a JSON object id → 1-based index, a parameter, so
-        // nothing is recomputed per row), so no plan can rescan the batch per row in flight,
-        // whatever the statistics say about `sending` rows.
-        let at = "($12::jsonb ->> o.id)::int"
-        var positions: [String: JSONValue] = [:]
-        for (i, r) in results.enumerated() { positions[r.op.id] = .int(Int64(i + 1)) }
-        let updated = try c.query(
-            """
-            UPDATE operations o SET status = ($5::text[])[\(at)],
-                   failure = COALESCE(NULLIF(($6::text[])[\(at)], '')::jsonb, o.failure),
-                   apns_id = COALESCE(NULLIF(($7::text[])[\(at)], ''), NULLIF(($8::text[])[\(at)], ''), o.apns_id),
-                   accepted_at = CASE WHEN ($5::text[])[\(at)] = 'accepted' THEN now() ELSE o.accepted_at END,
-                   next_attempt_at = CASE WHEN ($5::text[])[\(at)] = 'queued'
-                                          THEN now() + make_interval(secs => (($9::text[])[\(at)])::float8) ELSE o.next_attempt_at END,
-                   pending_reason = NULLIF(($10::text[])[\(at)], ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-             WHERE o.tenant_id = ANY($11::text[]) AND o.id = ANY($3::text[]) AND $12::jsonb ? o.id
-               AND o.tenant_id = ($2::text[])[\(at)] AND o.attempts::text = ($4::text[])[\(at)]
-               AND o.status = 'sending' AND o.lease_owner = $1
-            RETURNING o.id
-            """,
-            [
-                owner, PostgresTextArray(results.map(\.op.tenantId)), PostgresTextArray(results.map(\.op.id)),
-                PostgresTextArray(results.map { String($0.op.attempts) }), PostgresTextArray(rows.map(\.status)),
-                PostgresTextArray(rows.map { $0.failure ?? "" }), PostgresTextArray(rows.map { $0.providerId ?? "" }),
-                PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
-                PostgresTextArray(rows.map { $0.pendingReason ?? "" }), distinctTenants(results.map(\.op.tenantId)),
-                JSONValue.object(positions).jsonString
-            ])
+        let st = applyStatement(results, owner: owner)
+        let updated = try c.query(st.sql, st.params)
         let applied = Set(try updated.map { try $0.string("id") })
         try recordPriority10Sends(c, results.filter { applied.contains($0.op.id) })
         // Through QuotaStore, whatever its bookkeeping (counters, shards): one call per (tenant, day, direction).
@@ -297,5 +269,46 @@ extension DispatchStore {
             }
         }
         return applied
+    }
+
+    /// The one UPDATE of `applyResults` (internal for plan tests): every row of `results` still
+    /// leased by `owner` on that attempt gets its decision's status, failure, `apns-id`, retry
+    /// time and pending reason; returns `id` per row written.
+    ///
+    /// One relation, no join (docs/delivery.md "Applying results"): each row finds its values
+    /// by its position in the batch (`$12`: a JSON object id → 1-based index, a parameter, so
+    /// nothing is recomputed per row), so no plan can rescan the batch per row in flight. The
+    /// rows are found by primary key: `status` is tested as `keyedStatus`, so the partial
+    /// index of in-flight rows (`operations_sending`) cannot serve the statement. With it,
+    /// PostgreSQL read every in-flight operation (and each dead version of one not yet
+    /// vacuumed) to find the batch's: 728 index entries for 243 results in
+    /// deploy/bench/fanout (auto_explain), and more the more is in flight.
+    static func applyStatement(_ results: [Result], owner: String) -> PostgresStatement {
+        let rows = results.map { OperationUpdate($0.op, $0.decision, apnsId: $0.apnsId) }
+        let at = "($12::jsonb ->> o.id)::int"
+        var positions: [String: JSONValue] = [:]
+        for (i, r) in results.enumerated() { positions[r.op.id] = .int(Int64(i + 1)) }
+        return PostgresStatement(
+            """
+            UPDATE operations o SET status = ($5::text[])[\(at)],
+                   failure = COALESCE(NULLIF(($6::text[])[\(at)], '')::jsonb, o.failure),
+                   apns_id = COALESCE(NULLIF(($7::text[])[\(at)], ''), NULLIF(($8::text[])[\(at)], ''), o.apns_id),
+                   accepted_at = CASE WHEN ($5::text[])[\(at)] = 'accepted' THEN now() ELSE o.accepted_at END,
+                   next_attempt_at = CASE WHEN ($5::text[])[\(at)] = 'queued'
+                                          THEN now() + make_interval(secs => (($9::text[])[\(at)])::float8) ELSE o.next_attempt_at END,
+                   pending_reason = NULLIF(($10::text[])[\(at)], ''), lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+             WHERE o.tenant_id = ANY($11::text[]) AND o.id = ANY($3::text[]) AND $12::jsonb ? o.id
+               AND o.tenant_id = ($2::text[])[\(at)] AND o.attempts::text = ($4::text[])[\(at)]
+               AND \(keyedStatus("o", "sending")) AND o.lease_owner = $1
+            RETURNING o.id
+            """,
+            [
+                owner, PostgresTextArray(results.map(\.op.tenantId)), PostgresTextArray(results.map(\.op.id)),
+                PostgresTextArray(results.map { String($0.op.attempts) }), PostgresTextArray(rows.map(\.status)),
+                PostgresTextArray(rows.map { $0.failure ?? "" }), PostgresTextArray(rows.map { $0.providerId ?? "" }),
+                PostgresTextArray(results.map { $0.apnsId ?? "" }), PostgresTextArray(rows.map { String($0.delay) }),
+                PostgresTextArray(rows.map { $0.pendingReason ?? "" }), distinctTenants(results.map(\.op.tenantId)),
+                JSONValue.object(positions).jsonString
+            ])
     }
 }
