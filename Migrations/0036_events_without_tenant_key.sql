@@ -8,6 +8,8 @@
 -- It guarded nothing the schema does not already guarantee: an event's tenant is the tenant of
 -- the row whose change it reports (an operation, target, start target, installation, channel,
 -- all keyed to tenants themselves) or of the authenticated request that records it (quota,
--- webhook.test), and tenants are never deleted (suspension is a status). Row-level security
--- still checks every event row's tenant against the scope that writes it.
+-- webhook.test), and tenants are never deleted (suspension is a status). In a tenant's scope,
+-- row-level security still admits only that tenant's events; the system scope (the
+-- dispatcher's apply, which writes most operation.* events) admits any, as before. The 30-day
+-- purge walks `tenants` (EventStore.purgeExpired), so it relies on the same rule.
 ALTER TABLE events DROP CONSTRAINT events_tenant_id_fkey;

@@ -77,7 +77,8 @@ public struct HTTP2Response: HTTP2Message {
     /// Body bytes (DATA frames concatenated).
     public let body: [UInt8]
     /// Server side only: seconds an `HTTP2Server` waits before sending this response, without
-    /// holding a thread (the sandbox's injected latency). 0 on responses a client received.
+    /// holding a thread (the sandbox's injected latency); 0, a negative value or NaN sends it at
+    /// once. 0 on responses a client received.
     public var sendDelaySeconds: Double = 0
 
     /// Creates a response (used by server handlers and tests).

@@ -91,15 +91,17 @@ extension HTTP2ServerConnection {
             let response = handler(request)
             if !drop { complete(id, response) }
         }
-        if delay > 0 {
-            // Wait without holding a thread.
+        switch server.handlerThreads {
+        case .workers where delay > 0:
+            // Wait without holding a thread, then run the handler (which may block) on a worker.
             let workers = server.workers
-            let onWorker = server.handlerThreads == .workers
-            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { if onWorker { workers.submit(work) } else { work() } }
-        } else if server.handlerThreads == .workers {
+            DispatchQueue.global().asyncAfter(deadline: .now() + delay) { workers.submit(work) }
+        case .workers:
             server.workers.submit(work)
-        } else {
-            let response = handler(request)
+        case .connection:
+            // Here and now; the connection's delay fault only holds the answer back.
+            var response = handler(request)
+            if delay > 0 { response.sendDelaySeconds = max(0, response.sendDelaySeconds) + delay }
             if !drop { completeOnLoop(id, response) }
         }
     }

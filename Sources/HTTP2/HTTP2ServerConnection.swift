@@ -47,7 +47,7 @@ final class HTTP2ServerConnection: @unchecked Sendable {
     /// Queues a handler's response for stream `id` (any thread); a response with
     /// `sendDelaySeconds` is queued that much later.
     func complete(_ id: Int32, _ response: HTTP2Response) {
-        if response.sendDelaySeconds > 0 {
+        if response.sendDelaySeconds > 0 {  // false for NaN too
             DispatchQueue.global().asyncAfter(deadline: .now() + response.sendDelaySeconds) { [self] in
                 shared.withLock { $0.completions.append((id, response)) }
                 wake.signal()
@@ -58,10 +58,10 @@ final class HTTP2ServerConnection: @unchecked Sendable {
         wake.signal()
     }
 
-    /// `complete` from the I/O thread itself (a handler run inline): the loop submits it before
-    /// its next write, so the wake pipe is not needed.
+    /// `complete` from the I/O thread itself (a handler run inline; call it from nowhere else):
+    /// the loop submits it before its next write, so the wake pipe is not needed.
     func completeOnLoop(_ id: Int32, _ response: HTTP2Response) {
-        guard response.sendDelaySeconds <= 0 else { return complete(id, response) }
+        guard !(response.sendDelaySeconds > 0) else { return complete(id, response) }
         shared.withLock { $0.completions.append((id, response)) }
     }
 

@@ -121,7 +121,10 @@ public enum EventStore {
     /// primary-key range. Fair across tenants: each tenant offers at most its share of `batch`
     /// (`batch` / tenants, at least 100) of its oldest, taken round robin (every tenant's
     /// oldest before any tenant's second), so a tenant with a large backlog of old events
-    /// cannot take every pass's batch while another tenant's expired events wait.
+    /// cannot take every pass's batch while another tenant's expired events wait. The walk goes
+    /// through `tenants`, so it relies on every event's tenant existing there: no foreign key
+    /// says so since migration 0036; tenants are never deleted, and every event is written for
+    /// the tenant of a row keyed to `tenants` or of an authenticated request.
     public static func purgeExpired(_ c: PostgresConnection, now: Date, batch: Int = 5000) throws -> Int {
         let cutoff = now.addingTimeInterval(-retentionSeconds)
         try c.execute(

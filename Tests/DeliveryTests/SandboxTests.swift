@@ -176,7 +176,6 @@ final class SandboxTests: ProviderTestCase {
         XCTAssertEqual(again.serviceAccountKey.publicKey.fingerprint, h.sandbox.serviceAccountKey.publicKey.fingerprint)
     }
 
-    /// Raw HTTP/2 requests the way a sloppy client would make them: each documented check answers.
     /// An injected `delay_seconds` holds that request's answer, not a thread or the connection
     /// (docs/providers.md "The local sandbox's threads"): on one connection, a push to another
     /// token is answered meanwhile; the delayed push is recorded when it arrives and answered
@@ -219,6 +218,7 @@ final class SandboxTests: ProviderTestCase {
         XCTAssertGreaterThanOrEqual(answer.seconds, 1.5, "answered after its delay")
     }
 
+    /// Raw HTTP/2 requests the way a sloppy client would make them: each documented check answers.
     func testChecksRequestsTheWayAppleDocuments() throws {
         let conn = try HTTP2Connection(
             configuration: HTTP2ClientConfiguration(

@@ -50,48 +50,59 @@ final class HandlerThreadsTests: XCTestCase {
 
     /// On workers, a blocking handler holds up only its own stream; on the connection's thread
     /// it holds up the connection (which is why only handlers that never block run there).
-    func testEachModeRunsTheHandlerWhereItSays() throws {
+    func testABlockingHandlerHoldsUpItsConnectionOnlyOnTheConnectionThread() throws {
         XCTAssertEqual(try answerOrder(.workers), ["quick", "blocking"])
         XCTAssertEqual(try answerOrder(.connection), ["blocking", "quick"])
     }
 
-    /// A handler on the connection's thread answers a slow request later, and the same
-    /// connection's next request is answered meanwhile: nothing waits for the delay.
+    /// In both modes a handler's answer with `sendDelaySeconds` is sent after the delay, and the
+    /// same connection's next request is answered meanwhile: nothing waits for the delay.
     func testADelayedAnswerHoldsUpNeitherItsConnectionNorItsHandler() throws {
-        let server = try startServer(.connection)
-        defer { server.stop() }
-        let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
-        defer { connection.close() }
-        let order = Locked<[String]>([])
-        let slowDone = DispatchSemaphore(value: 0)
-        let began = Date()
-        let slowElapsed = Locked<Double>(0)
-        DispatchQueue.global().async {
-            let r = attempt { try connection.send(HTTP2Request(method: "POST", path: "/slow", headers: [("x-delay", "1.0")])) }
-            slowElapsed.withLock { $0 = Date().timeIntervalSince(began) }
-            if case .success(let response) = r, response.status == 200 { order.withLock { $0.append("slow") } }
-            slowDone.signal()
+        for mode in [HTTP2HandlerThreads.workers, .connection] {
+            let server = try startServer(mode)
+            defer { server.stop() }
+            let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
+            defer { connection.close() }
+            let order = Locked<[String]>([])
+            let slowDone = DispatchSemaphore(value: 0)
+            let began = Date()
+            let slowElapsed = Locked<Double>(0)
+            DispatchQueue.global().async {
+                let r = attempt { try connection.send(HTTP2Request(method: "POST", path: "/slow", headers: [("x-delay", "1.0")])) }
+                slowElapsed.withLock { $0 = Date().timeIntervalSince(began) }
+                if case .success(let response) = r, response.status == 200 { order.withLock { $0.append("slow") } }
+                slowDone.signal()
+            }
+            Thread.sleep(forTimeInterval: 0.1)  // the slow request is in flight first
+            XCTAssertEqual(try connection.send(HTTP2Request(method: "POST", path: "/fast")).status, 200)
+            order.withLock { $0.append("fast") }
+            XCTAssertEqual(slowDone.wait(timeout: .now() + 10), .success)
+            XCTAssertEqual(order.withLock { $0 }, ["fast", "slow"], "\(mode): the fast answer did not wait for the slow one")
+            XCTAssertGreaterThanOrEqual(slowElapsed.withLock { $0 }, 1.0, "\(mode): the slow answer was sent after its delay")
         }
-        Thread.sleep(forTimeInterval: 0.1)  // the slow request is in flight first
-        XCTAssertEqual(try connection.send(HTTP2Request(method: "POST", path: "/fast")).status, 200)
-        order.withLock { $0.append("fast") }
-        XCTAssertEqual(slowDone.wait(timeout: .now() + 10), .success)
-        XCTAssertEqual(order.withLock { $0 }, ["fast", "slow"], "the fast answer did not wait for the slow one")
-        XCTAssertGreaterThanOrEqual(slowElapsed.withLock { $0 }, 1.0, "the slow answer was sent after its delay")
     }
 
-    /// The server's own response-delay fault works in both modes: a client that gives up first
-    /// sees a possibly processed request.
+    /// The server's own response-delay fault holds the answer in both modes: a client that gives
+    /// up first sees a possibly processed request, and a patient one gets the answer after the
+    /// delay.
     func testTheResponseDelayFaultHoldsTheAnswerInBothModes() throws {
         for mode in [HTTP2HandlerThreads.workers, .connection] {
             let server = try startServer(mode)
             defer { server.stop() }
             server.setFaults(HTTP2ServerFaults(responseDelaySeconds: 1.5))
-            let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port, requestTimeout: 0.5))
-            defer { connection.close() }
-            let r = attempt { try connection.send(HTTP2Request(method: "POST", path: "/slow")) }
-            guard case .failure(.possiblyProcessed(let reason)) = r else { return XCTFail("\(mode): \(r)") }
-            XCTAssertTrue(reason.contains("timed out"), reason)
+            let impatient = try HTTP2Connection(configuration: clientConfiguration(port: server.port, requestTimeout: 0.5))
+            defer { impatient.close() }
+            let r = attempt { try impatient.send(HTTP2Request(method: "POST", path: "/slow")) }
+            if case .failure(.possiblyProcessed(let reason)) = r {
+                XCTAssertTrue(reason.contains("timed out"), "\(mode): \(reason)")
+            } else {
+                XCTFail("\(mode): \(r)")
+            }
+            let patient = try HTTP2Connection(configuration: clientConfiguration(port: server.port, requestTimeout: 10))
+            defer { patient.close() }
+            let began = Date()
+            XCTAssertEqual(try patient.send(HTTP2Request(method: "POST", path: "/slow", body: Array("p".utf8))).body, Array("p".utf8))
+            XCTAssertGreaterThanOrEqual(Date().timeIntervalSince(began), 1.5, "\(mode): answered after the delay")
         }
     }
 }
