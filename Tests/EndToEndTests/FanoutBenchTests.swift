@@ -32,7 +32,7 @@ final class FanoutBenchTests: XCTestCase {
         guard ProcessInfo.processInfo.environment["LIVERELAY_BENCH_FANOUT"] == "1" else { return }
         let h = try EndToEndHarness.make()
         defer { h.tearDown() }
-        let fanout = env("BENCH_FANOUT_MEMBERS", 100_000), broadcast = env("BENCH_BROADCAST_MEMBERS", 1_000), writes = env("BENCH_WRITES", 200)
+        let fanout = env("BENCH_FANOUT_MEMBERS", 100_000), broadcast = env("BENCH_BROADCAST_MEMBERS", 1_000), writes = env("BENCH_WRITES", 500)
         let appId = "com.example.delivery"
         let t = try h.tenantWithSandboxCredentials(appId: appId)
         let tenant = t.id
