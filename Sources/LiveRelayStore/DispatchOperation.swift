@@ -95,6 +95,7 @@ public struct DispatchOperation: Sendable, Equatable {
     }
 
     /// The fields of `DispatchOperation` (see its properties), immutable and shared by its copies.
+    /// A field added here belongs in `==` too.
     final class Fields: Sendable, Equatable {
         let tenantId: String
         let id: String
