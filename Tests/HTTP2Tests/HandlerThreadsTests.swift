@@ -22,63 +22,47 @@ final class HandlerThreadsTests: XCTestCase {
         return server
     }
 
-    /// Sends a request that blocks its handler for 0.6 s and, 0.1 s later, a quick one on the
-    /// same connection; returns the order in which their answers came.
-    func answerOrder(_ threads: HTTP2HandlerThreads) throws -> [String] {
+    /// Sends a slow request (`slow`: its one extra header, `x-block` or `x-delay`) and, 0.1 s
+    /// later, a quick one on the same connection; returns the order in which their answers came
+    /// and the seconds the slow one took.
+    func answerOrder(_ threads: HTTP2HandlerThreads, slow: (String, String)) throws -> (order: [String], slowSeconds: Double) {
         let server = try startServer(threads)
         defer { server.stop() }
         let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
         defer { connection.close() }
         let order = Locked<[String]>([])
+        let slowSeconds = Locked<Double>(0)
         let done = DispatchSemaphore(value: 0)
+        let began = Date()
         DispatchQueue.global().async {
-            if case .success(let r) = attempt({ try connection.send(HTTP2Request(method: "POST", path: "/b", headers: [("x-block", "0.6")])) }),
-                r.status == 200
-            {
-                order.withLock { $0.append("blocking") }
-            }
+            let r = attempt { try connection.send(HTTP2Request(method: "POST", path: "/slow", headers: [slow])) }
+            slowSeconds.withLock { $0 = Date().timeIntervalSince(began) }
+            if case .success(let response) = r, response.status == 200 { order.withLock { $0.append("slow") } }
             done.signal()
         }
-        Thread.sleep(forTimeInterval: 0.1)
+        Thread.sleep(forTimeInterval: 0.1)  // the slow request is in flight first
         let quick = try connection.send(HTTP2Request(method: "POST", path: "/q", body: Array("q".utf8)))
         XCTAssertEqual(quick.status, 200)
         XCTAssertEqual(quick.body, Array("q".utf8))
         order.withLock { $0.append("quick") }
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-        return order.withLock { $0 }
+        return (order.withLock { $0 }, slowSeconds.withLock { $0 })
     }
 
     /// On workers, a blocking handler holds up only its own stream; on the connection's thread
     /// it holds up the connection (which is why only handlers that never block run there).
     func testABlockingHandlerHoldsUpItsConnectionOnlyOnTheConnectionThread() throws {
-        XCTAssertEqual(try answerOrder(.workers), ["quick", "blocking"])
-        XCTAssertEqual(try answerOrder(.connection), ["blocking", "quick"])
+        XCTAssertEqual(try answerOrder(.workers, slow: ("x-block", "0.6")).order, ["quick", "slow"])
+        XCTAssertEqual(try answerOrder(.connection, slow: ("x-block", "0.6")).order, ["slow", "quick"])
     }
 
     /// In both modes a handler's answer with `sendDelaySeconds` is sent after the delay, and the
     /// same connection's next request is answered meanwhile: nothing waits for the delay.
     func testADelayedAnswerHoldsUpNeitherItsConnectionNorItsHandler() throws {
         for mode in [HTTP2HandlerThreads.workers, .connection] {
-            let server = try startServer(mode)
-            defer { server.stop() }
-            let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
-            defer { connection.close() }
-            let order = Locked<[String]>([])
-            let slowDone = DispatchSemaphore(value: 0)
-            let began = Date()
-            let slowElapsed = Locked<Double>(0)
-            DispatchQueue.global().async {
-                let r = attempt { try connection.send(HTTP2Request(method: "POST", path: "/slow", headers: [("x-delay", "1.0")])) }
-                slowElapsed.withLock { $0 = Date().timeIntervalSince(began) }
-                if case .success(let response) = r, response.status == 200 { order.withLock { $0.append("slow") } }
-                slowDone.signal()
-            }
-            Thread.sleep(forTimeInterval: 0.1)  // the slow request is in flight first
-            XCTAssertEqual(try connection.send(HTTP2Request(method: "POST", path: "/fast")).status, 200)
-            order.withLock { $0.append("fast") }
-            XCTAssertEqual(slowDone.wait(timeout: .now() + 10), .success)
-            XCTAssertEqual(order.withLock { $0 }, ["fast", "slow"], "\(mode): the fast answer did not wait for the slow one")
-            XCTAssertGreaterThanOrEqual(slowElapsed.withLock { $0 }, 1.0, "\(mode): the slow answer was sent after its delay")
+            let (order, slowSeconds) = try answerOrder(mode, slow: ("x-delay", "1.0"))
+            XCTAssertEqual(order, ["quick", "slow"], "\(mode): the quick answer did not wait for the slow one")
+            XCTAssertGreaterThanOrEqual(slowSeconds, 1.0, "\(mode): the slow answer was sent after its delay")
         }
     }
 
