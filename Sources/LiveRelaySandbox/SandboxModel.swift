@@ -9,6 +9,9 @@ import JSON
 /// "retry_after"?: 3, "times"?: 1, "delay_seconds"?: 0.5}`. No `token` = every token; no
 /// `provider` = APNs and FCM (broadcast, channel and OAuth faults are asked for by name); no
 /// `times` = until removed; `status` 0/absent with `delay_seconds` = only a delay.
+/// `delay_seconds` (0…120) holds the answer, not the request: the request is checked and
+/// recorded when it arrives and answered that many seconds later (docs/providers.md "The local
+/// sandbox's threads").
 public struct SandboxFault: Sendable, Equatable {
     public var provider: String?
     public var token: String?
