@@ -4,6 +4,11 @@
 // Debian C library reached through a `systemLibrary` target (ARCHITECTURE.md).
 import PackageDescription
 
+// Release builds on Linux allocate through jemalloc (Debian libjemalloc-dev; docs/architecture.md
+// "Memory allocator"): the product's executable and the test bundle the benches run. Debug
+// builds (the test suite, ThreadSanitizer) keep glibc's malloc.
+let jemalloc: [LinkerSetting] = [.linkedLibrary("jemalloc", .when(platforms: [.linux], configuration: .release))]
+
 let package = Package(
     name: "LiveRelay",
     platforms: [.macOS(.v14)],
@@ -55,12 +60,12 @@ let package = Package(
                 "LiveRelayCore", "LiveRelayStore", "LiveRelayAPI", "Delivery", "LiveRelaySandbox", "Postgres", "HTTPServer", "Crypto", "JSON",
                 "Metrics", "Logging", "Locking"
             ]),
-        .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"]),
+        .executableTarget(name: "liverelay", dependencies: ["LiveRelayApp"], linkerSettings: jemalloc),
 
         // Tests: pure logic without I/O, integration against real PostgreSQL and real sockets.
         // The fixtures every suite shares (FixtureFailure, eventually, TestDatabase, child
         // processes, a blocking HTTP client) live in one target (CONTRIBUTING.md "Test").
-        .target(name: "LiveRelayTestSupport", dependencies: ["Postgres", "Locking"], path: "Tests/LiveRelayTestSupport"),
+        .target(name: "LiveRelayTestSupport", dependencies: ["Postgres", "Locking"], path: "Tests/LiveRelayTestSupport", linkerSettings: jemalloc),
         .testTarget(name: "LockingTests", dependencies: ["LiveRelayTestSupport", "Locking"]),
         .testTarget(name: "JSONTests", dependencies: ["LiveRelayTestSupport", "JSON"]),
         .testTarget(name: "PostgresTests", dependencies: ["LiveRelayTestSupport", "Locking", "Postgres", "Crypto"]),
