@@ -73,19 +73,20 @@ public enum HTTP2HandlerThreads: Sendable, Equatable {
     /// On a pool of worker threads: the handler may block. Each request costs a hand-over to a
     /// worker and back (two thread wake-ups).
     case workers
-    /// On the connection's own I/O thread, as soon as the request is complete (after the
+    /// On the connection's own I/O thread, as soon as the request is complete (the
     /// connection's `responseDelaySeconds` fault, if any, is added to the response's
     /// `sendDelaySeconds`): the handler must never block (it stalls every stream of its
-    /// connection meanwhile) and should return quickly. Responses are sent with the next write of the loop, so a burst of
-    /// requests read together is answered together. The local APNs/FCM sandbox runs so
-    /// (docs/providers.md "The local sandbox's threads").
+    /// connection meanwhile) and should return quickly. Responses go out with the loop's next
+    /// write, so a burst of requests read together is answered together. The local APNs/FCM
+    /// sandbox runs so (docs/providers.md "The local sandbox's threads").
     case connection
 }
 
 /// A small HTTP/2 server over TLS (ALPN "h2" only, TLS 1.2+), driven by nghttp2: the local
 /// APNs/FCM sandbox and tests. One accept thread, one I/O thread per connection, handlers on
-/// worker threads or on the connection's I/O thread (`HTTP2HandlerThreads`). `@unchecked Sendable`: mutable state is behind `state` (a `Locked`);
-/// `context` is written once in `start()` before any thread uses it.
+/// worker threads or on the connection's I/O thread (`HTTP2HandlerThreads`).
+/// `@unchecked Sendable`: mutable state is behind `state` (a `Locked`); `context` is written
+/// once in `start()` before any thread uses it.
 public final class HTTP2Server: @unchecked Sendable {
     struct State {
         var listenFD: Int32 = -1

@@ -17,8 +17,9 @@ final class ServerStream {
 
 /// One accepted connection of `HTTP2Server`: TLS handshake, nghttp2 server session and the
 /// I/O loop on its own thread. Handlers run on the server's workers and hand responses back
-/// through `completions` + the wake pipe, or inline on the I/O thread (`HTTP2HandlerThreads`). `@unchecked Sendable`: only `completions`/`stopping`
-/// (mutex) are shared; everything else is confined to the I/O thread.
+/// through `completions` + the wake pipe, or run inline on the I/O thread
+/// (`HTTP2HandlerThreads`). `@unchecked Sendable`: only `completions`/`stopping` (mutex) are
+/// shared; everything else is confined to the I/O thread.
 final class HTTP2ServerConnection: @unchecked Sendable {
     unowned let server: HTTP2Server
     let transport: Transport
@@ -44,25 +45,31 @@ final class HTTP2ServerConnection: @unchecked Sendable {
         wake.signal()
     }
 
-    /// Queues a handler's response for stream `id` (any thread); a response with
-    /// `sendDelaySeconds` is queued that much later.
+    /// Queues a handler's response for stream `id` (any thread) and wakes the loop; a response
+    /// with `sendDelaySeconds` is queued that much later.
     func complete(_ id: Int32, _ response: HTTP2Response) {
-        if response.sendDelaySeconds > 0 {  // false for NaN too
-            DispatchQueue.global().asyncAfter(deadline: .now() + response.sendDelaySeconds) { [self] in
-                shared.withLock { $0.completions.append((id, response)) }
-                wake.signal()
-            }
-            return
-        }
-        shared.withLock { $0.completions.append((id, response)) }
-        wake.signal()
+        enqueue(id, response, wake: true)
     }
 
     /// `complete` from the I/O thread itself (a handler run inline; call it from nowhere else):
     /// the loop submits it before its next write, so the wake pipe is not needed.
     func completeOnLoop(_ id: Int32, _ response: HTTP2Response) {
-        guard !(response.sendDelaySeconds > 0) else { return complete(id, response) }
+        enqueue(id, response, wake: false)
+    }
+
+    /// Appends to `completions` now, or after `sendDelaySeconds` (then always with a wake-up:
+    /// by then the loop may be waiting in `poll`).
+    private func enqueue(_ id: Int32, _ response: HTTP2Response, wake signal: Bool) {
+        if response.sendDelaySeconds > 0 {  // false for NaN too
+            var due = response
+            due.sendDelaySeconds = 0
+            DispatchQueue.global().asyncAfter(deadline: .now() + response.sendDelaySeconds) { [self, due] in
+                enqueue(id, due, wake: true)
+            }
+            return
+        }
         shared.withLock { $0.completions.append((id, response)) }
+        if signal { wake.signal() }
     }
 
     func run() {

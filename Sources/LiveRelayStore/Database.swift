@@ -283,9 +283,9 @@ final class Notifier: @unchecked Sendable {
     /// `list` with the notifications of each `packedChannels` channel joined, in order, into
     /// space-separated payloads of at most `packedPayloadBytes` bytes (a payload of
     /// `packedPayloadBytes` bytes or more on its own, or one with a space, stays alone); other
-    /// channels as they are. An
-    /// applied fan-out push notified its operation and its target one by one: 200,000
-    /// `pg_notify` calls, and as many messages for every listener, per 100,000-member wave.
+    /// channels as they are. An applied fan-out push notified its operation and its target one
+    /// by one: 200,000 `pg_notify` calls, and as many messages for every listener, per
+    /// 100,000-member wave.
     static func packed(_ list: [(channel: String, payload: String)]) -> [(channel: String, payload: String)] {
         var out: [(channel: String, payload: String)] = []
         var open: [String: Int] = [:]  // channel → index in `out` of its payload being filled

@@ -6,62 +6,62 @@ import Postgres
 /// An operation as the dispatcher sees it: the operation row plus everything needed to build
 /// its push (target snapshot, tokens, installation, template `attributes-type`).
 public struct DispatchOperation: Sendable, Equatable {
-    /// The row's fields, shared by every copy of the operation: the dispatcher copies each
-    /// operation into its job, its completion and its result, and a copy of ~35 fields was a
-    /// retain and a release of each (about a tenth of the dispatching process's CPU in a
+    /// The row's fields in one box shared by every copy of the operation: the dispatcher copies
+    /// each operation into its job, its completion and its result, and a copy of ~35 fields was
+    /// a retain and a release of each (about a tenth of the dispatching process's CPU in a
     /// DWARF profile of a fan-out wave); of one shared box, it is one.
-    let fields: Fields
+    let box: Box
 
-    public var tenantId: String { fields.tenantId }
-    public var id: String { fields.id }
-    public var targetId: String { fields.targetId }
-    public var seq: Int64 { fields.seq }
-    public var kind: PushEvent { fields.kind }
-    public var revision: Int64 { fields.revision }
-    public var hasState: Bool { fields.hasState }
+    public var tenantId: String { box.fields.tenantId }
+    public var id: String { box.fields.id }
+    public var targetId: String { box.fields.targetId }
+    public var seq: Int64 { box.fields.seq }
+    public var kind: PushEvent { box.fields.kind }
+    public var revision: Int64 { box.fields.revision }
+    public var hasState: Bool { box.fields.hasState }
     /// The operation's own committed snapshot (nil for a stateless end).
-    public var state: JSONValue? { fields.state }
-    public var alert: PushAlert? { fields.alert }
-    public var staleAt: Date? { fields.staleAt }
-    public var relevanceScore: Double? { fields.relevanceScore }
-    public var priority: Int { fields.priority }
-    public var expiresAt: Date? { fields.expiresAt }
-    public var dismissAt: Date? { fields.dismissAt }
-    public var consumesQuota: Bool { fields.consumesQuota }
-    public var quotaDay: String? { fields.quotaDay }
+    public var state: JSONValue? { box.fields.state }
+    public var alert: PushAlert? { box.fields.alert }
+    public var staleAt: Date? { box.fields.staleAt }
+    public var relevanceScore: Double? { box.fields.relevanceScore }
+    public var priority: Int { box.fields.priority }
+    public var expiresAt: Date? { box.fields.expiresAt }
+    public var dismissAt: Date? { box.fields.dismissAt }
+    public var consumesQuota: Bool { box.fields.consumesQuota }
+    public var quotaDay: String? { box.fields.quotaDay }
     /// Attempts including the current one (after a claim), or so far (rescue, expiry).
-    public var attempts: Int { fields.attempts }
-    public var createdAt: Date { fields.createdAt }
+    public var attempts: Int { box.fields.attempts }
+    public var createdAt: Date { box.fields.createdAt }
     /// The APNs `timestamp` (epoch s) of this operation: assigned on the first claim, kept for resends.
-    public var providerTimestamp: Int64? { fields.providerTimestamp }
+    public var providerTimestamp: Int64? { box.fields.providerTimestamp }
 
-    public var installationId: String { fields.installationId }
-    public var startTargetId: String? { fields.startTargetId }
-    public var templateVersion: String? { fields.templateVersion }
-    public var businessKey: String? { fields.businessKey }
+    public var installationId: String { box.fields.installationId }
+    public var startTargetId: String? { box.fields.startTargetId }
+    public var templateVersion: String? { box.fields.templateVersion }
+    public var businessKey: String? { box.fields.businessKey }
     /// The target's current committed state (sent by a stateless end).
-    public var targetState: JSONValue { fields.targetState }
-    public var targetStatus: String { fields.targetStatus }
-    public var pushToken: String? { fields.pushToken }
-    public var lastTimestamp: Int64 { fields.lastTimestamp }
+    public var targetState: JSONValue { box.fields.targetState }
+    public var targetStatus: String { box.fields.targetStatus }
+    public var pushToken: String? { box.fields.pushToken }
+    public var lastTimestamp: Int64 { box.fields.lastTimestamp }
     /// `ios` or `android`.
-    public var platform: String { fields.platform }
+    public var platform: String { box.fields.platform }
     /// `sandbox` or `production`.
-    public var environment: String { fields.environment }
-    public var appId: String { fields.appId }
-    public var fcmToken: String? { fields.fcmToken }
-    public var pushToStartToken: String? { fields.pushToStartToken }
-    public var attributesType: String? { fields.attributesType }
+    public var environment: String { box.fields.environment }
+    public var appId: String { box.fields.appId }
+    public var fcmToken: String? { box.fields.fcmToken }
+    public var pushToStartToken: String? { box.fields.pushToStartToken }
+    public var attributesType: String? { box.fields.attributesType }
     /// The channel of a member (FCM `data.channel_id`, docs/channels.md), and — for an iOS 18+
     /// member's start — the APNs channel id sent as `input-push-channel`.
-    public var channelId: String? { fields.channelId }
-    public var inputPushChannel: String? { fields.inputPushChannel }
+    public var channelId: String? { box.fields.channelId }
+    public var inputPushChannel: String? { box.fields.inputPushChannel }
     /// Priority budget (docs/priority-budget.md): `sent_priority` as stored, the target's
     /// window (epoch ms) and budget (nil: Android) as claimed, and the decision the claim took
     /// (`DispatchStore.decidePriorities`) with its time in epoch ms.
-    public var sentPriority: Int? { fields.sentPriority }
-    public var priority10Sends: [Int64] { fields.priority10Sends }
-    public var priority10Budget: Int? { fields.priority10Budget }
+    public var sentPriority: Int? { box.fields.sentPriority }
+    public var priority10Sends: [Int64] { box.fields.priority10Sends }
+    public var priority10Budget: Int? { box.fields.priority10Budget }
     public internal(set) var budgetDecision: PriorityBudget.Decision?
     public internal(set) var budgetDecidedAtMs: Int64?
     /// The `sent_at` the claim that took this operation wrote: PostgreSQL's text of that claim
@@ -86,55 +86,58 @@ public struct DispatchOperation: Sendable, Equatable {
 
     /// `init(row:)`, parsing each distinct `state` / `target_state` text once per `cache` (nil: no cache).
     init(row r: PostgresRow, cache: inout JSONParseCache?) throws {
-        fields = try Fields(row: r, cache: &cache)
+        box = Box(try Fields(row: r, cache: &cache))
     }
 
     private init(copy o: DispatchOperation, attempts: Int, providerTimestamp: Int64) {
-        fields = Fields(copy: o.fields, attempts: attempts, providerTimestamp: providerTimestamp)
+        var f = o.box.fields
+        f.attempts = attempts
+        f.providerTimestamp = providerTimestamp
+        f.lastTimestamp = max(f.lastTimestamp, providerTimestamp)
+        box = Box(f)
         budgetDecision = o.budgetDecision; budgetDecidedAtMs = o.budgetDecidedAtMs; claimedAt = o.claimedAt
     }
 
-    /// The fields of `DispatchOperation` (see its properties), immutable and shared by its copies.
-    /// A field added here belongs in `==` too.
-    final class Fields: Sendable, Equatable {
-        let tenantId: String
-        let id: String
-        let targetId: String
-        let seq: Int64
-        let kind: PushEvent
-        let revision: Int64
-        let hasState: Bool
-        let state: JSONValue?
-        let alert: PushAlert?
-        let staleAt: Date?
-        let relevanceScore: Double?
-        let priority: Int
-        let expiresAt: Date?
-        let dismissAt: Date?
-        let consumesQuota: Bool
-        let quotaDay: String?
-        let attempts: Int
-        let createdAt: Date
-        let providerTimestamp: Int64?
-        let installationId: String
-        let startTargetId: String?
-        let templateVersion: String?
-        let businessKey: String?
-        let targetState: JSONValue
-        let targetStatus: String
-        let pushToken: String?
-        let lastTimestamp: Int64
-        let platform: String
-        let environment: String
-        let appId: String
-        let fcmToken: String?
-        let pushToStartToken: String?
-        let attributesType: String?
-        let channelId: String?
-        let inputPushChannel: String?
-        let sentPriority: Int?
-        let priority10Sends: [Int64]
-        let priority10Budget: Int?
+    /// The fields of `DispatchOperation` (see its properties); immutable once in a `Box`.
+    struct Fields: Sendable, Equatable {
+        var tenantId: String
+        var id: String
+        var targetId: String
+        var seq: Int64
+        var kind: PushEvent
+        var revision: Int64
+        var hasState: Bool
+        var state: JSONValue?
+        var alert: PushAlert?
+        var staleAt: Date?
+        var relevanceScore: Double?
+        var priority: Int
+        var expiresAt: Date?
+        var dismissAt: Date?
+        var consumesQuota: Bool
+        var quotaDay: String?
+        var attempts: Int
+        var createdAt: Date
+        var providerTimestamp: Int64?
+        var installationId: String
+        var startTargetId: String?
+        var templateVersion: String?
+        var businessKey: String?
+        var targetState: JSONValue
+        var targetStatus: String
+        var pushToken: String?
+        var lastTimestamp: Int64
+        var platform: String
+        var environment: String
+        var appId: String
+        var fcmToken: String?
+        var pushToStartToken: String?
+        var attributesType: String?
+        var channelId: String?
+        var inputPushChannel: String?
+        var sentPriority: Int?
+        var priority10Sends: [Int64]
+        var priority10Budget: Int?
 
         init(row r: PostgresRow, cache: inout JSONParseCache?) throws {
             func parse(_ text: String) throws -> JSONValue {
@@ -167,35 +170,13 @@ public struct DispatchOperation: Sendable, Equatable {
             sentPriority = try r.optionalInt("sent_priority"); priority10Sends = try r.stringArray("priority10_sends").compactMap { Int64($0) }
             priority10Budget = try r.optionalInt("priority10_budget")
         }
+    }
 
-        init(copy o: Fields, attempts: Int, providerTimestamp: Int64) {
-            tenantId = o.tenantId; id = o.id; targetId = o.targetId; seq = o.seq; kind = o.kind; revision = o.revision; hasState = o.hasState
-            state = o.state; alert = o.alert; staleAt = o.staleAt; relevanceScore = o.relevanceScore; priority = o.priority
-            expiresAt = o.expiresAt; dismissAt = o.dismissAt; consumesQuota = o.consumesQuota; quotaDay = o.quotaDay
-            self.attempts = attempts; createdAt = o.createdAt; self.providerTimestamp = providerTimestamp
-            installationId = o.installationId; startTargetId = o.startTargetId; templateVersion = o.templateVersion; businessKey = o.businessKey
-            targetState = o.targetState; targetStatus = o.targetStatus; pushToken = o.pushToken
-            lastTimestamp = max(o.lastTimestamp, providerTimestamp)
-            platform = o.platform; environment = o.environment; appId = o.appId; fcmToken = o.fcmToken
-            pushToStartToken = o.pushToStartToken; attributesType = o.attributesType
-            channelId = o.channelId; inputPushChannel = o.inputPushChannel
-            sentPriority = o.sentPriority; priority10Sends = o.priority10Sends; priority10Budget = o.priority10Budget
-        }
-
-        static func == (a: Fields, b: Fields) -> Bool {
-            a === b
-                || (a.tenantId == b.tenantId && a.id == b.id && a.targetId == b.targetId && a.seq == b.seq && a.kind == b.kind
-                    && a.revision == b.revision && a.hasState == b.hasState && a.state == b.state && a.alert == b.alert && a.staleAt == b.staleAt
-                    && a.relevanceScore == b.relevanceScore && a.priority == b.priority && a.expiresAt == b.expiresAt && a.dismissAt == b.dismissAt
-                    && a.consumesQuota == b.consumesQuota && a.quotaDay == b.quotaDay && a.attempts == b.attempts && a.createdAt == b.createdAt
-                    && a.providerTimestamp == b.providerTimestamp && a.installationId == b.installationId && a.startTargetId == b.startTargetId
-                    && a.templateVersion == b.templateVersion && a.businessKey == b.businessKey && a.targetState == b.targetState
-                    && a.targetStatus == b.targetStatus && a.pushToken == b.pushToken && a.lastTimestamp == b.lastTimestamp
-                    && a.platform == b.platform && a.environment == b.environment && a.appId == b.appId && a.fcmToken == b.fcmToken
-                    && a.pushToStartToken == b.pushToStartToken && a.attributesType == b.attributesType && a.channelId == b.channelId
-                    && a.inputPushChannel == b.inputPushChannel && a.sentPriority == b.sentPriority && a.priority10Sends == b.priority10Sends
-                    && a.priority10Budget == b.priority10Budget)
-        }
+    /// `Fields` behind one reference (see `box`).
+    final class Box: Sendable, Equatable {
+        let fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+        static func == (a: Box, b: Box) -> Bool { a === b || a.fields == b.fields }
     }
 
     func claimed(providerTimestamp ts: Int64) -> DispatchOperation { DispatchOperation(copy: self, attempts: attempts + 1, providerTimestamp: ts) }
