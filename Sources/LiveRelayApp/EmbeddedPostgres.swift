@@ -104,7 +104,10 @@ public final class EmbeddedPostgres: @unchecked Sendable {  // `root`/`startedHe
             try run(
                 [
                     bin + "/pg_ctl", "-D", dataDir, "-l", root.appendingPathComponent("postgres.log").path, "-w", "-t", "60",
-                    "-o", "-k \(socketDir) -c listen_addresses='' -c unix_socket_permissions=0700 -c max_connections=200", "start"
+                    "-o",
+                    "-k \(socketDir) -c listen_addresses='' -c unix_socket_permissions=0700 -c max_connections=200"
+                        + " -c wal_compression=\(Self.walCompression(bin: bin))",
+                    "start"
                 ],
                 as: isRoot, step: "pg_ctl start")
             startedHere = true
@@ -172,6 +175,16 @@ public final class EmbeddedPostgres: @unchecked Sendable {  // `root`/`startedHe
             throw EmbeddedPostgresError("PostgreSQL server is not installed (apt-get install postgresql), or set DATABASE_URL")
         }
         return "\(base)/\(v)/bin"
+    }
+
+    /// The `wal_compression` method the cluster starts with: `lz4` when the server was built
+    /// with LZ4 (`pg_config --configure` lists `--with-lz4`, as Debian's PostgreSQL 15 does),
+    /// else `pglz`, which every server has. It compresses the full-page images PostgreSQL writes
+    /// to WAL at the first change of a page after each checkpoint; with 1,000,000 targets most
+    /// claimed rows sit on such pages (docs/operations.md "WAL compression").
+    static func walCompression(bin: String) -> String {
+        let configure = (try? Subprocess.run([bin + "/pg_config", "--configure"]))?.1 ?? ""
+        return configure.contains("--with-lz4") ? "lz4" : "pglz"
     }
 
     @discardableResult

@@ -222,14 +222,30 @@ final class DispatchBenchTests: XCTestCase {
         //   dispatcher claim pays. Kept, labelled, so runs stay comparable with earlier ones.
         struct Rollback: Error {}
         func medianMilliseconds(_ seconds: [Double]) -> Double { seconds.sorted()[seconds.count / 2] * 1000 }
-        func claimP50Fresh(_ reps: Int, tenant: String) throws -> Double {
+        // The WAL position (bytes since 0/0), read outside the timed claim.
+        func walPosition() throws -> Int64 {
+            try h.db.system { c in
+                try c.query("SELECT (pg_current_wal_insert_lsn() - '0/0'::pg_lsn)::int8 AS b")[0].int64("b")
+            }
+        }
+        func checkpoints() throws -> Int64 {
+            try h.db.system { c in
+                try c.query("SELECT checkpoints_timed + checkpoints_req AS n FROM pg_stat_bgwriter")[0].int64("n")
+            }
+        }
+        var claimWalBytes: [String: Double] = [:], claimCheckpoints: [String: Int64] = [:]
+        func claimP50Fresh(_ reps: Int, tenant: String, label: String) throws -> Double {
             var times: [Double] = []
+            var wal: Int64 = 0
+            let checkpoints0 = try checkpoints()
             for rep in 0..<reps {
+                let w0 = try walPosition()
                 let t0 = Date()
                 let ids = try h.db.system(settings: DispatchStore.claimSettings) { c in  // as the dispatcher claims
                     try DispatchStore.claim(c, worker: "claim-bench", limit: 64, leaseSeconds: 30, now: Date()).map(\.id)
                 }
                 times.append(Date().timeIntervalSince(t0))
+                wal += try walPosition() - w0
                 XCTAssertEqual(ids.count, 64)
                 _ = try h.db.system { c in
                     try c.execute(
@@ -251,6 +267,8 @@ final class DispatchBenchTests: XCTestCase {
                         """, [tenant, PostgresTextArray(ids), String(rep)])
                 }
             }
+            claimWalBytes[label] = Double(wal) / Double(max(1, reps))
+            claimCheckpoints[label] = try checkpoints() - checkpoints0
             return medianMilliseconds(times)
         }
         func claimP50(_ reps: Int) -> Double {
@@ -310,7 +328,7 @@ final class DispatchBenchTests: XCTestCase {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
             try h.loadQueue(tenant: ts, installation: insts, prefix: "small", count: 1000)
             try seedClocks(ts)
-            claimSmall = try claimP50Fresh(freshReps, tenant: ts)
+            claimSmall = try claimP50Fresh(freshReps, tenant: ts, label: "small")
             explainClaim("small")
             claimSmallRolledBack = claimP50(60)
             _ = try h.db.tenant(ts) { c in
@@ -321,7 +339,7 @@ final class DispatchBenchTests: XCTestCase {
             try h.loadQueue(tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
             try seedClocks(tl)
             print("bench: setup of \(largeTargets) targets, \(largeQueued) queued took \(String(format: "%.1f", Date().timeIntervalSince(t0))) s")
-            claimLarge = try claimP50Fresh(freshReps, tenant: tl)
+            claimLarge = try claimP50Fresh(freshReps, tenant: tl, label: "large")
             explainClaim("large")
             claimLargeRolledBack = claimP50(60)
         }
@@ -376,13 +394,14 @@ final class DispatchBenchTests: XCTestCase {
             delayed: \(slowStats)
             claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64, \(freshReps) claims committed, each of operations no earlier claim touched, targets claimed before)
             claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64, likewise)
+            claim_wal_bytes_small=\(String(format: "%.0f", claimWalBytes["small"] ?? 0)) claim_wal_bytes_large=\(String(format: "%.0f", claimWalBytes["large"] ?? 0)) (WAL written per committed claim of 64, mean, from the WAL insert position around each claim; checkpoints started during the claims: small \(claimCheckpoints["small"] ?? 0), large \(claimCheckpoints["large"] ?? 0))
             claim_ms_p50_small_rolled_back=\(String(format: "%.2f", claimSmallRolledBack)) claim_ms_p50_large_rolled_back=\(String(format: "%.2f", claimLargeRolledBack)) claim_ratio_rolled_back=\(claimSmallRolledBack > 0 ? String(format: "%.2f", claimLargeRolledBack / claimSmallRolledBack) : "n/a") (the same 64 heads claimed and rolled back 60 times: the method of the figures before 2026-12-05)
             \(profile.joined(separator: "\n"))
             \(claimPlans.joined(separator: "\n"))
             claim_ratio_large_to_small=\(claimSmall > 0 ? String(format: "%.2f", claimLarge / claimSmall) : "n/a")
             """
         print(report)
-        try? report.write(
+        try? (report + "\n").write(
             toFile: ProcessInfo.processInfo.environment["BENCH_REPORT"] ?? (NSTemporaryDirectory() + "dispatch-bench.txt"),
             atomically: true, encoding: .utf8)
     }
