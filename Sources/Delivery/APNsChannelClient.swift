@@ -33,7 +33,10 @@ import Locking
 /// thread: keep it short); the plain forms block the caller until the answer or
 /// `timeoutSeconds`. Logs and errors never contain JWTs or keys.
 public final class APNsChannelClient: Sendable {
-    struct PoolKey: Hashable, Sendable { let host: String; let teamId: String; let keyId: String; let environment: String }
+    /// One pool per host and signing key (fingerprint included), as `APNsClient`'s.
+    struct PoolKey: Hashable, Sendable {
+        let host: String; let teamId: String; let keyId: String; let fingerprint: String; let environment: String
+    }
 
     let source: ProviderCredentialSource
     let endpoints: ProviderEndpoints
@@ -322,7 +325,7 @@ public final class APNsChannelClient: Sendable {
     ) {
         let key = PoolKey(
             host: base.absoluteString, teamId: credential.teamId, keyId: credential.keyId,
-            environment: credential.environment)
+            fingerprint: credential.fingerprint, environment: credential.environment)
         let jwt: String
         do { jwt = try tokens.token(for: credential) } catch { return completion(unsigned) }
         let pool = self.pool(key, base)

@@ -4,13 +4,17 @@ import LiveRelayCore
 
 /// Sends one Live Activity push to APNs over HTTP/2 with token auth (docs/providers.md):
 /// `POST /3/device/<token>` with `authorization: bearer <JWT>` and `APNsPayload.headers`,
-/// on a pool per (team, key, environment) — one connection carries one signing key only.
+/// on a pool per (team, key id, signing key's fingerprint, environment): one connection carries
+/// one signing key only, and no tenant's key shares another tenant's connections. APNs counts
+/// provider-token changes per connection (`429 TooManyProviderTokenUpdates`), so a tenant that
+/// stored someone else's team and key id with its own key must not alternate tokens on their
+/// connections (docs/providers.md "APNs").
 ///
 /// `403 ExpiredProviderToken` → a new JWT and exactly one retry; `403 UnrelatedKeyIdInToken` →
 /// a fresh pool and exactly one retry; the answer to a retry is classified with
 /// `isRetryAfterRefresh: true`, so the same error then fails instead of looping.
 final class APNsClient: Sendable {
-    struct PoolKey: Hashable, Sendable { let teamId: String; let keyId: String; let environment: String }
+    struct PoolKey: Hashable, Sendable { let teamId: String; let keyId: String; let fingerprint: String; let environment: String }
     let pools = PoolSet<PoolKey>()
 
     let endpoints: ProviderEndpoints
@@ -33,7 +37,8 @@ final class APNsClient: Sendable {
             return completion(.outcome(.tokenDead(providerStatus: 400, providerReason: "BadDeviceToken")))
         }
         let environment = push.environment == "production" ? "production" : "sandbox"
-        let key = PoolKey(teamId: credential.teamId, keyId: credential.keyId, environment: environment)
+        let key = PoolKey(
+            teamId: credential.teamId, keyId: credential.keyId, fingerprint: credential.fingerprint, environment: environment)
         let jwt: String
         do { jwt = try tokens.token(for: credential) } catch {
             return completion(

@@ -36,6 +36,9 @@ public struct WebhookHTTPConfiguration: Sendable {
 public final class WebhookHTTPClient: Sendable {
     public let configuration: WebhookHTTPConfiguration
     private let caBundle: [UInt8]?
+    /// The attempt's `error` when the SSRF rule refused every address the host resolved to.
+    /// It names no address: the tenant reads it, and an address could be an internal DNS answer.
+    public static let refusedAddressError = "address refused: the host resolved to an address that is not public"
 
     private static let globalInit: Bool = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK }()
 
@@ -56,7 +59,7 @@ public final class WebhookHTTPClient: Sendable {
     }
 
     /// POSTs `body` to `url` with `headers` (name, value). Never throws: every problem is an
-    /// outcome with `error` set (e.g. `address refused: 127.0.0.1 is not public`, `timeout`).
+    /// outcome with `error` set (e.g. `refusedAddressError`, `timeout: …`).
     /// - Parameter connection: a thread's reusable handle (keeps connections to receivers
     ///   alive between attempts; a reused connection was checked when it was opened); nil: a
     ///   fresh handle for this request alone.
@@ -122,8 +125,10 @@ public final class WebhookHTTPClient: Sendable {
         var status: Int = 0
         _ = lr_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
         let ms = elapsed()
-        if let refused = ctx.refused {
-            return WebhookAttemptOutcome(statusCode: nil, error: "address refused: \(refused) is not a public address", durationMs: ms)
+        if ctx.refused != nil {
+            // The tenant reads this in its delivery log: it never names the address, which could
+            // be an internal DNS answer (docs/webhooks.md "Safety").
+            return WebhookAttemptOutcome(statusCode: nil, error: Self.refusedAddressError, durationMs: ms)
         }
         if ctx.tooLarge || code == CURLE_FILESIZE_EXCEEDED {
             return WebhookAttemptOutcome(
@@ -167,7 +172,8 @@ final class RequestContext: @unchecked Sendable {
     let maxBytes: Int
     var received = 0
     var tooLarge = false
-    /// The refused address (text), when the SSRF rule closed a connection.
+    /// The refused address (text), when the SSRF rule closed a connection; never shown to the
+    /// tenant (`WebhookHTTPClient.refusedAddressError`).
     var refused: String?
     init(allowPrivate: Bool, maxBytes: Int) { self.allowPrivate = allowPrivate; self.maxBytes = maxBytes }
 }

@@ -179,16 +179,18 @@ enum ChannelHandlers {
         return .json(200, Encode.channelOperation(op, counts))
     }
 
-    /// `GET …/members`: the member targets (listTargets' objects and filters), each with `delivery`.
+    /// `GET …/members`: the member targets (listTargets' objects and filters), each with
+    /// `delivery`; a sender key sees only the members it covers, as in listTargets
+    /// (docs/channels.md "Resources").
     static func members(_ ctx: APIContext, _ req: HTTPRequest) throws -> HTTPResponse {
-        let (tenant, _, ch) = try visible(ctx, req)
+        let (tenant, scope, ch) = try visible(ctx, req)
         let (limit, after) = try Endpoint.listParameters(req)
         if let s = req.query["status"], TargetStatus(rawValue: s) == nil {
             throw DomainError.invalid("status", "status must be one of \(TargetStatus.allCases.map(\.rawValue).joined(separator: ", "))")
         }
         let filter = TargetFilter(
             status: req.query["status"], businessKey: req.query["business_key"], installationId: req.query["installation_id"],
-            startTargetId: req.query["start_target_id"], channelId: ch.id, coverage: nil)
+            startTargetId: req.query["start_target_id"], channelId: ch.id, coverage: scope)
         let page = try ctx.db.tenant(tenant) { c in try TargetStore.list(c, tenantId: tenant, filter: filter, limit: limit, after: after) }
         return Endpoint.list(page) { Encode.target($0, now: ctx.now()) }
     }

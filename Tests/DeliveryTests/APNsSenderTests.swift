@@ -1,6 +1,6 @@
 import Foundation
 import Crypto
-import Delivery
+@testable import Delivery
 import HTTP2
 import JSON
 import LiveRelayCore
@@ -29,6 +29,34 @@ final class APNsSenderTests: ProviderTestCase {
         XCTAssertEqual(h.source.reports.last?.failureReason, nil)
         XCTAssertEqual(h.source.reports.last?.fingerprint, h.sandbox.apnsKey.publicKey.fingerprint)
         XCTAssertFalse(h.logText.contains(push.deviceToken), "device tokens are never logged")
+    }
+
+    /// A tenant that stores another tenant's team and key id with its own private key gets its
+    /// own connections (docs/providers.md "APNs": pools are keyed by the key's fingerprint too).
+    /// APNs counts provider-token changes per connection, so sharing them would let the second
+    /// tenant's tokens alternate with the first's on the first's connections.
+    func testAKeyWithAnotherTenantsTeamAndKeyIdGetsItsOwnConnections() throws {
+        let other = "ten_other"
+        h.source.set(
+            other,
+            TenantProviderCredentials(apns: [
+                "sandbox": APNsCredential(
+                    teamId: h.sandbox.teamId, keyId: h.sandbox.keyId, topics: ["com.example.app"], environment: "sandbox",
+                    privateKey: P256PrivateKey.generate())
+            ]))
+        let first = h.iosPush()
+        XCTAssertEqual(h.sender.send(first), .outcome(.accepted(providerId: first.apnsId)))
+        XCTAssertEqual(h.sender.apns.pools.count, 1)
+        let impostor = h.iosPush(tenant: other)
+        XCTAssertEqual(
+            h.sender.send(impostor),
+            .outcome(.failed(code: "PROVIDER_CREDENTIALS_INVALID", providerStatus: 403, providerReason: "InvalidProviderToken")))
+        XCTAssertEqual(h.sender.apns.pools.count, 2, "the other key's pushes went out on their own pool")
+        let second = h.iosPush()
+        XCTAssertEqual(h.sender.send(second), .outcome(.accepted(providerId: second.apnsId)))
+        XCTAssertEqual(h.sender.apns.pools.count, 2)
+        let keyIds = try [first, second].map { try XCTUnwrap(h.sandbox.deliveries(token: $0.deviceToken).first).jwtKeyId }
+        XCTAssertEqual(keyIds, [h.sandbox.keyId, h.sandbox.keyId])
     }
 
     /// Every APNs response class of docs/providers.md through sandbox fault injection.

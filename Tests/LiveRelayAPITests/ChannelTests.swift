@@ -450,6 +450,28 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(local["status"]?.stringValue, "ready")
     }
 
+    /// `GET …/members` shows a sender key only the members it covers, as listTargets does
+    /// (docs/channels.md "Resources"): a key that covers the channel but not a member never sees
+    /// that member's business key, installation or start target.
+    func testTheMemberListShowsASenderKeyOnlyWhatItCovers() throws {
+        let w = try ChannelWorld.make()
+        defer { w.env.tearDown() }
+        let ch = try w.channel()
+        let a = try w.member(osVersion: "17.0"), b = try w.member(osVersion: "17.0")
+        let starter = try w.sender([a.startTargetId, b.startTargetId, ch])
+        let first = try XCTUnwrap(w.start(a, channel: ch, as: starter)["target"]?["id"]?.stringValue)
+        let second = try XCTUnwrap(w.start(b, channel: ch, as: starter)["target"]?["id"]?.stringValue)
+        func listed(_ key: Fixtures.Key?) -> [String] {
+            let r = w.env.call("GET", "/v1/remote-updates/channels/\(ch)/members", as: key?.credential ?? w.tenant.master)
+            XCTAssertEqual(r.status, 200, String(decoding: r.raw, as: UTF8.self))
+            return (r["data"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue }.sorted()
+        }
+        XCTAssertEqual(listed(nil), [first, second].sorted(), "the master key sees every member")
+        XCTAssertEqual(listed(starter), [first, second].sorted(), "created_from covers the members this key started")
+        XCTAssertEqual(listed(try w.sender([ch])), [], "a key covering only the channel sees no member")
+        XCTAssertEqual(listed(try w.sender([ch, second])), [second], "a target id in targets covers that member")
+    }
+
     func testMembersAreDrivenByTheirChannelOnly() throws {
         let w = try ChannelWorld.make()
         defer { w.env.tearDown() }
