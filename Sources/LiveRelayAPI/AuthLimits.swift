@@ -42,6 +42,27 @@ public struct AuthLimits: Sendable {
     }
 }
 
+extension AuthLimits {
+    /// The failure bucket a client address counts against (docs/http-limits.md "Credential
+    /// verification"): an IPv4 address is its own bucket; an IPv6 address shares one with its
+    /// /64 (`2001:db8:1:2::/64`), the block a single host or subscriber is usually given, so
+    /// rotating through one's own /64 buys no more failures; an IPv4-mapped IPv6 address
+    /// (`::ffff:192.0.2.1`) is its IPv4 address. Anything else (no address, a unix socket) is
+    /// returned as it is.
+    public static func failureBucket(forAddress address: String) -> String {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, address, &v4) == 1 { return address }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, address, &v6) == 1 else { return address }
+        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
+        if bytes[0..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff {
+            return bytes[12..<16].map(String.init).joined(separator: ".")
+        }
+        let groups = stride(from: 0, to: 8, by: 2).map { String((UInt16(bytes[$0]) << 8) | UInt16(bytes[$0 + 1]), radix: 16) }
+        return groups.joined(separator: ":") + "::/64"
+    }
+}
+
 /// Failed-authentication bookkeeping: remembered failures (by token HMAC) and a token bucket
 /// per client address. Pure in-memory logic with an injected time (`Date` arguments), so it is
 /// unit-testable without I/O.

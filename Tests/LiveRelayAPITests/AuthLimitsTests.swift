@@ -232,3 +232,29 @@ final class AuthLimitsTests: TenancyTestCase {
         XCTAssertEqual(call("GET", "/v1/remote-updates/sender-keys", as: t.master).status, 200, "the cached master key still works")
     }
 }
+
+/// `AuthLimits.failureBucket(forAddress:)`: which addresses share a failed-authentication bucket
+/// (docs/http-limits.md "Credential verification"). Pure, no I/O.
+final class FailureBucketTests: XCTestCase {
+    func testAnIPv4AddressIsItsOwnBucket() {
+        XCTAssertEqual(AuthLimits.failureBucket(forAddress: "192.0.2.1"), "192.0.2.1")
+        XCTAssertNotEqual(AuthLimits.failureBucket(forAddress: "192.0.2.1"), AuthLimits.failureBucket(forAddress: "192.0.2.2"))
+    }
+
+    func testIPv6AddressesOfOneSlash64ShareABucket() {
+        let a = AuthLimits.failureBucket(forAddress: "2001:db8:1:2::1")
+        XCTAssertEqual(a, "2001:db8:1:2::/64")
+        XCTAssertEqual(AuthLimits.failureBucket(forAddress: "2001:0db8:0001:0002:ffff:eeee:dddd:cccc"), a, "any interface id, any spelling")
+        XCTAssertNotEqual(AuthLimits.failureBucket(forAddress: "2001:db8:1:3::1"), a, "the next /64 is another bucket")
+        XCTAssertEqual(AuthLimits.failureBucket(forAddress: "::1"), "0:0:0:0::/64")
+    }
+
+    func testAnIPv4MappedAddressIsItsIPv4Address() {
+        XCTAssertEqual(AuthLimits.failureBucket(forAddress: "::ffff:192.0.2.1"), "192.0.2.1")
+    }
+
+    func testAnythingElseIsKeptAsItIs() {
+        XCTAssertEqual(AuthLimits.failureBucket(forAddress: "unknown"), "unknown")
+        XCTAssertEqual(AuthLimits.failureBucket(forAddress: ""), "")
+    }
+}
