@@ -198,8 +198,10 @@ enum ChannelHandlers {
     // MARK: writes
 
     /// The channel write's quota rule (docs/channels.md "Quota"): `1 + fanout members` units
-    /// must remain today, else `429 QUOTA_EXCEEDED`. Far from the limit the committed counters
-    /// decide; near it every shard is locked and read exactly (`QuotaStore.lockAll`).
+    /// must remain today, else `429 QUOTA_EXCEEDED`; the write then reserves its broadcast's
+    /// unit as it commits (`ChannelStore.insertOperation`), and each fan-out send reserves its
+    /// own when the expander queues it. Far from the limit the committed counters decide; near
+    /// it every shard is locked and read exactly (`QuotaStore.lockAll`).
     static func checkQuota(_ c: PostgresConnection, tenant: String, needed: Int64, now: Date) throws {
         let day = QuotaStore.day(now)
         var q = try QuotaStore.decode(try c.query(QuotaStore.readSQL, [tenant, day])[0])

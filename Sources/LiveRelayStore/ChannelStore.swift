@@ -226,7 +226,9 @@ public enum ChannelStore {
     }
 
     /// Inserts a channel operation with its broadcast `queued` and fan-out `pending`, and wakes
-    /// the expander and broadcaster on commit.
+    /// the expander and broadcaster on commit. A state-bearing one (`consumesQuota` with a
+    /// `quotaDay`) reserves its broadcast's quota unit until the broadcast finishes
+    /// (`quota_held`, migration 0037; docs/channels.md "Quota").
     public static func insertOperation(_ c: PostgresConnection, tenantId: String, _ n: NewOperation) throws -> ChannelOperationRecord {
         let alert = n.alert?.jsonText
         let rec = try ChannelOperationRecord(
@@ -234,8 +236,9 @@ public enum ChannelStore {
                 """
                 INSERT INTO channel_operations (tenant_id, id, channel_id, seq, kind, revision, has_state, state, alert, stale_at, relevance_score,
                                                 priority, expires_at, dismiss_at, broadcast_status, consumes_quota, quota_day, created_by_key_id,
-                                                idempotency_key)
-                VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13, $14, 'queued', $15, $16::date, $17, $18)
+                                                idempotency_key, quota_held)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9::jsonb, $10, $11, $12, $13, $14, 'queued', $15, $16::date, $17, $18,
+                        CASE WHEN $15 AND $16::date IS NOT NULL THEN 1 ELSE 0 END)
                 RETURNING \(opColumns)
                 """,
                 [

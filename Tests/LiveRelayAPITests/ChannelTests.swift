@@ -396,6 +396,57 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(w.env.call("POST", "/v1/remote-updates/channels/\(ch)/end", ["idempotency_key": "e"], as: key.credential).status, 202)
     }
 
+    /// A state-bearing channel write reserves its broadcast's quota unit as it commits
+    /// (migration 0037, docs/channels.md "Quota"): with 3 units and no member, three alert
+    /// writes fit and the fourth is refused before any broadcast went out (before, all four got
+    /// 202). An accepted broadcast turns its unit into a used one; a failed one gives it back.
+    func testAChannelWriteReservesItsBroadcastUnitUntilTheBroadcastFinishes() throws {
+        let w = try ChannelWorld.make(quota: 3)
+        defer { w.env.tearDown() }
+        let ch = try w.channel()
+        let key = try w.sender([ch])
+        var revision: Int64 = 0
+        func alertWrite() -> TestEnvironment.Reply {
+            let r = w.update(ch, ["eta": .int(revision)], revision: revision, as: key, extra: ["alert": ["title": "Goal", "body": "1-0"]])
+            if r.status == 202 { revision += 1 }
+            return r
+        }
+        func usage() -> (reserved: Int64?, used: Int64?) {
+            let u = w.env.call("GET", "/v1/remote-updates/usage", as: w.tenant.master)
+            return (u["reserved"]?.intValue, u["used"]?.intValue)
+        }
+        for _ in 0..<3 { XCTAssertEqual(alertWrite().status, 202) }
+        XCTAssertEqual(usage().reserved, 3)
+        XCTAssertEqual(alertWrite().errorCode, "QUOTA_EXCEEDED", "every unit is reserved by a queued broadcast")
+        // APNs accepts the oldest broadcast: its unit is used now, still none remains.
+        let worker = w.worker()
+        XCTAssertTrue(worker.broadcastOnce())
+        XCTAssertEqual(usage().reserved, 2)
+        XCTAssertEqual(usage().used, 1)
+        XCTAssertEqual(alertWrite().errorCode, "QUOTA_EXCEEDED")
+        // APNs refuses the next one for good: its unit comes back, and one write fits again.
+        w.fake.broadcastAnswer.withLock { $0 = .refused(status: 400, reason: "BadPriority", retryAfterSeconds: nil) }
+        XCTAssertTrue(worker.broadcastOnce())
+        w.fake.broadcastAnswer.withLock { $0 = nil }
+        XCTAssertEqual(usage().reserved, 1)
+        XCTAssertEqual(usage().used, 1)
+        XCTAssertEqual(alertWrite().status, 202)
+        XCTAssertEqual(alertWrite().errorCode, "QUOTA_EXCEEDED")
+        // A state-only write supersedes the queued state-only broadcast before it (never an
+        // alert's), which gives its unit back; a stateless end supersedes every queued
+        // broadcast and reserves nothing.
+        _ = try w.env.db.system { c in try c.execute("UPDATE tenants SET daily_push_quota = 5 WHERE tenant_id = $1", [w.tenant.id]) }
+        XCTAssertEqual(w.update(ch, ["eta": 100], revision: revision, as: key).status, 202)
+        revision += 1
+        XCTAssertEqual(usage().reserved, 3, "two queued alert broadcasts and this one")
+        XCTAssertEqual(w.update(ch, ["eta": 101], revision: revision, as: key).status, 202)
+        revision += 1
+        XCTAssertEqual(usage().reserved, 3, "the superseded broadcast gave its unit back")
+        XCTAssertEqual(w.env.call("POST", "/v1/remote-updates/channels/\(ch)/end", ["idempotency_key": "e"], as: key.credential).status, 202)
+        XCTAssertEqual(usage().reserved, 0, "an end supersedes every queued broadcast, and a stateless one holds nothing")
+        XCTAssertEqual(usage().used, 1)
+    }
+
     func testJoiningDecidesDeliveryAndChecksMismatch() throws {
         let w = try ChannelWorld.make()
         defer { w.env.tearDown() }
