@@ -55,6 +55,13 @@ enum DeviceHandlers {
             throw Endpoint.notFound("installation")
         }
         if inst.status == "retired" { throw InstallationHandlers.retiredError() }
+        // A new (binding, activity type) adds a start target: bounded per installation, counted
+        // under the installation's row lock (docs/security.md "Per-tenant caps").
+        let held = try StartTargetStore.countActive(
+            c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId, activityType: m.activityType)
+        if !held.exists && held.active >= TenantLimits.maxStartTargetsPerInstallation {
+            throw TenantLimits.installationStartTargetsExceeded(limit: TenantLimits.maxStartTargetsPerInstallation, actual: held.active)
+        }
         let (binding, _) = try BindingStore.upsertLocked(c, tenantId: tenant, installationId: installationId, id: m.bindingId)
         if binding.status == "retired" { throw bindingRetired(m.bindingId) }
 

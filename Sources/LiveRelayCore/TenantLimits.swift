@@ -54,6 +54,23 @@ public struct TenantLimits: Sendable, Equatable {
             details: ["resource": "live_targets_per_installation", "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
     }
 
+    /// Most start targets (not retired) one installation may hold: one per (binding, activity
+    /// type) it prepared (docs/security.md "Per-tenant caps"). A binding is named by the device,
+    /// and each holds up to 64 template versions, so without a bound one installation (anyone
+    /// with the app's publishable key can register one) could add rows without end.
+    public static let maxStartTargetsPerInstallation = 64
+
+    /// `409 TARGET_LIMIT` for a prepare that would add a start target past
+    /// `maxStartTargetsPerInstallation`: `details.resource` `start_targets_per_installation`,
+    /// `details.limit`, `details.actual`.
+    public static func installationStartTargetsExceeded(limit: Int, actual: Int) -> DomainError {
+        DomainError(
+            status: 409, code: "TARGET_LIMIT",
+            message:
+                "this installation already has \(actual) start targets, its limit is \(limit); retire a binding first (POST /v1/installations/{id}/bindings/{bnd}/retire)",
+            details: ["resource": "start_targets_per_installation", "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
+    }
+
     /// What a cap counts.
     public enum Resource: String, Sendable {
         /// Active (not retired) installations.

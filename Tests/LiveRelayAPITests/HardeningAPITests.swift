@@ -266,6 +266,38 @@ final class HardeningAPITests: XCTestCase {
         XCTAssertFalse(w.start().isEmpty)
     }
 
+    /// One installation holds at most `TenantLimits.maxStartTargetsPerInstallation` (64) start
+    /// targets that are not retired (docs/security.md "Per-tenant caps"): the 64th (binding,
+    /// activity type) is prepared, a 65th is `409 TARGET_LIMIT` (resource
+    /// `start_targets_per_installation`) and stores nothing, preparing an existing one again still
+    /// works, and retiring a binding frees its place.
+    func testOneInstallationPreparesAtMostItsCapOfStartTargets() throws {
+        env = try TestEnvironment.make()
+        let w = try LifecycleWorld.make(env)  // its installation already prepared one start target
+        let cap = TenantLimits.maxStartTargetsPerInstallation
+        XCTAssertEqual(cap, 64)
+        func prepare(_ binding: String) -> TestEnvironment.Reply {
+            env.call(
+                "POST", "/v1/installations/\(w.installationId)/start-targets", Fixtures.prepareBody(binding: binding),
+                as: w.installationCredential)
+        }
+        for n in 2...cap { XCTAssertEqual(prepare("cap\(n)").status, 201, "start target \(n)") }
+        let over = prepare("cap\(cap + 1)")
+        XCTAssertEqual(over.status, 409, text(over))
+        XCTAssertEqual(over.errorCode, "TARGET_LIMIT")
+        XCTAssertEqual(over.json["error"]?["details"]?["resource"]?.stringValue, "start_targets_per_installation")
+        XCTAssertEqual(over.json["error"]?["details"]?["limit"]?.intValue, Int64(cap))
+        XCTAssertEqual(over.json["error"]?["details"]?["actual"]?.intValue, Int64(cap))
+        let bindings = try env.db.system { c in
+            try c.query("SELECT count(*) AS n FROM bindings WHERE tenant_id = $1 AND id = $2", [w.tenant.id, "cap\(cap + 1)"])[0].int("n")
+        }
+        XCTAssertEqual(bindings, 0, "the refused prepare stored no binding")
+        XCTAssertEqual(prepare("cap2").status, 200, "an existing start target is prepared again")
+        let retired = env.call("POST", "/v1/installations/\(w.installationId)/bindings/cap2/retire", [:], as: w.installationCredential)
+        XCTAssertEqual(retired.status / 100, 2, text(retired))
+        XCTAssertEqual(prepare("cap\(cap + 1)").status, 201, "a retired binding's start target frees its place")
+    }
+
     /// One installation holds at most `TenantLimits.maxLiveTargetsPerInstallation` (64) live
     /// targets through local start reservations: the 64th passes, the 65th is `409 TARGET_LIMIT`
     /// (resource `live_targets_per_installation`), an ended one frees its place, and another
