@@ -63,7 +63,7 @@ final class DispatchStreamingTests: DispatchTestCase {
         let fake = h.fakeSender()
         fake.hold(first)
         h.dispatcher(fake)
-        try eventually("the first start in flight") { fake.isHolding(first) }
+        eventually("the first start in flight") { fake.isHolding(first) }
         let locker = try holdTargetRowWhileItsApplyWaits(t, x) { fake.release(first) }
         defer { locker.close() }
         let others = try (0..<16).map { i in
@@ -188,7 +188,7 @@ final class DispatchStreamingTests: DispatchTestCase {
             _ = try h.update(t, target: tgt, state: ["eta": .int(Int64(i))], id: op)
         }
         // The held sends keep the 4 sender threads (a blocking sender), so 4 are in flight.
-        try eventually("four in flight") { ops.filter { fake.isHolding($0) }.count == 4 }
+        eventually("four in flight") { ops.filter { fake.isHolding($0) }.count == 4 }
         XCTAssertEqual(d.stats.claimedAtCommit, 4, "half of the 8 slots; the fair or named claim takes the other two")
 
         struct Refused: Error {}
@@ -318,7 +318,7 @@ final class DispatchStreamingTests: DispatchTestCase {
     func testAFairClaimThatTakesMoreThanHalfALeaseIsNotHandedOver() throws {
         let t = try h.tenant(), inst = try h.installation(t)
         let tgt = try h.target(t, installation: inst, token: "tok-slow-claim")
-        try h.db.system { c in
+        _ = try h.db.system { c in
             try c.execute("INSERT INTO target_clocks (tenant_id, target_id, last_timestamp) VALUES ($1, $2, 1)", [t, tgt])
         }
         let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher yet: nothing claims at commit
@@ -446,7 +446,7 @@ final class DispatchStreamingTests: DispatchTestCase {
     func parkedUpdate(_ t: String, installation inst: String, token: String?, platform: String = "ios") throws -> (target: String, op: String) {
         let tgt = try h.target(t, installation: inst, token: token, platform: platform)
         let op = try h.update(t, target: tgt, state: ["eta": 1])  // no dispatcher: it stays queued
-        try h.db.system { c in
+        _ = try h.db.system { c in
             try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, op])
         }
         return (tgt, op)
