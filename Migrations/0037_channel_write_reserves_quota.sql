@@ -16,11 +16,12 @@
 -- them (they are operations). Rows written before this migration hold nothing and release
 -- nothing.
 --
--- Lock order: the write locks the channel, then its queued channel operations, then (through
--- this trigger) its own counter shard; the broadcaster locks one channel operation, then a
--- shard. Neither waits for a channel operation while holding a shard that the other needs
--- first, so they cannot deadlock. The expander never changes `broadcast_status`, so its
--- updates of channel operations touch no counter.
+-- Lock order: a channel write locks the channel, then its queued channel operations, then the
+-- counter shards (the quota check near the limit, this trigger on its insert); ChannelHandlers
+-- .commit. The broadcaster locks one channel operation, then a shard; when APNs no longer knows
+-- the channel it ends the members and the channel before it changes its own status
+-- (BroadcastStore.apply), so it never waits for the channel while holding a shard. The expander
+-- never changes `broadcast_status`, so its updates of channel operations touch no counter.
 ALTER TABLE channel_operations ADD COLUMN quota_held smallint NOT NULL DEFAULT 0 CHECK (quota_held IN (0, 1));
 
 CREATE FUNCTION lr_channel_operation_quota_release() RETURNS trigger

@@ -36,8 +36,9 @@ public struct WebhookHTTPConfiguration: Sendable {
 public final class WebhookHTTPClient: Sendable {
     public let configuration: WebhookHTTPConfiguration
     private let caBundle: [UInt8]?
-    /// The attempt's `error` when the SSRF rule refused every address the host resolved to.
-    /// It names no address: the tenant reads it, and an address could be an internal DNS answer.
+    /// The attempt's `error` when the SSRF rule refused an address the host resolved to and no
+    /// connection was made. It names no address: the tenant reads it, and an address could be
+    /// an internal DNS answer.
     public static let refusedAddressError = "address refused: the host resolved to an address that is not public"
 
     private static let globalInit: Bool = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) == CURLE_OK }()
@@ -125,9 +126,11 @@ public final class WebhookHTTPClient: Sendable {
         var status: Int = 0
         _ = lr_curl_getinfo_long(h, CURLINFO_RESPONSE_CODE, &status)
         let ms = elapsed()
-        if ctx.refused != nil {
-            // The tenant reads this in its delivery log: it never names the address, which could
-            // be an internal DNS answer (docs/webhooks.md "Safety").
+        if ctx.refused != nil && code != CURLE_OK {
+            // No connection: the SSRF rule refused an address and no other one answered (a host
+            // with a public address beside a refused one may still be delivered to). The tenant
+            // reads this in its delivery log: it never names the address, which could be an
+            // internal DNS answer (docs/webhooks.md "Safety").
             return WebhookAttemptOutcome(statusCode: nil, error: Self.refusedAddressError, durationMs: ms)
         }
         if ctx.tooLarge || code == CURLE_FILESIZE_EXCEEDED {

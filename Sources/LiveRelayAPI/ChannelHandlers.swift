@@ -231,14 +231,20 @@ enum ChannelHandlers {
         if let schema = ch.schema { try StateSchema.compile(schema).check(state) }
     }
 
-    /// Commits one channel write: supersedes the queued broadcasts it replaces, inserts the
-    /// channel operation and moves the channel on. Never reads or writes a member row.
+    /// Commits one channel write: locks the channel's queued broadcasts, checks a state-bearing
+    /// write's quota (`checkQuota`: `429 QUOTA_EXCEEDED`, everything rolled back), supersedes the
+    /// queued broadcasts it replaces, inserts the channel operation (which reserves its
+    /// broadcast's unit) and moves the channel on. Never reads or writes a member row.
     static func commit(
         _ c: PostgresConnection, tenant: String, ch: ChannelRecord, kind: PushEvent, state: JSONValue?, alert: PushAlert?,
-        options: WriteOptions, dismissAt: Date?, quotaDay: String?, keyId: String?, idempotencyKey: String
+        options: WriteOptions, dismissAt: Date?, quotaDay: String?, keyId: String?, idempotencyKey: String, now: Date
     ) throws -> JSONValue {
         let opId = Identifier.make(.channelOperation)
+        // Lock order (migration 0037): the channel (the caller), its queued channel operations,
+        // then the quota counters (the check near the limit, the reservation of the insert). The
+        // broadcaster and the expander hold one channel operation before they touch a counter.
         let queued = try ChannelStore.queuedBroadcasts(c, tenantId: tenant, channelId: ch.id)
+        if state != nil { try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now) }
         let victims = kind == .end ? queued.map(\.id) : (state != nil ? ChannelRules.supersededBroadcasts(by: kind, queued: queued) : [])
         try ChannelStore.supersedeBroadcasts(c, tenantId: tenant, ids: victims, by: opId)
         let revision = state == nil ? ch.revision : ch.revision + 1
@@ -309,10 +315,9 @@ enum ChannelHandlers {
                 channelId: ch.id, event: .update, state: u.state, alert: u.alert,
                 staleAt: u.options.staleAt ?? ch.staleAt, relevanceScore: u.options.relevanceScore ?? ch.relevanceScore,
                 dismissAt: nil, now: now)
-            try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now)
             return try commit(
                 c, tenant: tenant, ch: ch, kind: .update, state: u.state, alert: u.alert, options: u.options, dismissAt: nil,
-                quotaDay: QuotaStore.day(now), keyId: scope.keyId, idempotencyKey: u.idempotencyKey)
+                quotaDay: QuotaStore.day(now), keyId: scope.keyId, idempotencyKey: u.idempotencyKey, now: now)
         }
     }
 
@@ -343,11 +348,10 @@ enum ChannelHandlers {
                 try ChannelRequests.checkPayload(
                     channelId: ch.id, event: .end, state: state, alert: nil, staleAt: ch.staleAt,
                     relevanceScore: ch.relevanceScore, dismissAt: e.dismissAt, now: now)
-                try checkQuota(c, tenant: tenant, needed: 1 + ch.membersFanout, now: now)
             }
             return try commit(
                 c, tenant: tenant, ch: ch, kind: .end, state: e.state, alert: nil, options: WriteOptions(),
-                dismissAt: e.dismissAt, quotaDay: QuotaStore.day(now), keyId: scope?.keyId, idempotencyKey: e.idempotencyKey)
+                dismissAt: e.dismissAt, quotaDay: QuotaStore.day(now), keyId: scope?.keyId, idempotencyKey: e.idempotencyKey, now: now)
         }
     }
 }

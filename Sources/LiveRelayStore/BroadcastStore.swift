@@ -105,15 +105,29 @@ public enum BroadcastStore {
         case .failed(let f): status = "failed"; failure = f; delay = 0
         case .retry(let s): status = "queued"; failure = nil; delay = s
         }
+        // The fence: this worker still holds the broadcast on this attempt.
+        let fence = "tenant_id = $1 AND id = $2 AND broadcast_status = 'sending' AND broadcast_lease_owner = $3 AND broadcast_attempts = $4"
+        if case .channelInvalid = d {
+            // Lock order: this channel operation, the members, the channel, then the quota
+            // counters. Its status change releases its quota unit (a counter row, migration
+            // 0037), so it comes after the channel: a channel write holds the channel while it
+            // takes counters (docs/channels.md "Quota").
+            guard try !c.query("SELECT 1 FROM channel_operations WHERE \(fence) FOR UPDATE", [b.op.tenantId, b.op.id, worker, b.attempts]).isEmpty
+            else { return false }
+            try endInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
+        }
         let n = try c.execute(
             """
-            UPDATE channel_operations SET broadcast_status = $4, broadcast_failure = COALESCE($5::jsonb, broadcast_failure),
-                   apns_request_id = COALESCE($6, apns_request_id), apns_unique_id = COALESCE($7, apns_unique_id),
-                   broadcast_next_at = CASE WHEN $4 = 'queued' THEN now() + make_interval(secs => $8) ELSE broadcast_next_at END,
+            UPDATE channel_operations SET broadcast_status = $5, broadcast_failure = COALESCE($6::jsonb, broadcast_failure),
+                   apns_request_id = COALESCE($7, apns_request_id), apns_unique_id = COALESCE($8, apns_unique_id),
+                   broadcast_next_at = CASE WHEN $5 = 'queued' THEN now() + make_interval(secs => $9) ELSE broadcast_next_at END,
                    broadcast_lease_owner = NULL, broadcast_lease_expires_at = NULL, updated_at = now()
-             WHERE tenant_id = $1 AND id = $2 AND broadcast_status = 'sending' AND broadcast_lease_owner = $3 AND broadcast_attempts = $9
-            """, [b.op.tenantId, b.op.id, worker, status, failure?.jsonString, reqId, uniqueId, delay, b.attempts])
+             WHERE \(fence)
+            """, [b.op.tenantId, b.op.id, worker, b.attempts, status, failure?.jsonString, reqId, uniqueId, delay])
         guard n > 0 else { return false }
+        if case .channelInvalid = d {
+            try queueFanoutEndOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
+        }
         if case .accepted = d, b.op.consumesQuota, let day = b.op.quotaDay {
             // The broadcast consumes one unit of the day (docs/channels.md "Quota").
             try c.execute(
@@ -122,23 +136,26 @@ public enum BroadcastStore {
                 ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = q.used + 1
                 """, [b.op.tenantId, day])
         }
-        if case .channelInvalid = d {
-            // Members first, then the channel: the order of the lifetime sweep and `finish`
-            // (a target update's member-count trigger locks the channel).
-            try endBroadcastMembersOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
-            try c.execute(
-                """
-                UPDATE channels SET status = 'ended', end_reason = 'channel_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
-                 WHERE tenant_id = $1 AND id = $2 AND status <> 'ended'
-                """, [b.op.tenantId, b.op.channelId])
-            try c.execute(
-                """
-                UPDATE channel_operations SET broadcast_status = 'cancelled', updated_at = now()
-                 WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued'
-                """, [b.op.tenantId, b.op.channelId])
-            try queueFanoutEndOfInvalidChannel(c, tenantId: b.op.tenantId, channelId: b.op.channelId)
-        }
         return true
+    }
+
+    /// Ends a channel APNs no longer knows, in the transaction of the broadcast that learned it:
+    /// its broadcast members end, the channel is `ended` (`channel_invalid`) and its queued
+    /// broadcasts are cancelled (which releases their quota units). Members first, then the
+    /// channel: the order of the lifetime sweep and `finish` (a target update's member-count
+    /// trigger locks the channel).
+    static func endInvalidChannel(_ c: PostgresConnection, tenantId: String, channelId: String) throws {
+        try endBroadcastMembersOfInvalidChannel(c, tenantId: tenantId, channelId: channelId)
+        try c.execute(
+            """
+            UPDATE channels SET status = 'ended', end_reason = 'channel_invalid', ended_at = COALESCE(ended_at, now()), updated_at = now()
+             WHERE tenant_id = $1 AND id = $2 AND status <> 'ended'
+            """, [tenantId, channelId])
+        try c.execute(
+            """
+            UPDATE channel_operations SET broadcast_status = 'cancelled', updated_at = now()
+             WHERE tenant_id = $1 AND channel_id = $2 AND broadcast_status = 'queued'
+            """, [tenantId, channelId])
     }
 
     /// The members of a channel APNs no longer knows (docs/channels.md "APNs wire"), in the

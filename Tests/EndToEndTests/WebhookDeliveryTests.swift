@@ -331,8 +331,7 @@ final class WebhookDeliveryTests: XCTestCase {
         eventually("attempted") { ((try? attempts(id)) ?? 0) >= 1 }
         let log = h.call("GET", "/v1/webhook-endpoints/\(id)/deliveries", as: t.master)
         let err = log["data"]?.arrayValue?.first?["error"]?.stringValue ?? ""
-        XCTAssertEqual(err, WebhookHTTPClient.refusedAddressError)
-        XCTAssertFalse(err.contains("127.0.0.1") || err.contains("::1"), "the tenant's log never names the refused address: \(err)")
+        XCTAssertEqual(err, WebhookHTTPClient.refusedAddressError, "a fixed text: the tenant's log never names the refused address")
         XCTAssertEqual(log["data"]?.arrayValue?.first?["status_code"], .null)
         XCTAssertEqual(receiver.requests().count, 0, "nothing reached the receiver")
         // Directly: an IP literal too, and plain http.

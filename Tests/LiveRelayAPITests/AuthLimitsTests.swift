@@ -141,6 +141,23 @@ final class AuthLimitsTests: TenancyTestCase {
         XCTAssertEqual(Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "10.0.0.1"))?.status, 429)
     }
 
+    /// Failures from one IPv6 /64 share one bucket (`AuthLimits.failureBucket`): rotating the
+    /// interface id buys no more argon2 runs; the next /64 has its own bucket.
+    func testFailuresFromOneIPv6Slash64ShareABucket() throws {
+        let t = try tenant()
+        let keyId = CredentialToken.parse(t.master)!.id
+        let (auth, _) = authenticator(AuthLimits(failuresPerAddress: 2, failureRefillSeconds: 60), clock: Clock())
+        for i in 1...2 {
+            XCTAssertEqual(
+                Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "2001:db8:7:1::\(i)"))?.status, 401, "failure \(i) of 2")
+        }
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "2001:db8:7:1::99"))?.status, 429,
+            "another address of the same /64 finds the bucket empty")
+        XCTAssertEqual(
+            Self.outcome(auth, Self.request(Self.forged(.master, id: keyId), from: "2001:db8:7:2::1"))?.status, 401, "the next /64 is not limited")
+    }
+
     func testArgon2BusyAnswers503WithRetryAfter() throws {
         let t = try tenant()
         let limiter = Argon2idLimiter(maxConcurrent: 1, maxWaitSeconds: 0)

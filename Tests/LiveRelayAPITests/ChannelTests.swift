@@ -445,6 +445,22 @@ final class ChannelTests: XCTestCase {
         XCTAssertEqual(w.env.call("POST", "/v1/remote-updates/channels/\(ch)/end", ["idempotency_key": "e"], as: key.credential).status, 202)
         XCTAssertEqual(usage().reserved, 0, "an end supersedes every queued broadcast, and a stateless one holds nothing")
         XCTAssertEqual(usage().used, 1)
+        // APNs no longer knows a channel with two alert writes queued: the broadcast that learns
+        // it fails and the channel's other queued broadcasts are cancelled, in one transaction;
+        // both units come back, once each.
+        let gone = try w.channel()
+        let goneKey = try w.sender([gone])
+        for rev in 0..<2 {
+            let r = w.update(gone, ["eta": .int(Int64(rev))], revision: Int64(rev), as: goneKey, extra: ["alert": ["title": "T", "body": "B"]])
+            XCTAssertEqual(r.status, 202, String(decoding: r.raw, as: UTF8.self))
+        }
+        XCTAssertEqual(usage().reserved, 2)
+        w.fake.broadcastAnswer.withLock { $0 = .refused(status: 400, reason: "BadChannelId", retryAfterSeconds: nil) }
+        while worker.broadcastOnce() {}
+        w.fake.broadcastAnswer.withLock { $0 = nil }
+        XCTAssertEqual(w.env.call("GET", "/v1/remote-updates/channels/\(gone)", as: w.tenant.master)["end_reason"]?.stringValue, "channel_invalid")
+        XCTAssertEqual(usage().reserved, 0)
+        XCTAssertEqual(usage().used, 1)
     }
 
     func testJoiningDecidesDeliveryAndChecksMismatch() throws {

@@ -37,7 +37,8 @@ CREATE TABLE fw_quota (
   reserved bigint NOT NULL,
   PRIMARY KEY (day, shard)
 ) WITH (fillfactor = 70);
-INSERT INTO fw_targets SELECT g, 1, 1, '{"eta": 30, "status": "preparing"}', now() FROM generate_series(0, 999) g;
-INSERT INTO fw_ops SELECT g, 1, 'queued', 1, '{"eta": 30, "status": "preparing"}', now() FROM generate_series(0, 999) g;
+-- 62 targets for each of up to 64 clients (deploy/bench/floor/write.sql).
+INSERT INTO fw_targets SELECT g, 1, 1, '{"eta": 30, "status": "preparing"}', now() FROM generate_series(0, 64 * 62 - 1) g;
+INSERT INTO fw_ops SELECT g, 1, 'queued', 1, '{"eta": 30, "status": "preparing"}', now() FROM generate_series(0, 64 * 62 - 1) g;
 INSERT INTO fw_quota SELECT current_date, g, 0 FROM generate_series(0, 63) g;
 VACUUM ANALYZE fw_targets, fw_ops, fw_idem, fw_quota;
