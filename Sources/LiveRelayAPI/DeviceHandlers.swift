@@ -55,13 +55,6 @@ enum DeviceHandlers {
             throw Endpoint.notFound("installation")
         }
         if inst.status == "retired" { throw InstallationHandlers.retiredError() }
-        // A new (binding, activity type) adds a start target: bounded per installation, counted
-        // under the installation's row lock (docs/security.md "Per-tenant caps").
-        let held = try StartTargetStore.countActive(
-            c, tenantId: tenant, installationId: installationId, bindingId: m.bindingId, activityType: m.activityType)
-        if !held.exists && held.active >= TenantLimits.maxStartTargetsPerInstallation {
-            throw TenantLimits.installationStartTargetsExceeded(limit: TenantLimits.maxStartTargetsPerInstallation, actual: held.active)
-        }
         let (binding, _) = try BindingStore.upsertLocked(c, tenantId: tenant, installationId: installationId, id: m.bindingId)
         if binding.status == "retired" { throw bindingRetired(m.bindingId) }
 
@@ -107,6 +100,13 @@ enum DeviceHandlers {
             }
             status = 200
         } else {
+            // A new (binding, activity type): bounded per installation, counted under the
+            // installation's row lock (docs/security.md "Per-tenant caps"); a refusal rolls back
+            // the binding and template version stored above with the rest of the transaction.
+            let held = try StartTargetStore.countActive(c, tenantId: tenant, installationId: installationId)
+            if held >= TenantLimits.maxStartTargetsPerInstallation {
+                throw TenantLimits.installationStartTargetsExceeded(limit: TenantLimits.maxStartTargetsPerInstallation, actual: held)
+            }
             let initial = inst.platform == "android" && inst.fcmToken != nil ? "ready" : "pending"
             st = try StartTargetStore.insert(
                 c, tenantId: tenant, id: Identifier.make(.startTarget, now: now), installationId: installationId,

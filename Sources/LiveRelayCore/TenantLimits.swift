@@ -48,10 +48,7 @@ public struct TenantLimits: Sendable, Equatable {
     /// `409 TARGET_LIMIT` for an installation at `maxLiveTargetsPerInstallation`: `details.resource`
     /// `live_targets_per_installation`, `details.limit`, `details.actual`.
     public static func installationTargetsExceeded(limit: Int, actual: Int) -> DomainError {
-        DomainError(
-            status: 409, code: "TARGET_LIMIT",
-            message: "this installation already has \(actual) live targets, its limit is \(limit); end some first",
-            details: ["resource": "live_targets_per_installation", "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
+        installationCapExceeded("live targets", resource: "live_targets_per_installation", remedy: "end some first", limit: limit, actual: actual)
     }
 
     /// Most start targets (not retired) one installation may hold: one per (binding, activity
@@ -64,11 +61,17 @@ public struct TenantLimits: Sendable, Equatable {
     /// `maxStartTargetsPerInstallation`: `details.resource` `start_targets_per_installation`,
     /// `details.limit`, `details.actual`.
     public static func installationStartTargetsExceeded(limit: Int, actual: Int) -> DomainError {
+        installationCapExceeded(
+            "start targets", resource: "start_targets_per_installation",
+            remedy: "retire a binding first (POST /v1/installations/{id}/bindings/{bnd}/retire)", limit: limit, actual: actual)
+    }
+
+    /// The `409 TARGET_LIMIT` of a per-installation cap: `details.resource`, `details.limit`
+    /// (the cap), `details.actual` (rows already there); the message names `what` and `remedy`.
+    static func installationCapExceeded(_ what: String, resource: String, remedy: String, limit: Int, actual: Int) -> DomainError {
         DomainError(
-            status: 409, code: "TARGET_LIMIT",
-            message:
-                "this installation already has \(actual) start targets, its limit is \(limit); retire a binding first (POST /v1/installations/{id}/bindings/{bnd}/retire)",
-            details: ["resource": "start_targets_per_installation", "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
+            status: 409, code: "TARGET_LIMIT", message: "this installation already has \(actual) \(what), its limit is \(limit); \(remedy)",
+            details: ["resource": .string(resource), "limit": .int(Int64(limit)), "actual": .int(Int64(actual))])
     }
 
     /// What a cap counts.

@@ -45,21 +45,14 @@ public enum StartTargetStore {
         ).first.map(StartTargetRecord.init(row:))
     }
 
-    /// The installation's start targets that are not retired (what
-    /// `TenantLimits.maxStartTargetsPerInstallation` bounds), and whether (binding, activity
-    /// type) already has one (of any status); one index range of the (installation, binding,
-    /// activity type) key, no row locked. Consistent when the caller holds the installation's
-    /// row lock, as every prepare does (the only path that inserts start targets).
-    public static func countActive(
-        _ c: PostgresConnection, tenantId: String, installationId: String, bindingId: String, activityType: String
-    ) throws -> (active: Int, exists: Bool) {
-        let r = try c.query(
-            """
-            SELECT count(*) FILTER (WHERE status <> 'retired') AS n,
-                   bool_or(binding_id = $3 AND activity_type = $4) IS TRUE AS found
-              FROM start_targets WHERE tenant_id = $1 AND installation_id = $2
-            """, [tenantId, installationId, bindingId, activityType])[0]
-        return (try r.int("n"), try r.bool("found"))
+    /// How many of the installation's start targets are not retired (what
+    /// `TenantLimits.maxStartTargetsPerInstallation` bounds); no row locked. Consistent when the
+    /// caller holds the installation's row lock, as every prepare does (the only path that
+    /// inserts start targets).
+    public static func countActive(_ c: PostgresConnection, tenantId: String, installationId: String) throws -> Int {
+        try c.query(
+            "SELECT count(*) AS n FROM start_targets WHERE tenant_id = $1 AND installation_id = $2 AND status <> 'retired'",
+            [tenantId, installationId])[0].int("n")
     }
 
     /// Inserts a new start target.

@@ -233,8 +233,10 @@ final class DispatchBenchTests: XCTestCase {
                 try c.query("SELECT checkpoints_timed + checkpoints_req AS n FROM pg_stat_bgwriter")[0].int64("n")
             }
         }
-        var claimWalBytes: [String: Double] = [:], claimCheckpoints: [String: Int64] = [:]
-        func claimP50Fresh(_ reps: Int, tenant: String, label: String) throws -> Double {
+        /// A claim phase: the median claim (milliseconds), the mean WAL bytes per claim and the
+        /// checkpoints started during the phase.
+        struct ClaimPhase { var p50Ms = 0.0, walBytes = 0.0, checkpoints: Int64 = 0 }
+        func claimP50Fresh(_ reps: Int, tenant: String) throws -> ClaimPhase {
             var times: [Double] = []
             var wal: Int64 = 0
             let checkpoints0 = try checkpoints()
@@ -267,9 +269,8 @@ final class DispatchBenchTests: XCTestCase {
                         """, [tenant, PostgresTextArray(ids), String(rep)])
                 }
             }
-            claimWalBytes[label] = Double(wal) / Double(max(1, reps))
-            claimCheckpoints[label] = try checkpoints() - checkpoints0
-            return medianMilliseconds(times)
+            return ClaimPhase(
+                p50Ms: medianMilliseconds(times), walBytes: Double(wal) / Double(max(1, reps)), checkpoints: try checkpoints() - checkpoints0)
         }
         func claimP50(_ reps: Int) -> Double {
             var times: [Double] = []
@@ -322,13 +323,15 @@ final class DispatchBenchTests: XCTestCase {
             }
         }
         var claimSmall = 0.0, claimLarge = 0.0, claimSmallRolledBack = 0.0, claimLargeRolledBack = 0.0
+        var smallPhase = ClaimPhase(), largePhase = ClaimPhase()
         let largeTargets = env("BENCH_CLAIM_TARGETS", 1_000_000), largeQueued = env("BENCH_CLAIM_QUEUED", 100_000)
         let freshReps = 60
         if env("BENCH_CLAIM", 1) == 1 {
             let ts = try h.tenant(quota: 100_000_000), insts = try h.installation(ts)
             try h.loadQueue(tenant: ts, installation: insts, prefix: "small", count: 1000)
             try seedClocks(ts)
-            claimSmall = try claimP50Fresh(freshReps, tenant: ts, label: "small")
+            smallPhase = try claimP50Fresh(freshReps, tenant: ts)
+            claimSmall = smallPhase.p50Ms
             explainClaim("small")
             claimSmallRolledBack = claimP50(60)
             _ = try h.db.tenant(ts) { c in
@@ -339,7 +342,8 @@ final class DispatchBenchTests: XCTestCase {
             try h.loadQueue(tenant: tl, installation: il, prefix: "large", count: largeTargets, queued: largeQueued)
             try seedClocks(tl)
             print("bench: setup of \(largeTargets) targets, \(largeQueued) queued took \(String(format: "%.1f", Date().timeIntervalSince(t0))) s")
-            claimLarge = try claimP50Fresh(freshReps, tenant: tl, label: "large")
+            largePhase = try claimP50Fresh(freshReps, tenant: tl)
+            claimLarge = largePhase.p50Ms
             explainClaim("large")
             claimLargeRolledBack = claimP50(60)
         }
@@ -394,7 +398,7 @@ final class DispatchBenchTests: XCTestCase {
             delayed: \(slowStats)
             claim_ms_p50_small=\(String(format: "%.2f", claimSmall)) (1000 targets, 1000 queued, limit 64, \(freshReps) claims committed, each of operations no earlier claim touched, targets claimed before)
             claim_ms_p50_large=\(String(format: "%.2f", claimLarge)) (\(largeTargets) targets, \(largeQueued) queued, limit 64, likewise)
-            claim_wal_bytes_small=\(String(format: "%.0f", claimWalBytes["small"] ?? 0)) claim_wal_bytes_large=\(String(format: "%.0f", claimWalBytes["large"] ?? 0)) (WAL written per committed claim of 64, mean, from the WAL insert position around each claim; checkpoints started during the claims: small \(claimCheckpoints["small"] ?? 0), large \(claimCheckpoints["large"] ?? 0))
+            claim_wal_bytes_small=\(String(format: "%.0f", smallPhase.walBytes)) claim_wal_bytes_large=\(String(format: "%.0f", largePhase.walBytes)) (WAL written per committed claim of 64, mean, from the WAL insert position around each claim; checkpoints started during the claims: small \(smallPhase.checkpoints), large \(largePhase.checkpoints))
             claim_ms_p50_small_rolled_back=\(String(format: "%.2f", claimSmallRolledBack)) claim_ms_p50_large_rolled_back=\(String(format: "%.2f", claimLargeRolledBack)) claim_ratio_rolled_back=\(claimSmallRolledBack > 0 ? String(format: "%.2f", claimLargeRolledBack / claimSmallRolledBack) : "n/a") (the same 64 heads claimed and rolled back 60 times: the method of the figures before 2026-12-05)
             \(profile.joined(separator: "\n"))
             \(claimPlans.joined(separator: "\n"))

@@ -307,7 +307,7 @@ final class HardeningAPITests: XCTestCase {
         let w = try LifecycleWorld.make(env)
         let cap = TenantLimits.maxLiveTargetsPerInstallation
         XCTAssertEqual(cap, 64)
-        try env.db.tenant(w.tenant.id) { c in
+        _ = try env.db.tenant(w.tenant.id) { c in
             try c.execute(
                 """
                 INSERT INTO targets (tenant_id, id, installation_id, origin, activity_type, status, revision, state, token_status)
