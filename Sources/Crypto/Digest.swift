@@ -16,6 +16,12 @@ public enum Digest {
     /// SHA-256 of `data` as 64 lowercase hexadecimal characters.
     public static func sha256Hex(_ data: [UInt8]) -> String { hexString(sha256(data)) }
 
+    /// HMAC-SHA-256 of `data` under `key` (`hmacSHA256`) as 64 lowercase hexadecimal characters.
+    /// One table lookup per nibble: a credential check runs it on every request, where
+    /// `String(format: "%02x")` per byte cost 7 % of the API process's CPU
+    /// (docs/write-path.md "What a write costs").
+    public static func hmacSHA256Hex(key: [UInt8], data: [UInt8]) -> String { hexString(hmacSHA256(key: key, data: data)) }
+
     /// HMAC-SHA-256 of `data` under `key` (any length, including empty): 32 bytes.
     /// RFC 4231 gives the test vectors.
     public static func hmacSHA256(key: [UInt8], data: [UInt8]) -> [UInt8] {

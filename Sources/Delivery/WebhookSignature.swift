@@ -9,8 +9,7 @@ import Crypto
 public enum WebhookSignature {
     /// One `v1` value: lowercase hex of HMAC-SHA-256(secret, "<t>.<body>").
     public static func v1(secret: String, timestamp: Int64, body: [UInt8]) -> String {
-        let mac = Digest.hmacSHA256(key: Array(secret.utf8), data: Array("\(timestamp).".utf8) + body)
-        return mac.map { String(format: "%02x", $0) }.joined()
+        Digest.hmacSHA256Hex(key: Array(secret.utf8), data: Array("\(timestamp).".utf8) + body)
     }
 
     /// The whole header value for `secrets` (newest first) at `timestamp` (unix seconds).

@@ -21,6 +21,8 @@ public final class Router: @unchecked Sendable {
         let pattern: String
         let segments: [Segment]
         let handler: HTTPHandler
+        /// `Router.specificity(segments)`, computed once at `add`.
+        let specificity: [Int]
     }
 
     /// The outcome of matching a request.
@@ -46,7 +48,7 @@ public final class Router: @unchecked Sendable {
             precondition(
                 !routes.contains { $0.method == m && $0.segments == segments },
                 "duplicate route \(m) \(pattern)")
-            routes.append(Route(method: m, pattern: pattern, segments: segments, handler: handler))
+            routes.append(Route(method: m, pattern: pattern, segments: segments, handler: handler, specificity: Self.specificity(segments)))
         }
     }
 
@@ -57,17 +59,17 @@ public final class Router: @unchecked Sendable {
 
     /// Matches a raw (still percent-encoded) path and an uppercased method.
     func match(method: String, path: String) -> Match {
-        let raw = path.split(separator: "/", omittingEmptySubsequences: false).dropFirst()
+        let raw = Array(path.split(separator: "/", omittingEmptySubsequences: false).dropFirst())
         let decoded = raw.map { URLDecoding.decode($0) }
         var candidates: [(route: Route, parameters: [String: String])] = []
-        for route in table.withLock({ $0 }) {
-            if let parameters = Self.bind(route.segments, raw: Array(raw), decoded: decoded) {
+        for route in table.withLock({ $0 }) where route.segments.count == raw.count {
+            if let parameters = Self.bind(route.segments, raw: raw, decoded: decoded) {
                 candidates.append((route, parameters))
             }
         }
         guard !candidates.isEmpty else { return .notFound }
         let best = { (list: [(route: Route, parameters: [String: String])]) in
-            list.min { Self.specificity($0.route.segments).lexicographicallyPrecedes(Self.specificity($1.route.segments)) }
+            list.min { $0.route.specificity.lexicographicallyPrecedes($1.route.specificity) }
         }
         if let hit = best(candidates.filter { $0.route.method == method })
             ?? (method == "HEAD" ? best(candidates.filter { $0.route.method == "GET" }) : nil)

@@ -96,7 +96,7 @@ public final class Authenticator: Sendable {
             throw Self.unauthenticated("missing Authorization: Bearer <credential> header")
         }
         guard let token = CredentialToken.parse(tokenText) else { throw Self.unauthenticated("malformed credential") }
-        let key = Digest.hmacSHA256(key: cacheKey, data: Array(tokenText.utf8)).map { String(format: "%02x", $0) }.joined()
+        let key = Digest.hmacSHA256Hex(key: cacheKey, data: Array(tokenText.utf8))
         let address = AuthLimits.failureBucket(forAddress: request.remoteAddress ?? "unknown")  // an IPv6 /64 is one bucket
         var waited = false
         while true {

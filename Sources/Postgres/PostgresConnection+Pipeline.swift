@@ -114,7 +114,12 @@ extension PostgresConnection {
             guard s.params.count <= 65_535 else { throw PostgresError(kind: .query, message: "too many parameters (\(s.params.count) > 65535)") }
         }
         let texts: [[String?]] = statements.map { $0.params.map { $0?.postgresText ?? nil } }
-        if statements.contains(where: { $0.sql.utf8.contains(0) }) || texts.contains(where: { $0.contains { $0?.utf8.contains(0) == true } }) {
+        // A text already prepared on this session was checked when it was prepared (the cache
+        // is keyed by the text), so only new texts are scanned for NUL; parameters always are.
+        let cached = statements.map { preparedNames[$0.sql] }
+        if statements.indices.contains(where: { cached[$0] == nil && statements[$0].sql.utf8.contains(0) })
+            || texts.contains(where: { $0.contains { $0?.utf8.contains(0) == true } })
+        {
             throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
         }
         guard PQenterPipelineMode(conn) == 1 else {
@@ -130,7 +135,7 @@ extension PostgresConnection {
         var newNames: [String: String] = [:]
         var sendFailed = false
         for (i, s) in statements.enumerated() {
-            var name = preparedNames[s.sql] ?? newNames[s.sql]
+            var name = cached[i] ?? newNames[s.sql]
             if name == nil, !s.params.isEmpty, preparedNames.count + newNames.count < Self.preparedCacheLimit {
                 let n = "lr_\(preparedNames.count + newNames.count)"
                 guard PQsendPrepare(conn, n, s.sql, 0, nil) == 1 else { sendFailed = true; break }

@@ -1,0 +1,11 @@
+-- 0039: drop `operations_target` (tenant_id, target_id, id), an index no statement needs
+-- (docs/write-path.md "What a write costs").
+--
+-- Every lookup of a target's operations filters by (tenant_id, target_id) and orders by `seq`,
+-- if at all, and the unique index of 0003 on (tenant_id, target_id, seq) serves all of them
+-- (as it serves the foreign key's checks when a target row is deleted); the partial
+-- `operations_live` serves those that ask for queued or sending operations. No statement orders
+-- a target's operations by `id`. The index still cost an entry on every operation insert and on
+-- every update that is not HOT (each status change: supersede, claim, result), three text keys
+-- wide.
+DROP INDEX IF EXISTS operations_target;
