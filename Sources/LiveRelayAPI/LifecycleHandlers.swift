@@ -221,6 +221,7 @@ enum LifecycleHandlers {
             let opId = Identifier.make(.operation)
             let claim = CommitClaim.begin(c, db: ctx.db)
             var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
+            writes.append(WritePath.headByWriter(operationId: opId))  // refreshHead below (migration 0040)
             let first = writes.count
             writes += [
                 WritePath.insertTarget(
@@ -242,6 +243,7 @@ enum LifecycleHandlers {
                         tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
                         channelSeq: join.channel.opSeq, ready: false))
             }
+            writes.append(WritePath.refreshHead(tenantId: tenant, targetId: targetId))
             if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }  // after the join: it reads the delivery
             let claimIndex = writes.count - 1
             let quotaIndex = writes.count
@@ -523,9 +525,13 @@ enum LifecycleHandlers {
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
         let claim = CommitClaim.begin(c, db: db)
         var writes = claim.map { [$0.prelude(operationId: operation.id)] } ?? []
+        // The head triggers leave this operation's insert and supersede to this write, which
+        // refreshes its target's head once after both (migration 0040).
+        writes.append(WritePath.headByWriter(operationId: operation.id))
         let targetIndex = writes.count
         writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }
+        writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id))
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
         let claimIndex = writes.count - 1
         let quotaIndex = writes.count

@@ -9,7 +9,8 @@ import Postgres
 ///
 /// 1. reads: `BEGIN` + settings (lazily begun transaction), the locked target (or start target),
 ///    its queued operations, the idempotency claim, the day's quota counters;
-/// 2. writes: the target row, the operation row, the superseded operations, the quota re-read;
+/// 2. writes: the target row, the operation row, the superseded operations, the target's
+///    dispatch head (`refreshHead`), the quota re-read;
 /// 3. the idempotency record's stored response and `COMMIT`.
 ///
 /// Each function returns a `PostgresStatement` (SQL always bound) and a decoder for its
@@ -174,6 +175,50 @@ public enum WritePath {
             UPDATE operations SET status = 'superseded', superseded_by = $4, updated_at = now()
              WHERE tenant_id = $1 AND target_id = $2 AND id = ANY($3::text[]) AND status = 'queued'
             """, [tenantId, targetId, PostgresTextArray(ids), by])
+    }
+
+    /// The setting that names the operation whose target's dispatch head the writer refreshes
+    /// itself (`refreshHead`): the head triggers leave that operation's insert, and a supersede
+    /// by it, to the writer (migration 0040, docs/write-path.md "Heads refreshed by the writer").
+    public static let headByWriterSetting = "liverelay.head_by_writer"
+
+    /// Names `operationId` in `headByWriterSetting` for the rest of the transaction (`SET
+    /// LOCAL`). Pipeline it before the operation's insert, and `refreshHead` after the insert
+    /// and the supersede; the writer must hold its target's row lock (`lockTarget`) or have
+    /// inserted the target in this transaction.
+    public static func headByWriter(operationId: String) -> PostgresStatement {
+        .localSettings([(headByWriterSetting, operationId)])
+    }
+
+    /// Refreshes target `targetId`'s dispatch head from its queue, as
+    /// `lr_dispatch_heads_refresh_set` does for one target without taking the target's lock
+    /// again (the writer holds it): the head is the first queued or sending operation by `seq`;
+    /// a row names it when it is queued and not waiting for a token, else the target has none.
+    /// The row is due at the head's `next_attempt_at`, or, when that has passed and the row
+    /// already held an earlier time, at that earlier time: a superseded head's place in its
+    /// tenant's queue passes to the operation that superseded it (migration 0040).
+    public static func refreshHead(tenantId: String, targetId: String) -> PostgresStatement {
+        PostgresStatement(
+            """
+            WITH h AS (
+              SELECT o.id, o.status, o.next_attempt_at, o.pending_reason FROM operations o
+               WHERE o.tenant_id = $1 AND o.target_id = $2 AND o.status IN ('queued', 'sending')
+               ORDER BY o.seq LIMIT 1
+            ), gone AS (
+              DELETE FROM dispatch_heads d
+               WHERE d.tenant_id = $1 AND d.target_id = $2
+                 AND NOT EXISTS (SELECT 1 FROM h WHERE h.status = 'queued' AND COALESCE(h.pending_reason, '') <> 'token_pending')
+            )
+            INSERT INTO dispatch_heads (tenant_id, target_id, operation_id, due_at)
+            SELECT $1, $2, h.id, h.next_attempt_at FROM h
+             WHERE h.status = 'queued' AND COALESCE(h.pending_reason, '') <> 'token_pending'
+            ON CONFLICT (tenant_id, target_id) DO UPDATE
+               SET operation_id = EXCLUDED.operation_id,
+                   due_at = CASE WHEN EXCLUDED.due_at <= now() THEN LEAST(dispatch_heads.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END
+             WHERE (dispatch_heads.operation_id, dispatch_heads.due_at) IS DISTINCT FROM
+                   (EXCLUDED.operation_id,
+                    CASE WHEN EXCLUDED.due_at <= now() THEN LEAST(dispatch_heads.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END)
+            """, [tenantId, targetId])
     }
 
     /// Records the wake-ups of a write (sent after commit by `Database`): the dispatchers for

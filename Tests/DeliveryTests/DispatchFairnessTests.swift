@@ -223,6 +223,10 @@ final class DispatchFairnessTests: DispatchTestCase {
         XCTAssertEqual(
             try h.row("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [tgt]).string("operation_id"), third,
             "the newest end is the head of the queue")
+        XCTAssertEqual(
+            try h.row("SELECT due_at::text AS d FROM dispatch_heads WHERE target_id = $1", [tgt]).string("d"),
+            try h.row("SELECT next_attempt_at::text AS d FROM operations WHERE id = $1", [first]).string("d"),
+            "the head keeps the place of the first end (migration 0040: superseding does not send a target to the back)")
     }
 
     /// Migration 0022: an insert behind an older live operation leaves the head to that
@@ -253,5 +257,70 @@ final class DispatchFairnessTests: DispatchTestCase {
         let third = try h.update(t, target: tgt, state: ["eta": 4])
         XCTAssertEqual(try h.operation(t, second).supersededBy, third)
         XCTAssertEqual(try head(), third, "an update's supersede moves the head to the newest operation")
+    }
+    /// Migration 0040: an update refreshes its target's head itself (`WritePath.refreshHead`),
+    /// and the head triggers leave its insert and supersede alone. After updates in every
+    /// shape of queue — empty, a queued state-only update to supersede, a queued alert that
+    /// stays ahead, an operation in flight, a queue waiting for the token — `dispatch_heads`
+    /// holds exactly the heads a full recomputation by `lr_dispatch_heads_refresh_set` gives,
+    /// and a head that superseded another keeps its place (its `due_at`).
+    func testHeadsRefreshedByTheWriterEqualAFullRecomputation() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        func token() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
+        let empty = try h.target(t, installation: inst, token: token())
+        let coalesced = try h.target(t, installation: inst, token: token())
+        let behindAlert = try h.target(t, installation: inst, token: token())
+        let inFlight = try h.target(t, installation: inst, token: token())
+        let waiting = try h.target(t, installation: inst, token: token())
+        func head(_ target: String) throws -> String? {
+            try h.db.system { c in
+                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string("operation_id")
+            }
+        }
+        let onEmpty = try h.update(t, target: empty, state: ["eta": 1])
+        XCTAssertEqual(try head(empty), onEmpty, "an update on an empty queue is its target's head")
+        let oldest = try h.update(t, target: coalesced, state: ["eta": 1])
+        let newest = try h.update(t, target: coalesced, state: ["eta": 2])
+        XCTAssertEqual(try head(coalesced), newest, "the update that supersedes the queued one is the head")
+        let firstDue = try h.row("SELECT next_attempt_at::text AS d FROM operations WHERE tenant_id = $1 AND id = $2", [t, oldest]).string("d")
+        XCTAssertLessThan(
+            firstDue, try h.row("SELECT next_attempt_at::text AS d FROM operations WHERE tenant_id = $1 AND id = $2", [t, newest]).string("d"))
+        XCTAssertEqual(
+            try h.row("SELECT due_at::text AS d FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, coalesced]).string("d"), firstDue,
+            "the head keeps the superseded operation's place in the tenant's queue")
+        let alert = try h.update(t, target: behindAlert, state: ["eta": 1], alert: PushAlert(title: "Order", body: "Picked up"))
+        let behind = try h.update(t, target: behindAlert, state: ["eta": 2])
+        XCTAssertEqual(try h.operation(t, alert).status, .queued, "an alert is never superseded")
+        XCTAssertEqual(try head(behindAlert), alert, "the queued alert stays ahead of the newer update")
+        XCTAssertEqual(try h.operation(t, behind).status, .queued)
+        let sent = try h.update(t, target: inFlight, state: ["eta": 1])
+        try h.db.tenant(t) { c in
+            try c.execute("UPDATE operations SET status = 'sending' WHERE tenant_id = $1 AND id = $2", [t, sent])
+        }
+        _ = try h.update(t, target: inFlight, state: ["eta": 2])
+        XCTAssertNil(try head(inFlight), "an update behind an operation in flight makes no head")
+        let parked = try h.update(t, target: waiting, state: ["eta": 1], alert: PushAlert(title: "Order", body: "Late"))
+        try h.db.tenant(t) { c in
+            try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE tenant_id = $1 AND id = $2", [t, parked])
+        }
+        XCTAssertNil(try head(waiting), "a queue waiting for its token has no claimable head")
+        _ = try h.update(t, target: waiting, state: ["eta": 2])
+        XCTAssertEqual(try h.operation(t, parked).status, .queued, "the alert waiting for the token is not superseded")
+        XCTAssertNil(try head(waiting), "an update behind an operation waiting for the token makes no head")
+        let all = [empty, coalesced, behindAlert, inFlight, waiting]
+        func heads() throws -> [String: String] {
+            try h.db.system { c in
+                Dictionary(
+                    uniqueKeysWithValues: try c.query("SELECT target_id, operation_id AS h FROM dispatch_heads WHERE tenant_id = $1", [t])
+                        .map { (try $0.string("target_id"), try $0.string("h")) })
+            }
+        }
+        let written = try heads()
+        try h.db.system { c in
+            try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1", [t])
+            _ = try c.query("SELECT lr_dispatch_heads_refresh_set(array_fill($1::text, ARRAY[5]), $2::text[])", [t, PostgresTextArray(all)])
+        }
+        XCTAssertEqual(written, try heads(), "the writers' heads are those a full recomputation gives")
+        XCTAssertEqual(Set(written.keys), [empty, coalesced, behindAlert], "heads for exactly the three targets with claimable work")
     }
 }

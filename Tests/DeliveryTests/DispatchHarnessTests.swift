@@ -186,6 +186,7 @@ final class DispatchHarness: @unchecked Sendable {
         let seq = t.opSeq + 1
         let claim = CommitClaim.begin(c, db: db)
         var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
+        writes.append(WritePath.headByWriter(operationId: opId))  // the head is refreshed by this write (migration 0040)
         writes.append(
             WritePath.applyState(
                 tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
@@ -197,6 +198,7 @@ final class DispatchHarness: @unchecked Sendable {
                     id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
                     options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId)))
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: target, ids: victims, by: opId)) }
+        writes.append(WritePath.refreshHead(tenantId: tenant, targetId: target))
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }
         let results = try c.pipeline(writes).get()
         for id in victims { try c.notify(OperationStore.eventsChannel, payload: id) }
@@ -207,7 +209,9 @@ final class DispatchHarness: @unchecked Sendable {
         if claim?.claimedAny != true { try c.notify(OperationStore.dispatchChannel, payload: tenant + ":" + opId) }
     }
 
-    /// An end as `LifecycleHandlers.queueEnd` commits it; `state: nil` is the stateless cleanup.
+    /// An end with the statements of the stores, one by one, so the dispatch heads are kept by
+    /// the triggers alone (as every writer but the write path keeps them); `state: nil` is the
+    /// stateless cleanup.
     @discardableResult
     func end(_ tenant: String, target: String, state: JSONValue? = nil, dismissAt: Date? = nil) throws -> String {
         let opId = Identifier.make(.operation)
