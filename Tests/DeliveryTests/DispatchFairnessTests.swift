@@ -274,7 +274,8 @@ final class DispatchFairnessTests: DispatchTestCase {
         let waiting = try h.target(t, installation: inst, token: token())
         func head(_ target: String) throws -> String? {
             try h.db.system { c in
-                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string("operation_id")
+                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string(
+                    "operation_id")
             }
         }
         let onEmpty = try h.update(t, target: empty, state: ["eta": 1])
