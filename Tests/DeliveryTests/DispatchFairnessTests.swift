@@ -324,4 +324,19 @@ final class DispatchFairnessTests: DispatchTestCase {
         XCTAssertEqual(written, try heads(), "the writers' heads are those a full recomputation gives")
         XCTAssertEqual(Set(written.keys), [empty, coalesced, behindAlert], "heads for exactly the three targets with claimable work")
     }
+    /// Migration 0040: a target whose queued update is superseded keeps its place among its
+    /// tenant's due targets. Before it, the newer operation's `next_attempt_at` became the
+    /// head's due time, so a target updated more often than the claims reached it went to the
+    /// back every time and waited out the whole backlog.
+    func testASupersededHeadKeepsItsPlaceInTheTenantsQueue() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        func token() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
+        let hot = try h.target(t, installation: inst, token: token())
+        try h.update(t, target: hot, state: ["eta": 1])
+        let backlog = try (0..<5).map { _ in try h.target(t, installation: inst, token: token()) }
+        for b in backlog { try h.update(t, target: b, state: ["eta": 1]) }
+        let newest = try h.update(t, target: hot, state: ["eta": 2])  // supersedes the hot target's first update
+        let claimed = try h.db.system { c in try DispatchStore.claim(c, worker: "w", limit: 1, leaseSeconds: 30, now: Date()).map(\.id) }
+        XCTAssertEqual(claimed, [newest], "the hot target was due first and still is")
+    }
 }
