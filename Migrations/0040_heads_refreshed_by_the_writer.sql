@@ -12,7 +12,8 @@
 -- names that operation in `liverelay.head_by_writer` (SET LOCAL) before it inserts it, and after
 -- the supersede refreshes the head with one statement of its own (WritePath.refreshHead: the
 -- first queued or sending operation by seq, as lr_dispatch_heads_refresh_set computes it for
--- one target). The triggers leave to the writer exactly those rows:
+-- one target; with a claim at commit the claim settles the head instead). The triggers leave to
+-- the writer exactly those rows:
 -- - the insert trigger skips the row whose id is the writer's operation (as it skips the row a
 --   dispatcher claims at commit, 0027);
 -- - the update trigger returns at once when every updated row was superseded by the writer's
@@ -26,7 +27,8 @@
 -- claims reached it was never reached (each update reset its wait). Now, when the new head is
 -- due already, the row keeps the earlier of the two times: `due_at` is how long the target has
 -- had claimable work. It also leaves `due_at` unchanged on a supersede, so the row's update
--- touches no indexed column and can be HOT (`fillfactor` 70 leaves its pages room for that).
+-- touches no indexed column and can be HOT (`fillfactor` 70 leaves new pages room for that; pages
+-- written before keep theirs until a rewrite, and HOT pruning makes room as they churn).
 -- A head that is not due yet (a retry's backoff) takes its own time, as before.
 CREATE OR REPLACE FUNCTION lr_dispatch_heads_after_insert_or_delete() RETURNS trigger
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$

@@ -166,7 +166,7 @@ public final class Dispatcher: CommitClaimTaker, @unchecked Sendable {  // mutab
             labels: ["tenant"]
         ) { perTenant.get().map { ([Self.tenantLabel($0.tenant)], $0.depth) } }
         metrics.gauge(
-            "liverelay_tenant_oldest_due_seconds", help: "Age of each tenant's oldest due claimable operation, seconds",
+            "liverelay_tenant_oldest_due_seconds", help: "How long each tenant's longest-waiting target with due claimable work has waited, seconds",
             labels: ["tenant"]
         ) { perTenant.get().map { ([Self.tenantLabel($0.tenant)], $0.oldestDueSeconds) } }
     }

@@ -243,7 +243,7 @@ enum LifecycleHandlers {
                         tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
                         channelSeq: join.channel.opSeq, ready: false))
             }
-            writes.append(WritePath.refreshHead(tenantId: tenant, targetId: targetId))
+            if claim == nil { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: targetId)) }  // else the claim settles it
             if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }  // after the join: it reads the delivery
             let claimIndex = writes.count - 1
             let quotaIndex = writes.count
@@ -531,7 +531,9 @@ enum LifecycleHandlers {
         let targetIndex = writes.count
         writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }
-        writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id))
+        // With a claim at commit the claim settles the head: its trigger deletes the row when it
+        // takes the operation, and `CommitClaim.read` refreshes the head when it does not.
+        if claim == nil { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id)) }
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
         let claimIndex = writes.count - 1
         let quotaIndex = writes.count

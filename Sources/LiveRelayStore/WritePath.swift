@@ -184,8 +184,10 @@ public enum WritePath {
 
     /// Names `operationId` in `headByWriterSetting` for the rest of the transaction (`SET
     /// LOCAL`). Pipeline it before the operation's insert, and `refreshHead` after the insert
-    /// and the supersede; the writer must hold its target's row lock (`lockTarget`) or have
-    /// inserted the target in this transaction.
+    /// and the supersede (unless a claim at commit follows: the claim's trigger deletes the head
+    /// row when it takes the operation, and `CommitClaim.read` refreshes it when it does not);
+    /// the writer must hold its target's row lock (`lockTarget`) or have inserted the target in
+    /// this transaction.
     public static func headByWriter(operationId: String) -> PostgresStatement {
         .localSettings([(headByWriterSetting, operationId)])
     }

@@ -339,4 +339,34 @@ final class DispatchFairnessTests: DispatchTestCase {
         let claimed = try h.db.system { c in try DispatchStore.claim(c, worker: "w", limit: 1, leaseSeconds: 30, now: Date()).map(\.id) }
         XCTAssertEqual(claimed, [newest], "the hot target was due first and still is")
     }
+    /// Migration 0040: with `liverelay.head_by_writer` naming an operation, the head triggers
+    /// leave its insert and a supersede by it to the writer (the head still names the
+    /// superseded operation until `refreshHead` runs), and `refreshHead` then moves it.
+    func testTheHeadTriggersLeaveTheWritersOperationToTheWriter() throws {
+        let t = try h.tenant(), inst = try h.installation(t)
+        let tgt = try h.target(t, installation: inst, token: String(repeating: "cd", count: 32))
+        let first = try h.update(t, target: tgt, state: ["eta": 1])
+        let opId = Identifier.make(.operation)
+        struct Rollback: Error {}
+        XCTAssertThrowsError(
+            try h.db.tenant(t) { c in
+                let target = try XCTUnwrap(try TargetStore.get(c, tenantId: t, id: tgt, forUpdate: true))
+                _ = try c.pipeline([
+                    WritePath.headByWriter(operationId: opId),
+                    OperationStore.insertStatement(
+                        tenantId: t,
+                        OperationStore.New(
+                            id: opId, targetId: tgt, seq: target.opSeq + 1, kind: .update, revision: target.revision + 1, state: ["eta": 2],
+                            alert: nil, options: WriteOptions(), consumesQuota: false, quotaDay: nil, createdByKeyId: nil, idempotencyKey: opId)),
+                    WritePath.supersede(tenantId: t, targetId: tgt, ids: [first], by: opId)
+                ]).get()
+                let during = try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, tgt])
+                XCTAssertEqual(try during.first?.string("operation_id"), first, "the triggers left the head to the writer")
+                _ = try c.pipeline([WritePath.refreshHead(tenantId: t, targetId: tgt)]).get()
+                let after = try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, tgt])
+                XCTAssertEqual(try after.first?.string("operation_id"), opId, "the writer's refresh moved it")
+                throw Rollback()
+            })
+        XCTAssertEqual(try h.operation(t, first).status, .queued, "rolled back")
+    }
 }

@@ -198,7 +198,7 @@ final class DispatchHarness: @unchecked Sendable {
                     id: opId, targetId: target, seq: seq, kind: .update, revision: t.revision + 1, state: state, alert: alert,
                     options: WriteOptions(expiresAt: expiresAt), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: opId)))
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: target, ids: victims, by: opId)) }
-        writes.append(WritePath.refreshHead(tenantId: tenant, targetId: target))
+        if claim == nil { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: target)) }  // else the claim settles it
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }
         let results = try c.pipeline(writes).get()
         for id in victims { try c.notify(OperationStore.eventsChannel, payload: id) }

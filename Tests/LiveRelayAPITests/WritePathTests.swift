@@ -111,6 +111,77 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(taker.statusesWhenTaken.withLock { $0.last }, "sending stub-worker")
     }
 
+    /// Migration 0040: the API's start, update and end refresh their target's dispatch head
+    /// themselves (`WritePath.refreshHead`), or leave it to their claim at commit. After each,
+    /// the head is the one a full recomputation (`lr_dispatch_heads_refresh_set`) gives.
+    func testTheAPIsWritesLeaveTheHeadAFullRecomputationGives() throws {
+        let w = try LifecycleWorld.make(env)
+        let t = w.tenant.id
+        func head(_ target: String) throws -> String? {
+            try env.db.system { c in
+                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string(
+                    "operation_id")
+            }
+        }
+        func recomputed(_ target: String) throws -> String? {
+            try env.db.system { c in
+                try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
+                _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [t, target])
+                return try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string(
+                    "operation_id")
+            }
+        }
+        func op(_ r: TestEnvironment.Reply) -> String? { r["operation"]?["id"]?.stringValue }
+        let target = w.start()
+        let startOp = try env.db.system { c in
+            try c.query("SELECT id FROM operations WHERE tenant_id = $1 AND target_id = $2 AND kind = 'start'", [t, target])[0].string("id")
+        }
+        XCTAssertEqual(try head(target), startOp, "a start's operation is its new target's head")
+        XCTAssertEqual(try recomputed(target), startOp)
+        let behindStart = w.update(target, ["eta": 1], revision: 1)
+        XCTAssertEqual(behindStart.status, 202)
+        XCTAssertEqual(try head(target), startOp, "an update behind the queued start leaves the start at the head")
+        try env.db.system { c in  // as if the start had been delivered and the update token registered
+            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [target])
+            try c.execute(
+                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
+                [target, String(repeating: "ab", count: 32)])
+        }
+        XCTAssertEqual(try head(target), op(behindStart))
+        let newer = w.update(target, ["eta": 2], revision: 2)
+        XCTAssertEqual(newer.status, 202)
+        XCTAssertEqual(try head(target), op(newer), "the update that superseded the queued one is the head")
+        XCTAssertEqual(try recomputed(target), op(newer))
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            ["target_id": .string(target), "state": ["eta": 0], "expected_revision": 3, "idempotency_key": .string(UUID().uuidString)],
+            as: w.sender.credential)
+        XCTAssertEqual(end.status, 202, String(decoding: end.raw, as: UTF8.self))
+        XCTAssertEqual(try head(target), op(end), "the end that superseded the update is the head")
+        XCTAssertEqual(try recomputed(target), op(end))
+
+        // With a claim at commit the claim settles the head: taken → no head; not taken → refreshed.
+        let other = w.start()
+        try env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [other])
+            try c.execute(
+                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
+                [other, String(repeating: "cd", count: 32)])
+        }
+        let taker = StubCommitClaimTaker(db: env.db)
+        env.db.commitClaims.register(taker)
+        defer { env.db.commitClaims.withdraw(taker) }
+        let claimed = w.update(other, ["eta": 1], revision: 1)
+        XCTAssertEqual(claimed.status, 202)
+        XCTAssertEqual(taker.taken.withLock { $0 }.last?.map(\.id), [op(claimed) ?? "?"], "claimed at commit")
+        XCTAssertNil(try head(other), "an operation in flight: no head")
+        let behind = w.update(other, ["eta": 2], revision: 2)
+        XCTAssertEqual(behind.status, 202)
+        XCTAssertEqual(taker.taken.withLock { $0 }.last?.count, 0, "behind the operation in flight: not claimed")
+        XCTAssertNil(try head(other), "still no head while the first is in flight")
+        XCTAssertNil(try recomputed(other))
+    }
+
     func testTheExactQuotaPathStaysWithinFourRoundTrips() throws {
         let w = try LifecycleWorld.make(env, quota: 10)  // below the fast path's margin: counters are locked
         let t = w.start()
