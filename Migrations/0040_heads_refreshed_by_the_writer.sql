@@ -86,7 +86,13 @@ BEGIN
   RETURN NULL;
 END $$;
 
--- The place-keeping `due_at` (see the top) in the set-based refresh every other writer uses.
+-- The place-keeping `due_at` (see the top): the time a head row that held `held` is due at when
+-- its head's `next_attempt_at` is `next`. One definition for this refresh and the writer's
+-- (WritePath.refreshHead); a single-expression SQL function, so the planner inlines it.
+CREATE FUNCTION lr_head_due_at(held timestamptz, next timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$ SELECT CASE WHEN next <= now() THEN LEAST(held, next) ELSE next END $$;
+
+-- The set-based refresh every other writer uses, with that `due_at`.
 CREATE OR REPLACE FUNCTION lr_dispatch_heads_refresh_set(p_tenants text[], p_targets text[]) RETURNS void
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
@@ -114,11 +120,9 @@ BEGIN
   SELECT h.tenant_id, h.target_id, h.id, h.next_attempt_at FROM h
    WHERE h.id IS NOT NULL AND h.status = 'queued' AND COALESCE(h.pending_reason, '') <> 'token_pending'
   ON CONFLICT (tenant_id, target_id) DO UPDATE
-     SET operation_id = EXCLUDED.operation_id,
-         due_at = CASE WHEN EXCLUDED.due_at <= now() THEN LEAST(dispatch_heads.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END
-   WHERE (dispatch_heads.operation_id, dispatch_heads.due_at) IS DISTINCT FROM
-         (EXCLUDED.operation_id,
-          CASE WHEN EXCLUDED.due_at <= now() THEN LEAST(dispatch_heads.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END);
+     SET operation_id = EXCLUDED.operation_id, due_at = lr_head_due_at(dispatch_heads.due_at, EXCLUDED.due_at)
+   WHERE (dispatch_heads.operation_id, dispatch_heads.due_at)
+         IS DISTINCT FROM (EXCLUDED.operation_id, lr_head_due_at(dispatch_heads.due_at, EXCLUDED.due_at));
 END $$;
 
 ALTER TABLE dispatch_heads SET (fillfactor = 70);

@@ -220,8 +220,8 @@ enum LifecycleHandlers {
             // of this process lends a slot: docs/delivery.md "Claims at commit"), the quota re-check.
             let opId = Identifier.make(.operation)
             let claim = CommitClaim.begin(c, db: ctx.db)
-            var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
-            writes.append(WritePath.headByWriter(operationId: opId))  // refreshHead below (migration 0040)
+            // The claim's prelude rides on the head setting's statement; refreshHead below (0040).
+            var writes = [WritePath.headByWriter(operationId: opId, with: claim?.settings(operationId: opId) ?? [])]
             let first = writes.count
             writes += [
                 WritePath.insertTarget(
@@ -524,10 +524,10 @@ enum LifecycleHandlers {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
         let claim = CommitClaim.begin(c, db: db)
-        var writes = claim.map { [$0.prelude(operationId: operation.id)] } ?? []
         // The head triggers leave this operation's insert and supersede to this write, which
-        // refreshes its target's head once after both (migration 0040).
-        writes.append(WritePath.headByWriter(operationId: operation.id))
+        // refreshes its target's head once after both (migration 0040); the claim's prelude
+        // settings ride on the same statement.
+        var writes = [WritePath.headByWriter(operationId: operation.id, with: claim?.settings(operationId: operation.id) ?? [])]
         let targetIndex = writes.count
         writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }

@@ -127,7 +127,13 @@ public final class CommitClaim: @unchecked Sendable {  // the box is written bef
     /// `operationSetting` and the claim's planner settings, which stay in force for the rest
     /// of the write.
     public func prelude(operationId: String) -> PostgresStatement {
-        .localSettings([(Self.operationSetting, operationId)] + terms.settings)
+        .localSettings(settings(operationId: operationId))
+    }
+
+    /// The `(name, value)` settings of `prelude`, for a write that sends them in a statement of
+    /// its own settings (`WritePath.headByWriter(operationId:with:)`).
+    public func settings(operationId: String) -> [(String, String)] {
+        [(Self.operationSetting, operationId)] + terms.settings
     }
 
     /// To pipeline after the insert (and supersede) of operation `operationId` of `tenantId`:

@@ -183,22 +183,24 @@ public enum WritePath {
     public static let headByWriterSetting = "liverelay.head_by_writer"
 
     /// Names `operationId` in `headByWriterSetting` for the rest of the transaction (`SET
-    /// LOCAL`). Pipeline it before the operation's insert, and `refreshHead` after the insert
-    /// and the supersede (unless a claim at commit follows: the claim's trigger deletes the head
-    /// row when it takes the operation, and `CommitClaim.read` refreshes it when it does not);
-    /// the writer must hold its target's row lock (`lockTarget`) or have inserted the target in
-    /// this transaction.
-    public static func headByWriter(operationId: String) -> PostgresStatement {
-        .localSettings([(headByWriterSetting, operationId)])
+    /// LOCAL`), in one statement with the `other` settings of the write (a claim at commit's:
+    /// `CommitClaim.settings(operationId:)`). Pipeline it before the operation's insert, and
+    /// `refreshHead` after the insert and the supersede (unless a claim at commit follows: the
+    /// claim's trigger deletes the head row when it takes the operation, and `CommitClaim.read`
+    /// refreshes it when it does not); the writer must hold its target's row lock (`lockTarget`)
+    /// or have inserted the target in this transaction.
+    public static func headByWriter(operationId: String, with other: [(String, String)] = []) -> PostgresStatement {
+        .localSettings([(headByWriterSetting, operationId)] + other)
     }
 
     /// Refreshes target `targetId`'s dispatch head from its queue, as
     /// `lr_dispatch_heads_refresh_set` does for one target without taking the target's lock
     /// again (the writer holds it): the head is the first queued or sending operation by `seq`;
     /// a row names it when it is queued and not waiting for a token, else the target has none.
-    /// The row is due at the head's `next_attempt_at`, or, when that has passed and the row
-    /// already held an earlier time, at that earlier time: a superseded head's place in its
-    /// tenant's queue passes to the operation that superseded it (migration 0040).
+    /// The row is due as `lr_head_due_at` says (migration 0040): at the head's
+    /// `next_attempt_at`, or, when that has passed and the row already held an earlier time, at
+    /// that earlier time, so a superseded head's place in its tenant's queue passes to the
+    /// operation that superseded it.
     public static func refreshHead(tenantId: String, targetId: String) -> PostgresStatement {
         PostgresStatement(
             """
@@ -215,11 +217,9 @@ public enum WritePath {
             SELECT $1, $2, h.id, h.next_attempt_at FROM h
              WHERE h.status = 'queued' AND COALESCE(h.pending_reason, '') <> 'token_pending'
             ON CONFLICT (tenant_id, target_id) DO UPDATE
-               SET operation_id = EXCLUDED.operation_id,
-                   due_at = CASE WHEN EXCLUDED.due_at <= now() THEN LEAST(dispatch_heads.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END
-             WHERE (dispatch_heads.operation_id, dispatch_heads.due_at) IS DISTINCT FROM
-                   (EXCLUDED.operation_id,
-                    CASE WHEN EXCLUDED.due_at <= now() THEN LEAST(dispatch_heads.due_at, EXCLUDED.due_at) ELSE EXCLUDED.due_at END)
+               SET operation_id = EXCLUDED.operation_id, due_at = lr_head_due_at(dispatch_heads.due_at, EXCLUDED.due_at)
+             WHERE (dispatch_heads.operation_id, dispatch_heads.due_at)
+                   IS DISTINCT FROM (EXCLUDED.operation_id, lr_head_due_at(dispatch_heads.due_at, EXCLUDED.due_at))
             """, [tenantId, targetId])
     }
 

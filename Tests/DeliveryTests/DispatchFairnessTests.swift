@@ -266,18 +266,12 @@ final class DispatchFairnessTests: DispatchTestCase {
     /// and a head that superseded another keeps its place (its `due_at`).
     func testHeadsRefreshedByTheWriterEqualAFullRecomputation() throws {
         let t = try h.tenant(), inst = try h.installation(t)
-        func token() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
-        let empty = try h.target(t, installation: inst, token: token())
-        let coalesced = try h.target(t, installation: inst, token: token())
-        let behindAlert = try h.target(t, installation: inst, token: token())
-        let inFlight = try h.target(t, installation: inst, token: token())
-        let waiting = try h.target(t, installation: inst, token: token())
-        func head(_ target: String) throws -> String? {
-            try h.db.system { c in
-                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string(
-                    "operation_id")
-            }
-        }
+        let empty = try h.target(t, installation: inst, token: ProviderHarness.hexToken())
+        let coalesced = try h.target(t, installation: inst, token: ProviderHarness.hexToken())
+        let behindAlert = try h.target(t, installation: inst, token: ProviderHarness.hexToken())
+        let inFlight = try h.target(t, installation: inst, token: ProviderHarness.hexToken())
+        let waiting = try h.target(t, installation: inst, token: ProviderHarness.hexToken())
+        func head(_ target: String) throws -> String? { try h.headOperation(t, target) }
         let onEmpty = try h.update(t, target: empty, state: ["eta": 1])
         XCTAssertEqual(try head(empty), onEmpty, "an update on an empty queue is its target's head")
         let oldest = try h.update(t, target: coalesced, state: ["eta": 1])
@@ -330,10 +324,9 @@ final class DispatchFairnessTests: DispatchTestCase {
     /// back every time and waited out the whole backlog.
     func testASupersededHeadKeepsItsPlaceInTheTenantsQueue() throws {
         let t = try h.tenant(), inst = try h.installation(t)
-        func token() -> String { (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined() }
-        let hot = try h.target(t, installation: inst, token: token())
+        let hot = try h.target(t, installation: inst, token: ProviderHarness.hexToken())
         try h.update(t, target: hot, state: ["eta": 1])
-        let backlog = try (0..<5).map { _ in try h.target(t, installation: inst, token: token()) }
+        let backlog = try (0..<5).map { _ in try h.target(t, installation: inst, token: ProviderHarness.hexToken()) }
         for b in backlog { try h.update(t, target: b, state: ["eta": 1]) }
         let newest = try h.update(t, target: hot, state: ["eta": 2])  // supersedes the hot target's first update
         let claimed = try h.db.system { c in try DispatchStore.claim(c, worker: "w", limit: 1, leaseSeconds: 30, now: Date()).map(\.id) }

@@ -185,8 +185,8 @@ final class DispatchHarness: @unchecked Sendable {
         // the claimed operation is handed over after COMMIT.
         let seq = t.opSeq + 1
         let claim = CommitClaim.begin(c, db: db)
-        var writes = claim.map { [$0.prelude(operationId: opId)] } ?? []
-        writes.append(WritePath.headByWriter(operationId: opId))  // the head is refreshed by this write (migration 0040)
+        // The head is refreshed by this write (migration 0040); the claim's prelude rides along.
+        var writes = [WritePath.headByWriter(operationId: opId, with: claim?.settings(operationId: opId) ?? [])]
         writes.append(
             WritePath.applyState(
                 tenantId: tenant, id: target, revision: t.revision + 1, state: state, sourceVersion: nil,
@@ -254,6 +254,15 @@ final class DispatchHarness: @unchecked Sendable {
 
     func targetRecord(_ tenant: String, _ id: String) throws -> TargetRecord {
         try db.tenant(tenant) { c in try TargetStore.get(c, tenantId: tenant, id: id)! }
+    }
+
+    /// The operation `dispatch_heads` names for `target` of `tenant` (nil: the target has no
+    /// claimable head).
+    func headOperation(_ tenant: String, _ target: String) throws -> String? {
+        try db.system { c in
+            try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [tenant, target]).first?.string(
+                "operation_id")
+        }
     }
 
     func row(_ sql: String, _ params: [(any PostgresBindable)?] = []) throws -> PostgresRow {
