@@ -88,10 +88,13 @@ enum LifecycleHandlers {
     /// after it is made (`needsRecheck`, in round trip 2); near it, or when that re-check
     /// failed once, the counters are locked and read exactly (`QuotaStore.lockAll`, one more
     /// round trip) so the quota is never overshot.
+    /// `reserves`: the units of `day` the write adds net (an update replacing a queued update of
+    /// the same day adds none: `WriteRules.reservationChanges`); `quota.exhausted` is recorded
+    /// only when those take the day's last unit.
     /// - Returns: whether round trip 2 must re-read the counters.
     static func checkQuota(
         _ c: PostgresConnection, tenant: String, day: String, read q: (limit: Int64, reserved: Int64, used: Int64),
-        exact: Bool, now: Date
+        exact: Bool, now: Date, reserves: Int64 = 1
     ) throws -> Bool {
         try WriteRules.checkQuota(limit: q.limit, reserved: q.reserved, used: q.used, now: now)
         if !exact && QuotaStore.worthFastPath(limit: q.limit, reserved: q.reserved, used: q.used) { return true }
@@ -99,9 +102,11 @@ enum LifecycleHandlers {
         try WriteRules.checkQuota(limit: e.limit, reserved: e.reserved, used: e.used, now: now)
         // Only the exact path can take the day's last unit: `quota.exhausted` is recorded (in
         // this transaction, once per day) when this write's reservation uses it up.
-        try EventStore.quotaReserved(
-            c, tenantId: tenant, day: day, limit: e.limit, used: e.used, reserved: e.reserved + 1,
-            resetsAt: WriteRules.quotaResetsAt(now))
+        if reserves > 0 {
+            try EventStore.quotaReserved(
+                c, tenantId: tenant, day: day, limit: e.limit, used: e.used, reserved: e.reserved + reserves,
+                resetsAt: WriteRules.quotaResetsAt(now))
+        }
         return false
     }
 
@@ -384,9 +389,11 @@ enum LifecycleHandlers {
                 DeliveryPayload.Content(
                     event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
                     staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
-            let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
+            let victims = WriteRules.supersededOperations(by: .update, hasState: true, queued: try WritePath.queued(result(r1, 1)))
+            let recheck = try checkQuota(
+                c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now,
+                reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             let opId = Identifier.make(.operation)
-            let victims = WriteRules.superseded(by: .update, hasState: true, queued: try WritePath.queued(result(r1, 1)))
             var opts = u.options
             opts.staleAt = u.options.staleAt ?? t.staleAt
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
@@ -475,7 +482,10 @@ enum LifecycleHandlers {
                 DeliveryPayload.Content(
                     event: .end, targetId: t.id, revision: t.revision + 1, templateVersion: t.templateVersion ?? "", state: state, alert: nil,
                     staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
-            let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now)
+            let recheck = try checkQuota(
+                c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now,
+                reserves: WriteRules.reservation(
+                    of: day, insertedDay: day, superseded: WriteRules.supersededOperations(by: .end, hasState: true, queued: queued)))
             return try queueEnd(
                 c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
                 day: day, recheck: recheck, exactNext: &exactQuota, idem: w.idem)
@@ -504,33 +514,44 @@ enum LifecycleHandlers {
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
                 options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
                 consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey),
-            victims: WriteRules.superseded(by: .end, hasState: state != nil, queued: queued),
+            victims: WriteRules.supersededOperations(by: .end, hasState: state != nil, queued: queued),
             recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true, idem: idem)
     }
 
     /// Round trips 2 and 3 of an update or an end that queues an operation on the locked target
     /// `t` (docs/write-path.md "Round trips"): `targetWrite` (the target's new state, revision
     /// and sequence, or only its sequence and status), the operation, the queued operations it
-    /// supersedes (`victims`, from `WriteRules.superseded`), and the fast path's quota re-check
-    /// when `recheckDay` is set; then the stored `202` response and `COMMIT`. The wake-ups name
-    /// the operation, its victims and, when `targetChanged` (its status), the target.
+    /// supersedes (`victims`, locked in round trip 1, from `WriteRules.supersededOperations`),
+    /// the net change of the quota counters (docs/write-path.md "Quota kept by the writer"), and
+    /// the fast path's quota re-check when `recheckDay` is set and the write reserves a unit of
+    /// that day; then the stored `202` response and `COMMIT`. The wake-ups name the operation,
+    /// its victims and, when `targetChanged` (its status), the target.
     /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
     static func commitQueued(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
-        operation: OperationStore.New, victims: [String], recheckDay: String?, exactNext: inout Bool,
+        operation: OperationStore.New, victims: [QueuedOperation], recheckDay: String?, exactNext: inout Bool,
         targetChanged: Bool, idem: Idempotency
     ) throws -> HTTPResponse {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
         let claim = CommitClaim.begin(c, db: db)
-        // The head triggers leave this operation's insert and supersede to this write, which
-        // refreshes its target's head once after both (migration 0040); the claim's prelude
-        // settings ride on the same statement.
-        var writes = [WritePath.headByWriter(operationId: operation.id, with: claim?.settings(operationId: operation.id) ?? [])]
+        // The head and quota triggers leave this operation's insert and supersede to this write
+        // (migrations 0040, 0041): it refreshes its target's head once after both, and adds the
+        // net change of reserved units itself (none when it replaces a queued update of the same
+        // day). The claim's prelude settings ride on the same statement.
+        let changes = WriteRules.reservationChanges(insertedDay: operation.consumesQuota ? operation.quotaDay : nil, superseded: victims)
+        var writes = [
+            WritePath.headByWriter(
+                operationId: operation.id,
+                with: [WritePath.quotaByWriter(operationId: operation.id)] + (claim?.settings(operationId: operation.id) ?? []))
+        ]
         let targetIndex = writes.count
         writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
-        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims, by: operation.id)) }
+        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims.map(\.id), by: operation.id)) }
+        writes += changes.map { WritePath.adjustReserved(tenantId: tenant, day: $0.day, by: $0.change) }
+        // A write that reserves no unit of the day cannot take the day past its limit: no re-check.
+        let recheckDay = recheckDay.flatMap { d in changes.contains { $0.day == d && $0.change > 0 } ? d : nil }
         // With a claim at commit the claim settles the head: its trigger deletes the row when it
         // takes the operation, and `CommitClaim.read` refreshes the head when it does not.
         if claim == nil { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id)) }
@@ -544,7 +565,7 @@ enum LifecycleHandlers {
         if recheckDay != nil { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
         let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: t.id) ?? []
         try WritePath.notify(
-            c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: victims, targetChanged: targetChanged ? t.id : nil,
+            c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,
             operationId: operation.id)
         return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit)
     }

@@ -29,8 +29,11 @@ public struct QueuedOperation: Sendable, Equatable {
     public let kind: PushEvent
     public let hasState: Bool
     public let hasAlert: Bool
-    public init(id: String, kind: PushEvent, hasState: Bool, hasAlert: Bool) {
-        self.id = id; self.kind = kind; self.hasState = hasState; self.hasAlert = hasAlert
+    /// The UTC day (`YYYY-MM-DD`) whose quota unit the operation holds reserved, nil when it
+    /// consumes no quota (docs/write-path.md "Quota kept by the writer").
+    public let quotaDay: String?
+    public init(id: String, kind: PushEvent, hasState: Bool, hasAlert: Bool, quotaDay: String? = nil) {
+        self.id = id; self.kind = kind; self.hasState = hasState; self.hasAlert = hasAlert; self.quotaDay = quotaDay
     }
 }
 
@@ -98,11 +101,33 @@ public enum WriteRules {
     /// into the newest, docs/delivery.md). Starts are never superseded, nor alert updates
     /// except by an end.
     public static func superseded(by kind: PushEvent, hasState: Bool, queued: [QueuedOperation]) -> [String] {
+        supersededOperations(by: kind, hasState: hasState, queued: queued).map(\.id)
+    }
+
+    /// The operations of `queued` that `superseded(by:hasState:queued:)` names, in queue order.
+    public static func supersededOperations(by kind: PushEvent, hasState: Bool, queued: [QueuedOperation]) -> [QueuedOperation] {
         queued.filter { q in
             if kind == .end { return q.kind == .update || q.kind == .end }
             guard q.kind == .update else { return false }
             return hasState && !q.hasAlert
-        }.map(\.id)
+        }
+    }
+
+    /// The net change of reserved quota units, per UTC day, of a write that inserts an
+    /// operation reserving a unit of `insertedDay` (nil: it consumes none) and supersedes
+    /// `superseded` (each releasing the unit of its `quotaDay`): days whose change is not zero,
+    /// sorted by day (docs/write-path.md "Quota kept by the writer"). An update replacing a
+    /// queued update of the same day changes nothing.
+    public static func reservationChanges(insertedDay: String?, superseded: [QueuedOperation]) -> [(day: String, change: Int64)] {
+        var change: [String: Int64] = [:]
+        if let insertedDay { change[insertedDay, default: 0] += 1 }
+        for q in superseded { if let d = q.quotaDay { change[d, default: 0] -= 1 } }
+        return change.filter { $0.value != 0 }.sorted { $0.key < $1.key }.map { (day: $0.key, change: $0.value) }
+    }
+
+    /// The change of `day` among `reservationChanges(insertedDay:superseded:)`: 0 when none.
+    public static func reservation(of day: String, insertedDay: String?, superseded: [QueuedOperation]) -> Int64 {
+        reservationChanges(insertedDay: insertedDay, superseded: superseded).first { $0.day == day }?.change ?? 0
     }
 
     /// When today's (UTC) quota resets: the next UTC midnight after `now`.

@@ -243,6 +243,16 @@ public enum QuotaStore {
                COALESCE(sum(reserved), 0)::bigint AS reserved, COALESCE(sum(used), 0)::bigint AS used FROM locked
         """
 
+    /// Adds parameter 3 (bigint; negative releases) to `reserved` of the session's shard row
+    /// (`lr_quota_shard()`) of tenant parameter 1's day parameter 2, as the quota triggers do:
+    /// the statement of a writer that keeps its own counting (migration 0041, docs/write-path.md
+    /// "Quota kept by the writer"). It locks the shard row until the transaction ends, as a
+    /// trigger's reservation does.
+    public static let adjustReservedSQL = """
+        INSERT INTO push_quota AS q (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, lr_quota_shard(), $3, 0)
+        ON CONFLICT (tenant_id, day, shard) DO UPDATE SET reserved = q.reserved + EXCLUDED.reserved
+        """
+
     /// (reserved, used) of the tenant's day, committed values.
     public static func usage(_ c: PostgresConnection, tenantId: String, day: String) throws -> (reserved: Int64, used: Int64) {
         let r = try c.query(readSQL, [tenantId, day])

@@ -41,7 +41,9 @@ public enum WritePath {
     public static func lockQueued(tenantId: String, targetId: String) -> PostgresStatement {
         PostgresStatement(
             """
-            SELECT id, kind, has_state, alert IS NOT NULL AS has_alert FROM operations
+            SELECT id, kind, has_state, alert IS NOT NULL AS has_alert,
+                   CASE WHEN consumes_quota THEN quota_day::text END AS quota_day
+              FROM operations
              WHERE tenant_id = $1 AND target_id = $2 AND status = 'queued' ORDER BY seq FOR UPDATE
             """, [tenantId, targetId])
     }
@@ -52,7 +54,9 @@ public enum WritePath {
             guard let kind = PushEvent(rawValue: try row.string("kind")) else {
                 throw PostgresError(kind: .decoding, message: "bad operation kind")
             }
-            return QueuedOperation(id: try row.string("id"), kind: kind, hasState: try row.bool("has_state"), hasAlert: try row.bool("has_alert"))
+            return QueuedOperation(
+                id: try row.string("id"), kind: kind, hasState: try row.bool("has_state"), hasAlert: try row.bool("has_alert"),
+                quotaDay: try row.optionalString("quota_day"))
         }
     }
 
@@ -191,6 +195,23 @@ public enum WritePath {
     /// or have inserted the target in this transaction.
     public static func headByWriter(operationId: String, with other: [(String, String)] = []) -> PostgresStatement {
         .localSettings([(headByWriterSetting, operationId)] + other)
+    }
+
+    /// The setting that names the operation whose quota counting the writer does itself
+    /// (`adjustReserved`): the quota triggers leave that operation's insert, and the rows a
+    /// supersede by it changes, to the writer (migration 0041, docs/write-path.md "Quota kept by
+    /// the writer").
+    public static let quotaByWriterSetting = "liverelay.quota_by_writer"
+
+    /// The `quotaByWriterSetting` pair naming `operationId`, for `headByWriter(operationId:with:)`.
+    /// The writer then owes one `adjustReserved` per day of
+    /// `WriteRules.reservationChanges(insertedDay:superseded:)`, after its insert and supersede.
+    public static func quotaByWriter(operationId: String) -> (String, String) { (quotaByWriterSetting, operationId) }
+
+    /// Adds `change` reserved units (negative: releases) to the session's shard row of the
+    /// tenant's `day` (`YYYY-MM-DD`), as the quota triggers do (`QuotaStore.adjustReservedSQL`).
+    public static func adjustReserved(tenantId: String, day: String, by change: Int64) -> PostgresStatement {
+        PostgresStatement(QuotaStore.adjustReservedSQL, [tenantId, day, change])
     }
 
     /// Refreshes target `targetId`'s dispatch head from its queue, as

@@ -375,6 +375,129 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(Set(got), Set(["same"] + (0..<8).map { "p\($0)" }))
     }
 
+    /// docs/write-path.md "Quota kept by the writer" (migration 0041): the API's updates and
+    /// ends add the net change of reserved units themselves, per day. A queued update of an
+    /// earlier day that an update supersedes gives its unit back to that day, not to today, and
+    /// the counters of every day equal what the operations say after each write.
+    func testTheWritersKeepTheQuotaCountersOfEveryDayExact() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let t = w.tenant.id
+        func op(_ r: TestEnvironment.Reply) -> String { r["operation"]?["id"]?.stringValue ?? "?" }
+        let target = w.start()
+        XCTAssertEqual(try countersByDay(t), try truthByDay(t), "after the start")
+        let first = w.update(target, ["eta": 1], revision: 1)
+        XCTAssertEqual(first.status, 202)
+        XCTAssertEqual(try countersByDay(t), try truthByDay(t), "an update superseding nothing reserves one unit")
+        let second = w.update(target, ["eta": 2], revision: 2)
+        XCTAssertEqual(second.status, 202)
+        let firstStatus = try env.db.system { c in try c.query("SELECT status FROM operations WHERE id = $1", [op(first)])[0].string("status") }
+        XCTAssertEqual(firstStatus, "superseded")
+        XCTAssertEqual(try countersByDay(t), try truthByDay(t), "an update replacing a queued update of its day: no change")
+        // As if `second` had been queued yesterday (the quota trigger moves its unit there).
+        try env.db.system { c in try c.execute("UPDATE operations SET quota_day = quota_day - 1 WHERE id = $1", [op(second)]) }
+        XCTAssertEqual(try countersByDay(t).count, 2, "fixture: a unit reserved yesterday")
+        XCTAssertEqual(try countersByDay(t), try truthByDay(t), "fixture: a unit reserved yesterday")
+        let third = w.update(target, ["eta": 3], revision: 3)
+        XCTAssertEqual(third.status, 202)
+        let days = try truthByDay(t)
+        XCTAssertEqual(days.count, 1, "yesterday's unit was released: \(days)")
+        XCTAssertEqual(try countersByDay(t), days, "superseding yesterday's update")
+        let alert = w.update(target, ["eta": 4], revision: 4, extra: ["alert": ["title": "t", "body": "b"]])
+        XCTAssertEqual(alert.status, 202)
+        XCTAssertEqual(try countersByDay(t), try truthByDay(t), "an alert update")
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            ["target_id": .string(target), "state": ["eta": 0], "expected_revision": 5, "idempotency_key": .string(UUID().uuidString)],
+            as: w.sender.credential)
+        XCTAssertEqual(end.status, 202, end.text)
+        XCTAssertEqual(try countersByDay(t), try truthByDay(t), "a state-bearing end")
+        let other = w.start()
+        XCTAssertEqual(w.update(other, ["eta": 1], revision: 1).status, 202)
+        let cleanup = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(other), "idempotency_key": .string(UUID().uuidString)],
+            as: w.sender.credential)
+        XCTAssertEqual(cleanup.status, 202, cleanup.text)
+        XCTAssertEqual(
+            try countersByDay(t), try truthByDay(t), "a stateless end releases what it supersedes")
+        XCTAssertEqual(try counters(t), try truth(t))
+    }
+
+    /// Migration 0041's triggers leave to the writer exactly the rows of the operation named in
+    /// `liverelay.quota_by_writer`: its insert and the rows it supersedes. Another insert, and
+    /// another status change in the same statement as the writer's supersede, are counted.
+    func testTheQuotaTriggersLeaveOnlyTheWritersRowsToTheWriter() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let t = w.tenant.id
+        let target = w.start()
+        func op(_ r: TestEnvironment.Reply) -> String { r["operation"]?["id"]?.stringValue ?? "?" }
+        let a = op(w.update(target, ["eta": 1], revision: 1, extra: ["alert": ["title": "t", "body": "b"]]))
+        let b = op(w.update(target, ["eta": 2], revision: 2, extra: ["alert": ["title": "t", "body": "b"]]))
+        let writer = Identifier.make(.operation), bystander = Identifier.make(.operation)
+        let day = QuotaStore.day(Date())
+        struct Rollback: Error {}
+        XCTAssertThrowsError(
+            try env.db.tenant(t) { c in
+                func reserved() throws -> Int64 {
+                    try c.query("SELECT COALESCE(sum(reserved), 0)::bigint AS r FROM push_quota WHERE tenant_id = $1", [t])[0].int64("r")
+                }
+                let tr = try XCTUnwrap(try TargetStore.get(c, tenantId: t, id: target, forUpdate: true))
+                func new(_ id: String, seq: Int64) -> OperationStore.New {
+                    OperationStore.New(
+                        id: id, targetId: target, seq: seq, kind: .update, revision: tr.revision + 1, state: ["eta": 9], alert: nil,
+                        options: WriteOptions(), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: id)
+                }
+                let start = try reserved()
+                _ = try c.pipeline([WritePath.headByWriter(operationId: writer, with: [WritePath.quotaByWriter(operationId: writer)])]).get()
+                _ = try c.pipeline([OperationStore.insertStatement(tenantId: t, new(writer, seq: tr.opSeq + 1))]).get()
+                XCTAssertEqual(try reserved(), start, "the writer's insert is left to the writer")
+                _ = try c.pipeline([OperationStore.insertStatement(tenantId: t, new(bystander, seq: tr.opSeq + 2))]).get()
+                XCTAssertEqual(try reserved(), start + 1, "another insert is counted")
+                try c.execute(
+                    """
+                    UPDATE operations SET status = CASE WHEN id = $2 THEN 'superseded' ELSE 'cancelled' END,
+                           superseded_by = CASE WHEN id = $2 THEN $4 END
+                     WHERE tenant_id = $1 AND id IN ($2, $3)
+                    """, [t, a, b, writer])
+                XCTAssertEqual(try reserved(), start, "the writer's supersede of a is left to it, b's cancellation is counted")
+                _ = try c.pipeline([WritePath.supersede(tenantId: t, targetId: target, ids: [bystander], by: "op_someone_else")]).get()
+                XCTAssertEqual(try reserved(), start - 1, "a supersede by another operation is counted")
+                throw Rollback()
+            })
+        XCTAssertEqual(try counters(t), try truth(t), "rolled back")
+    }
+
+    /// (reserved, used) per day (`YYYY-MM-DD`) summed over the counter shards; days of none left out.
+    func countersByDay(_ tenant: String) throws -> [String: Counts] {
+        try env.db.system { c in
+            var out: [String: Counts] = [:]
+            for r in try c.query(
+                """
+                SELECT day::text AS d, sum(reserved)::bigint AS r, sum(used)::bigint AS u FROM push_quota WHERE tenant_id = $1 GROUP BY day
+                """, [tenant])
+            {
+                out[try r.string("d")] = Counts(reserved: try r.int64("r"), used: try r.int64("u"))
+            }
+            return out.filter { $0.value != Counts(reserved: 0, used: 0) }
+        }
+    }
+
+    /// (reserved, used) per day as the operations themselves say; days of none left out.
+    func truthByDay(_ tenant: String) throws -> [String: Counts] {
+        try env.db.system { c in
+            var out: [String: Counts] = [:]
+            for r in try c.query(
+                """
+                SELECT quota_day::text AS d, count(*) FILTER (WHERE status IN ('queued', 'sending'))::bigint AS r,
+                       count(*) FILTER (WHERE status IN ('accepted', 'unknown'))::bigint AS u
+                  FROM operations WHERE tenant_id = $1 AND consumes_quota AND quota_day IS NOT NULL GROUP BY quota_day
+                """, [tenant])
+            {
+                out[try r.string("d")] = Counts(reserved: try r.int64("r"), used: try r.int64("u"))
+            }
+            return out.filter { $0.value != Counts(reserved: 0, used: 0) }
+        }
+    }
+
     /// (reserved, used) summed over the counter shards of the tenant's days.
     func counters(_ tenant: String) throws -> Counts {
         try env.db.system { c in
