@@ -561,7 +561,7 @@ enum LifecycleHandlers {
         if let recheckDay { writes.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
         // Further statements of this write (e.g. event rows) join `writes` here.
         let r2 = try c.pipeline(writes).get()
-        let target = try WritePath.updatedTarget(r2[targetIndex]), op = try WritePath.operation(r2[targetIndex + 1])
+        let target = try WritePath.appliedTarget(r2[targetIndex], to: t), op = try WritePath.operation(r2[targetIndex + 1])
         if recheckDay != nil { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
         let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: t.id) ?? []
         try WritePath.notify(

@@ -16,21 +16,21 @@ public struct TargetRecord: Sendable, Equatable {
     public let templateVersion: String?
     public let businessKey: String?
     public let businessGeneration: String?
-    public let status: TargetStatus
+    public internal(set) var status: TargetStatus
     public let endReason: String?
-    public let revision: Int64
-    public let state: JSONValue
-    public let sourceVersion: Int64?
-    public let staleAt: Date?
-    public let relevanceScore: Double?
+    public internal(set) var revision: Int64
+    public internal(set) var state: JSONValue
+    public internal(set) var sourceVersion: Int64?
+    public internal(set) var staleAt: Date?
+    public internal(set) var relevanceScore: Double?
     /// The update push token (never returned or logged).
     public let pushToken: String?
     /// `pending`, `registered` or `invalid`.
     public let tokenStatus: String
     public let lastRenderReport: JSONValue?
-    public let opSeq: Int64
+    public internal(set) var opSeq: Int64
     public let createdAt: Date
-    public let updatedAt: Date
+    public internal(set) var updatedAt: Date
     public let startedAt: Date
     public let endedAt: Date?
     /// The channel this target is a member of (docs/channels.md), nil otherwise.

@@ -375,6 +375,35 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(Set(got), Set(["same"] + (0..<8).map { "p\($0)" }))
     }
 
+    /// docs/write-path.md "What a write returns": an update and an end return only the columns
+    /// they change and take the rest of the target from the row they locked; the `target` of
+    /// each response equals the target a read returns right after, field by field.
+    func testAWritesTargetEqualsTheTargetReadAfterIt() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        func read(_ target: String) -> JSONValue? {
+            env.call("GET", "/v1/remote-updates/live-activities/targets/\(target)", as: w.sender.credential).json
+        }
+        let target = w.start()
+        let update = w.update(target, ["eta": 7], revision: 1, extra: ["stale_at": "2031-01-01T00:00:00Z", "relevance_score": 0.5])
+        XCTAssertEqual(update.status, 202, update.text)
+        XCTAssertEqual(update["target"]?["revision"], 2)
+        XCTAssertEqual(update["target"], read(target), "after an update")
+        let end = env.call(
+            "POST", "/v1/remote-updates/live-activities/end",
+            ["target_id": .string(target), "state": ["eta": 0], "expected_revision": 2, "idempotency_key": .string(UUID().uuidString)],
+            as: w.sender.credential)
+        XCTAssertEqual(end.status, 202, end.text)
+        XCTAssertEqual(end["target"]?["status"], "ending")
+        XCTAssertEqual(end["target"], read(target), "after a state-bearing end")
+        let other = w.start()
+        let cleanup = env.call(
+            "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(other), "idempotency_key": .string(UUID().uuidString)],
+            as: w.sender.credential)
+        XCTAssertEqual(cleanup.status, 202, cleanup.text)
+        XCTAssertEqual(cleanup["target"]?["status"], "ending")
+        XCTAssertEqual(cleanup["target"], read(other), "after a stateless end")
+    }
+
     /// docs/write-path.md "Quota kept by the writer" (migration 0041): the API's updates and
     /// ends add the net change of reserved units themselves, per day. A queued update of an
     /// earlier day that an update supersedes gives its unit back to that day, not to today, and
