@@ -43,7 +43,7 @@ extension DispatchStore {
         let row = OperationUpdate(op, d, apnsId: apnsId)
         try c.execute(
             """
-            UPDATE operations SET status = $3, failure = COALESCE($4::jsonb, failure), apns_id = COALESCE($5, $6, apns_id),
+            UPDATE operations SET status = $3::text, failure = COALESCE($4::jsonb, failure), apns_id = COALESCE($5, $6, apns_id),
                    accepted_at = CASE WHEN $3 = 'accepted' THEN now() ELSE accepted_at END,
                    next_attempt_at = CASE WHEN $3 = 'queued' THEN now() + make_interval(secs => $7) ELSE next_attempt_at END,
                    pending_reason = $8, lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
@@ -141,7 +141,7 @@ extension DispatchStore {
             if tokenStillCurrent {
                 targetChanged = try c.execute(
                     """
-                    UPDATE targets SET status = 'ended', end_reason = $3, ended_at = COALESCE(ended_at, now()),
+                    UPDATE targets SET status = 'ended', end_reason = $3::text, ended_at = COALESCE(ended_at, now()),
                            token_status = CASE WHEN $3 = 'token_invalid' THEN 'invalid' ELSE token_status END, updated_at = now()
                      WHERE tenant_id = $1 AND id = $2 AND status NOT IN ('ended', 'creation_failed')
                     """, [tenant, op.targetId, reason])

@@ -182,7 +182,7 @@ public enum TargetStore {
     public static func setStatus(_ c: PostgresConnection, tenantId: String, id: String, status: TargetStatus, endReason: String? = nil) throws {
         try c.execute(
             """
-            UPDATE targets SET status = $3, end_reason = COALESCE($4, end_reason),
+            UPDATE targets SET status = $3::text, end_reason = COALESCE($4, end_reason),
                    ended_at = CASE WHEN $3 IN ('ended', 'creation_failed') THEN COALESCE(ended_at, now()) ELSE ended_at END,
                    updated_at = now()
              WHERE tenant_id = $1 AND id = $2

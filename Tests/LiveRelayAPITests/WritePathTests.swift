@@ -404,6 +404,44 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(cleanup["target"], read(other), "after a stateless end")
     }
 
+    /// Migration 0042: the value checks of `targets` and `operations` moved into domains and still
+    /// refuse every value outside their lists (SQLSTATE 23514, check_violation), in an insert and
+    /// in an update, while every listed value is taken.
+    func testTheValueDomainsRefuseWhatTheChecksRefused() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let target = w.start()
+        let refused: [(String, String)] = [
+            ("targets", "status = 'done'"), ("targets", "end_reason = 'bored'"), ("targets", "origin = 'elsewhere'"),
+            ("targets", "token_status = 'lost'"), ("targets", "delivery = 'carrier_pigeon'"),
+            ("operations", "kind = 'restart'"), ("operations", "status = 'lost'"), ("operations", "priority = 7"),
+            ("operations", "sent_priority = 2")
+        ]
+        for (table, set) in refused {
+            let column = table == "targets" ? "id" : "target_id"
+            XCTAssertThrowsError(
+                try env.db.system { c in try c.execute("UPDATE \(table) SET \(set) WHERE \(column) = $1", [target]) }, "\(table): \(set)"
+            ) { e in XCTAssertEqual((e as? PostgresError)?.sqlState, "23514", "\(table): \(set): \(e)") }
+        }
+        try env.db.system { c in
+            for s in TargetStatus.allCases {
+                try c.execute("UPDATE targets SET status = $2::text, ended_at = now() WHERE id = $1", [target, s.rawValue])
+            }
+            for s in OperationStatus.allCases { try c.execute("UPDATE operations SET status = $2::text WHERE target_id = $1", [target, s.rawValue]) }
+            for p in [5, 10] { try c.execute("UPDATE operations SET priority = $2::int WHERE target_id = $1", [target, p]) }
+            for p in [1, 5, 10] { try c.execute("UPDATE operations SET sent_priority = $2::smallint WHERE target_id = $1", [target, p]) }
+        }
+        let op = OperationStore.New(
+            id: Identifier.make(.operation), targetId: target, seq: 99, kind: .update, revision: 1, state: ["eta": 1], alert: nil,
+            options: WriteOptions(), consumesQuota: false, quotaDay: nil, createdByKeyId: nil, idempotencyKey: "domains")
+        let good = OperationStore.insertStatement(tenantId: w.tenant.id, op)
+        var params = good.params
+        params[4] = "restart"  // kind
+        let bad = PostgresStatement(good.sql, params)
+        XCTAssertThrowsError(try env.db.system { c in _ = try c.pipeline([bad]).get() }) { e in
+            XCTAssertEqual((e as? PostgresError)?.sqlState, "23514", "\(e)")
+        }
+    }
+
     /// docs/write-path.md "Quota kept by the writer" (migration 0041): the API's updates and
     /// ends add the net change of reserved units themselves, per day. A queued update of an
     /// earlier day that an update supersedes gives its unit back to that day, not to today, and
