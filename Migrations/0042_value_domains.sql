@@ -58,3 +58,8 @@ ALTER TABLE operations
   ALTER COLUMN status TYPE lr_operation_status,
   ALTER COLUMN priority TYPE lr_push_priority,
   ALTER COLUMN sent_priority TYPE lr_sent_priority;
+
+-- A column's type change drops its planner statistics, and the row counts PlannerStatistics
+-- watches did not move: gather them again now rather than when autovacuum gets to it.
+ANALYZE targets;
+ANALYZE operations;

@@ -115,14 +115,21 @@ public enum WriteRules {
 
     /// The net change of reserved quota units, per UTC day, of a write that inserts an
     /// operation reserving a unit of `insertedDay` (nil: it consumes none) and supersedes
-    /// `superseded` (each releasing the unit of its `quotaDay`): days whose change is not zero,
-    /// sorted by day (docs/write-path.md "Quota kept by the writer"). An update replacing a
-    /// queued update of the same day changes nothing.
+    /// `superseded` (each releasing the unit of its `quotaDay`): days whose change is not zero
+    /// (docs/write-path.md "Quota kept by the writer"). An update replacing a queued update of
+    /// the same day changes nothing.
+    ///
+    /// Order: `insertedDay` first, then the other days newest first. Each change locks a
+    /// counter row of its day, and the exact quota path locks every row of the inserted day
+    /// (today) before the writes, as the triggers did: a writer taking an older day's row
+    /// first could hold it while it waits for today's row, which such a write holds.
     public static func reservationChanges(insertedDay: String?, superseded: [QueuedOperation]) -> [(day: String, change: Int64)] {
         var change: [String: Int64] = [:]
         if let insertedDay { change[insertedDay, default: 0] += 1 }
         for q in superseded { if let d = q.quotaDay { change[d, default: 0] -= 1 } }
-        return change.filter { $0.value != 0 }.sorted { $0.key < $1.key }.map { (day: $0.key, change: $0.value) }
+        return change.filter { $0.value != 0 }
+            .sorted { a, b in a.key == insertedDay ? b.key != insertedDay : (b.key == insertedDay ? false : a.key > b.key) }
+            .map { (day: $0.key, change: $0.value) }
     }
 
     /// The change of `day` among `reservationChanges(insertedDay:superseded:)`: 0 when none.

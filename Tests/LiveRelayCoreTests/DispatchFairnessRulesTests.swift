@@ -22,6 +22,30 @@ final class DispatchFairnessRulesTests: XCTestCase {
         XCTAssertEqual(WriteRules.superseded(by: .update, hasState: false, queued: queued), [])
     }
 
+    /// docs/write-path.md "Quota kept by the writer": the net change per day of a write's own
+    /// insert and supersede, the inserted day first, then older days newest first.
+    func testReservationChangesNetPerDayTheInsertedDayFirst() {
+        func q(_ id: String, _ day: String?) -> QueuedOperation {
+            QueuedOperation(id: id, kind: .update, hasState: true, hasAlert: false, quotaDay: day)
+        }
+        func pairs(_ c: [(day: String, change: Int64)]) -> [String] { c.map { "\($0.day):\($0.change)" } }
+        XCTAssertEqual(pairs(WriteRules.reservationChanges(insertedDay: "2026-12-05", superseded: [])), ["2026-12-05:1"])
+        XCTAssertEqual(pairs(WriteRules.reservationChanges(insertedDay: "2026-12-05", superseded: [q("a", "2026-12-05")])), [])
+        XCTAssertEqual(pairs(WriteRules.reservationChanges(insertedDay: "2026-12-05", superseded: [q("a", nil)])), ["2026-12-05:1"])
+        XCTAssertEqual(
+            pairs(
+                WriteRules.reservationChanges(
+                    insertedDay: "2026-12-05", superseded: [q("a", "2026-12-03"), q("b", "2026-12-04"), q("c", "2026-12-04")])),
+            ["2026-12-05:1", "2026-12-04:-2", "2026-12-03:-1"])
+        XCTAssertEqual(
+            pairs(WriteRules.reservationChanges(insertedDay: nil, superseded: [q("a", "2026-12-03"), q("b", "2026-12-05")])),
+            [
+                "2026-12-05:-1", "2026-12-03:-1"
+            ])
+        XCTAssertEqual(WriteRules.reservation(of: "2026-12-05", insertedDay: "2026-12-05", superseded: [q("a", "2026-12-04")]), 1)
+        XCTAssertEqual(WriteRules.reservation(of: "2026-12-05", insertedDay: "2026-12-05", superseded: [q("a", "2026-12-05")]), 0)
+    }
+
     func testGaugesKeepTheDeepestTenantsAndFoldTheRestIntoOther() {
         let entries = (1...5).map { TenantQueueGauges.Entry(tenant: "ten_\($0)", depth: Double($0 * 10), oldestDueSeconds: Double(6 - $0)) }
         let folded = TenantQueueGauges.fold(entries, top: 2)
