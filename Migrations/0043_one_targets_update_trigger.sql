@@ -2,7 +2,7 @@
 -- "One trigger after a target update").
 --
 -- Every UPDATE of targets ran three PL/pgSQL statement triggers, each with its own query over
--- the transition tables: channel member counts (0031), `target.ready` / `target.ended` events
+-- the transition tables: channel member counts (0019), `target.ready` / `target.ended` events
 -- (0023) and the live-target count (0019). An update of a target's state changes none of what
 -- they read, yet paid for three calls and four queries: about 0.05 ms of a 0.12 ms target update
 -- in a single-client pgbench of that statement (docs/write-path.md "What a write returns").
@@ -12,7 +12,9 @@
 -- counts per tenant. When the old and new rows hold the same multiset of those five values, each
 -- of the three adds nothing. So one function checks that first, with one query, and returns; else
 -- it does what the three did, in the order they fired (alphabetical: channel members, event, live
--- count), with the same statements. INSERT and DELETE keep their triggers.
+-- count), with the same statements. INSERT and DELETE keep their triggers, so the UPDATE branches
+-- of lr_targets_event_stmt and lr_live_targets_count_stmt are no longer reached: a later change of
+-- those bodies belongs in lr_targets_after_update.
 CREATE FUNCTION lr_targets_after_update() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE a record; before jsonb;

@@ -12,7 +12,11 @@
 -- both the head and the quota (`liverelay.head_by_writer` and `liverelay.quota_by_writer` name the
 -- same operation): then it returns. Otherwise it runs the bodies of the triggers it replaces,
 -- unchanged and in the order they fired (alphabetical: dispatch heads, then operation events,
--- then quota counters). DELETE keeps its two triggers.
+-- then quota counters). DELETE keeps its two triggers, so the INSERT branch of
+-- lr_dispatch_heads_after_insert_or_delete is no longer reached: a later change of that body
+-- belongs in lr_operations_after_insert. The insert function keeps the heads trigger's
+-- plan_cache_mode = force_generic_plan, which now also covers the quota upsert (no join, no
+-- parameter but the writer's id).
 CREATE FUNCTION lr_operations_after_insert() RETURNS trigger
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE tn text[]; tg text[]; claiming text := NULLIF(current_setting('liverelay.claim_at_commit', true), '');
