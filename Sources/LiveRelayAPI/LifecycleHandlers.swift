@@ -454,7 +454,8 @@ enum LifecycleHandlers {
         ) { c, w, now, day, exactQuota in
             let (r1, t, e) = (w.reads, w.target, w.request)
             let opId = Identifier.make(.operation)
-            let queued = try WritePath.queued(result(r1, 1))
+            // What the end supersedes (every queued update and older end, with or without state).
+            let victims = WriteRules.supersededOperations(by: .end, hasState: e.state != nil, queued: try WritePath.queued(result(r1, 1)))
             guard let state = e.state else {
                 // Rule 9: cleanup. Already over → 200 with a cancelled operation that sends nothing.
                 if t.status.isTerminal {
@@ -471,7 +472,7 @@ enum LifecycleHandlers {
                     return try finish(c, tenant: tenant, w.idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
                 }
                 return try queueEnd(
-                    c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, queued: queued,
+                    c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, victims: victims,
                     day: nil, recheck: false, exactNext: &exactQuota, idem: w.idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
@@ -484,21 +485,20 @@ enum LifecycleHandlers {
                     staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
             let recheck = try checkQuota(
                 c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now,
-                reserves: WriteRules.reservation(
-                    of: day, insertedDay: day, superseded: WriteRules.supersededOperations(by: .end, hasState: true, queued: queued)))
+                reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             return try queueEnd(
-                c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, queued: queued,
+                c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, victims: victims,
                 day: day, recheck: recheck, exactNext: &exactQuota, idem: w.idem)
         }
     }
 
     /// Round trips 2 and 3 of an end that queues: the target moves to `ending` (with the new
     /// final state and revision + 1 when `state` is given), the end operation is inserted, the
-    /// queued operations it supersedes (`WriteRules.superseded`) are marked, then the response
-    /// is stored and the transaction commits.
+    /// queued operations it supersedes (`victims`, from `WriteRules.supersededOperations`) are
+    /// marked, then the response is stored and the transaction commits.
     static func queueEnd(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
-        scope: SenderScope?, queued: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
+        scope: SenderScope?, victims: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
         idem: Idempotency
     ) throws -> HTTPResponse {
         let revision = state == nil ? t.revision : t.revision + 1
@@ -514,8 +514,7 @@ enum LifecycleHandlers {
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
                 options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
                 consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey),
-            victims: WriteRules.supersededOperations(by: .end, hasState: state != nil, queued: queued),
-            recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true, idem: idem)
+            victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true, idem: idem)
     }
 
     /// Round trips 2 and 3 of an update or an end that queues an operation on the locked target

@@ -16,21 +16,21 @@ public struct TargetRecord: Sendable, Equatable {
     public let templateVersion: String?
     public let businessKey: String?
     public let businessGeneration: String?
-    public internal(set) var status: TargetStatus
+    public private(set) var status: TargetStatus
     public let endReason: String?
-    public internal(set) var revision: Int64
-    public internal(set) var state: JSONValue
-    public internal(set) var sourceVersion: Int64?
-    public internal(set) var staleAt: Date?
-    public internal(set) var relevanceScore: Double?
+    public private(set) var revision: Int64
+    public private(set) var state: JSONValue
+    public private(set) var sourceVersion: Int64?
+    public private(set) var staleAt: Date?
+    public private(set) var relevanceScore: Double?
     /// The update push token (never returned or logged).
     public let pushToken: String?
     /// `pending`, `registered` or `invalid`.
     public let tokenStatus: String
     public let lastRenderReport: JSONValue?
-    public internal(set) var opSeq: Int64
+    public private(set) var opSeq: Int64
     public let createdAt: Date
-    public internal(set) var updatedAt: Date
+    public private(set) var updatedAt: Date
     public let startedAt: Date
     public let endedAt: Date?
     /// The channel this target is a member of (docs/channels.md), nil otherwise.
@@ -55,10 +55,9 @@ public struct TargetRecord: Sendable, Equatable {
         startTargetId = try r.optionalString("start_target_id"); createdByKeyId = try r.optionalString("created_by_key_id")
         origin = try r.string("origin"); activityType = try r.string("activity_type"); templateVersion = try r.optionalString("template_version")
         businessKey = try r.optionalString("business_key"); businessGeneration = try r.optionalString("business_generation")
-        guard let s = TargetStatus(rawValue: try r.string("status")) else { throw PostgresError(kind: .decoding, message: "bad target status") }
-        status = s
+        status = try Self.status(r)
         endReason = try r.optionalString("end_reason"); revision = try r.int64("revision")
-        state = try JSONValue.parse(Array(try r.string("state").utf8), maxDepth: 128)
+        state = try Self.state(r)
         sourceVersion = try r.optionalInt64("source_version"); staleAt = try r.optionalDate("stale_at")
         relevanceScore = try r.optionalDouble("relevance_score"); pushToken = try r.optionalString("push_token")
         tokenStatus = try r.string("token_status")
@@ -68,6 +67,29 @@ public struct TargetRecord: Sendable, Equatable {
         channelId = try r.optionalString("channel_id"); delivery = try r.optionalString("delivery")
         priority10Sends = try r.stringArray("priority10_sends").compactMap { Int64($0) }
         priority10Budget = try r.optionalInt("priority10_budget")
+    }
+
+    /// This row (as `lockTarget` read it, under the row lock of the same transaction) with the
+    /// columns a write changed, from a row of `TargetStore.changedColumns`
+    /// (docs/write-path.md "What a write returns").
+    /// - Throws: `PostgresError(kind: .decoding)` for a missing or malformed column.
+    func applying(changed r: PostgresRow) throws -> TargetRecord {
+        var t = self
+        t.status = try Self.status(r)
+        t.revision = try r.int64("revision"); t.state = try Self.state(r)
+        t.sourceVersion = try r.optionalInt64("source_version"); t.staleAt = try r.optionalDate("stale_at")
+        t.relevanceScore = try r.optionalDouble("relevance_score")
+        t.opSeq = try r.int64("op_seq"); t.updatedAt = try r.date("updated_at")
+        return t
+    }
+
+    private static func status(_ r: PostgresRow) throws -> TargetStatus {
+        guard let s = TargetStatus(rawValue: try r.string("status")) else { throw PostgresError(kind: .decoding, message: "bad target status") }
+        return s
+    }
+
+    private static func state(_ r: PostgresRow) throws -> JSONValue {
+        try JSONValue.parse(Array(try r.string("state").utf8), maxDepth: 128)
     }
 }
 
@@ -93,6 +115,12 @@ public struct TargetFilter: Sendable {
 
 /// SQL for targets.
 public enum TargetStore {
+    /// The columns a write of a locked target changes (`WritePath.applyState`, `bumpSeq`), which
+    /// is all they return: `TargetRecord.applying(changed:)` takes the rest from the locked row.
+    /// Returning `columns` evaluated its priority-budget subqueries (target_clocks,
+    /// installations, tenants) a second time per write.
+    static let changedColumns = "revision, state::text AS state, source_version, stale_at, relevance_score, status, op_seq, updated_at"
+
     static let columns = """
         tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,
         business_key, business_generation, status, end_reason, revision, state::text AS state, source_version, stale_at,

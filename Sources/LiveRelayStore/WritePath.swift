@@ -102,13 +102,6 @@ public enum WritePath {
 
     // MARK: round trip 2 (writes)
 
-    /// The columns a write of the locked target changes (`applyState`, `bumpSeq`), which is all
-    /// they return: the rest of the row cannot change under the lock, so `appliedTarget(_:to:)`
-    /// takes it from the row `lockTarget` read. Returning `TargetStore.columns` evaluated its
-    /// priority-budget subqueries (target_clocks, installations, tenants) a second time per write
-    /// (docs/write-path.md "What a write returns").
-    static let changedColumns = "revision, state::text AS state, source_version, stale_at, relevance_score, status, op_seq, updated_at"
-
     /// Commits a state-bearing write on the locked target: new revision and full snapshot,
     /// the next operation sequence number, optionally a new status; returns the changed columns
     /// (decode with `appliedTarget(_:to:)`). `seq` of the new operation is `opSeq + 1` of the
@@ -123,7 +116,7 @@ public enum WritePath {
                    stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
                    status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
              WHERE tenant_id = $1 AND id = $2
-            RETURNING \(changedColumns)
+            RETURNING \(TargetStore.changedColumns)
             """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
     }
 
@@ -136,7 +129,7 @@ public enum WritePath {
             UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
                    updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
              WHERE tenant_id = $1 AND id = $2
-            RETURNING \(changedColumns)
+            RETURNING \(TargetStore.changedColumns)
             """, [tenantId, id, status?.rawValue])
     }
 
@@ -160,21 +153,11 @@ public enum WritePath {
 
     /// The target `locked` (as `lockTarget` read it, in this transaction) with the columns
     /// `applyState` or `bumpSeq` changed, from their result.
+    /// The rest of the row cannot change under the lock (`TargetRecord.applying(changed:)`).
+    /// - Throws: `PostgresError(kind: .decoding)` when the row is missing or malformed.
     public static func appliedTarget(_ r: PostgresResult, to locked: TargetRecord) throws -> TargetRecord {
         guard let row = r.rows.first else { throw PostgresError(kind: .decoding, message: "target row missing") }
-        guard let status = TargetStatus(rawValue: try row.string("status")) else {
-            throw PostgresError(kind: .decoding, message: "bad target status")
-        }
-        var t = locked
-        t.revision = try row.int64("revision")
-        t.state = try JSONValue.parse(Array(try row.string("state").utf8), maxDepth: 128)
-        t.sourceVersion = try row.optionalInt64("source_version")
-        t.staleAt = try row.optionalDate("stale_at")
-        t.relevanceScore = try row.optionalDouble("relevance_score")
-        t.status = status
-        t.opSeq = try row.int64("op_seq")
-        t.updatedAt = try row.date("updated_at")
-        return t
+        return try locked.applying(changed: row)
     }
 
     /// The target row returned by `insertTarget`.

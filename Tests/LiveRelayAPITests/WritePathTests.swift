@@ -209,6 +209,27 @@ final class WritePathTests: XCTestCase {
     }
 
     /// Concurrent starts against a quota above the fast path's margin: exactly `quota` are
+    /// `quota.exhausted` at its boundary (docs/write-path.md "Quota kept by the writer"): with
+    /// one unit left, an update that replaces a queued update of the same day takes none and
+    /// records nothing; the next write that reserves takes the last unit and records it once.
+    func testQuotaExhaustedIsRecordedByTheWriteThatTakesTheLastUnit() throws {
+        let w = try LifecycleWorld.make(env, quota: 3)  // below the fast path's margin: the exact path decides
+        func exhausted() throws -> Int {
+            try env.db.system { c in
+                try c.query("SELECT count(*) AS n FROM events WHERE tenant_id = $1 AND type = 'quota.exhausted'", [w.tenant.id])[0].int("n")
+            }
+        }
+        let t = w.start()  // unit 1
+        XCTAssertEqual(w.update(t, ["eta": 1], revision: 1).status, 202)  // unit 2
+        XCTAssertEqual(w.update(t, ["eta": 2], revision: 2).status, 202, "replaces the queued update: still one unit left")
+        XCTAssertEqual(try exhausted(), 0, "a write that reserves nothing does not use the quota up")
+        _ = w.start()  // unit 3
+        XCTAssertEqual(try exhausted(), 1, "the write that takes the last unit records it")
+        let over = w.update(t, ["eta": 3], revision: 3)
+        XCTAssertEqual(over.status, 429, over.text)
+        XCTAssertEqual(over.errorCode, "QUOTA_EXCEEDED")
+        XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
+    }
     /// accepted, whatever the interleaving, and the counters match the operations.
     func testConcurrentStartsNeverOvershootTheQuota() throws {
         let quota = 90
