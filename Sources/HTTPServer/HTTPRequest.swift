@@ -57,9 +57,9 @@ public struct HTTPRequest: Sendable {
     /// (docs/http-conventions.md "Idempotency"): a key sent once as `/start` and once as
     /// `/%73tart` is the same key.
     public var canonicalPath: String {
-        guard path.contains("%") else { return path }
+        guard path.utf8.contains(UInt8(ascii: "%")) else { return path }
         return path.split(separator: "/", omittingEmptySubsequences: false).map { segment -> String in
-            guard segment.contains("%"), let decoded = URLDecoding.decode(segment) else { return String(segment) }
+            guard segment.utf8.contains(UInt8(ascii: "%")), let decoded = URLDecoding.decode(segment) else { return String(segment) }
             return decoded.replacingOccurrences(of: "%", with: "%25").replacingOccurrences(of: "/", with: "%2F")
         }.joined(separator: "/")
     }

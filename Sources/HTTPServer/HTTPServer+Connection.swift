@@ -246,8 +246,12 @@ extension HTTPServer {
     /// Decimal Content-Length; `Int.max` when it overflows; nil when not a number (then
     /// libmicrohttpd rejects the request itself).
     static func parseContentLength(_ text: String) -> Int? {
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
-        guard !trimmed.isEmpty, trimmed.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
-        return Int(trimmed) ?? Int.max
+        // Optional whitespace around a field value is spaces and tabs (RFC 9110, 5.6.3).
+        let bytes = Array(text.utf8)
+        let isOWS = { (c: UInt8) in c == 0x20 || c == 0x09 }
+        guard let first = bytes.firstIndex(where: { !isOWS($0) }), let last = bytes.lastIndex(where: { !isOWS($0) }) else { return nil }
+        let digits = bytes[first...last]
+        guard digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
+        return Int(String(decoding: digits, as: UTF8.self)) ?? Int.max
     }
 }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// Writing JSON text. Output is compact (no spaces), object keys sorted by their UTF-8 bytes,
 /// strings escaped minimally (quote, backslash and control characters; everything else,
 /// including "/" and non-ASCII, written as UTF-8), so byte counts are exactly what a provider
@@ -31,11 +33,11 @@ extension JSONValue {
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
-            for (n, k) in o.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }).enumerated() {
+            for (n, member) in o.sorted(by: { JSONValue.utf8Precedes($0.key, $1.key) }).enumerated() {
                 if n > 0 { out.append(UInt8(ascii: ",")) }
-                JSONValue.writeString(k, into: &out)
+                JSONValue.writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                o[k]!.write(into: &out)
+                member.value.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
@@ -50,23 +52,49 @@ extension JSONValue {
         return "\(d)"
     }
 
-    /// Appends `s` as a JSON string literal.
+    /// True when `a`'s UTF-8 bytes sort before `b`'s (the order of object keys): `memcmp` over
+    /// the contiguous bytes, then the shorter first, as `a.utf8.lexicographicallyPrecedes(b.utf8)`.
+    static func utf8Precedes(_ a: String, _ b: String) -> Bool {
+        let fast = a.utf8.withContiguousStorageIfAvailable { x in
+            b.utf8.withContiguousStorageIfAvailable { y -> Bool in
+                let n = min(x.count, y.count)
+                if n > 0, let px = x.baseAddress, let py = y.baseAddress {
+                    let c = memcmp(px, py, n)
+                    if c != 0 { return c < 0 }
+                }
+                return x.count < y.count
+            }
+        }
+        if let fast, let result = fast { return result }
+        return a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+
+    /// Appends `s` as a JSON string literal: runs of bytes that need no escape are copied at
+    /// once; `"`, `\` and control characters are escaped.
     public static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(0x22)
-        for c in s.utf8 {
-            switch c {
-            case 0x22: out.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: out.append(contentsOf: [0x5C, 0x6E])
-            case 0x0D: out.append(contentsOf: [0x5C, 0x72])
-            case 0x09: out.append(contentsOf: [0x5C, 0x74])
-            case 0x08: out.append(contentsOf: [0x5C, 0x62])
-            case 0x0C: out.append(contentsOf: [0x5C, 0x66])
-            case 0..<0x20:
-                let hex: [UInt8] = Array("0123456789abcdef".utf8)
-                out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(c >> 4)], hex[Int(c & 0xF)]])
-            default: out.append(c)
+        var s = s
+        s.withUTF8 { bytes in
+            var start = 0
+            for i in 0..<bytes.count {
+                let c = bytes[i]
+                guard c == 0x22 || c == 0x5C || c < 0x20 else { continue }
+                if start < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<i])) }
+                start = i + 1
+                switch c {
+                case 0x22: out.append(contentsOf: [0x5C, 0x22])
+                case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+                case 0x0A: out.append(contentsOf: [0x5C, 0x6E])
+                case 0x0D: out.append(contentsOf: [0x5C, 0x72])
+                case 0x09: out.append(contentsOf: [0x5C, 0x74])
+                case 0x08: out.append(contentsOf: [0x5C, 0x62])
+                case 0x0C: out.append(contentsOf: [0x5C, 0x66])
+                default:
+                    let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                    out.append(contentsOf: [0x5C, 0x75, 0x30, 0x30, hex[Int(c >> 4)], hex[Int(c & 0xF)]])
+                }
             }
+            if start < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[start..<bytes.count])) }
         }
         out.append(0x22)
     }

@@ -302,6 +302,12 @@ enum LifecycleHandlers {
         let platform: String
         let request: Request
         let idem: Idempotency
+        /// The id of the operation this write inserts, made before the transaction.
+        var operationId = ""
+        /// True when the write's `BEGIN` carried the settings naming `operationId` as the head
+        /// and quota writer (`WritePath.writerSettings`): `commitQueued` then sends no statement
+        /// of its own for them.
+        var writerSettingsSent = false
     }
 
     /// How an update or an end goes on after `lockForWrite`.
@@ -353,11 +359,20 @@ enum LifecycleHandlers {
         let request = Result { try shape(body, now) }
         let idem = (try? request.get()).map { Idempotency(req, key: key($0), body: body) }
         var exactQuota = false
+        let opId = Identifier.make(.operation)
         let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
             c.transactionLabel = action == .update ? "update" : "end"
+            // The settings naming the operation as its head and quota writer ride on the BEGIN's
+            // set_config statement: nothing before `commitQueued` writes operations, and a write
+            // that inserts the operation without queuing it (an end of an ended target) changes
+            // no head and no quota unit.
+            let sent = c.addPendingSettings(WritePath.writerSettings(operationId: opId))
             switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: action, shape: request, idem: idem, day: day) {
             case .replay(let stored): return stored
-            case .locked(let w): return try work(c, w, now, day, &exactQuota)
+            case .locked(var w):
+                w.operationId = opId
+                w.writerSettingsSent = sent
+                return try work(c, w, now, day, &exactQuota)
             }
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
@@ -393,7 +408,7 @@ enum LifecycleHandlers {
             let recheck = try checkQuota(
                 c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now,
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
-            let opId = Identifier.make(.operation)
+            let opId = w.operationId
             var opts = u.options
             opts.staleAt = u.options.staleAt ?? t.staleAt
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
@@ -405,7 +420,8 @@ enum LifecycleHandlers {
                 operation: OperationStore.New(
                     id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
                     consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
-                victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false, idem: w.idem)
+                victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false,
+                writerSettingsSent: w.writerSettingsSent, idem: w.idem)
         }
     }
 
@@ -453,7 +469,7 @@ enum LifecycleHandlers {
             shape: { body, now in try endRequest(body, now: now, byMaster: scope == nil) }
         ) { c, w, now, day, exactQuota in
             let (r1, t, e) = (w.reads, w.target, w.request)
-            let opId = Identifier.make(.operation)
+            let opId = w.operationId
             // What the end supersedes (every queued update and older end, with or without state).
             let victims = WriteRules.supersededOperations(by: .end, hasState: e.state != nil, queued: try WritePath.queued(result(r1, 1)))
             guard let state = e.state else {
@@ -473,7 +489,7 @@ enum LifecycleHandlers {
                 }
                 return try queueEnd(
                     c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, victims: victims,
-                    day: nil, recheck: false, exactNext: &exactQuota, idem: w.idem)
+                    day: nil, recheck: false, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: e.expectedRevision!, current: t.revision)
@@ -488,7 +504,7 @@ enum LifecycleHandlers {
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             return try queueEnd(
                 c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, victims: victims,
-                day: day, recheck: recheck, exactNext: &exactQuota, idem: w.idem)
+                day: day, recheck: recheck, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
         }
     }
 
@@ -499,7 +515,7 @@ enum LifecycleHandlers {
     static func queueEnd(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
         scope: SenderScope?, victims: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
-        idem: Idempotency
+        writerSettingsSent: Bool, idem: Idempotency
     ) throws -> HTTPResponse {
         let revision = state == nil ? t.revision : t.revision + 1
         return try commitQueued(
@@ -514,7 +530,8 @@ enum LifecycleHandlers {
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
                 options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
                 consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey),
-            victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true, idem: idem)
+            victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true,
+            writerSettingsSent: writerSettingsSent, idem: idem)
     }
 
     /// Round trips 2 and 3 of an update or an end that queues an operation on the locked target
@@ -524,13 +541,15 @@ enum LifecycleHandlers {
     /// the net change of the quota counters (docs/write-path.md "Quota kept by the writer"), and
     /// the fast path's quota re-check when `recheckDay` is set and the write reserves a unit of
     /// that day; then the stored `202` response and `COMMIT`. The wake-ups name the operation,
-    /// its victims and, when `targetChanged` (its status), the target.
+    /// its victims and, when `targetChanged` (its status), the target. `writerSettingsSent`: the
+    /// transaction's `BEGIN` already named the operation as head and quota writer
+    /// (`LockedWrite.writerSettingsSent`), so only a claim's settings need a statement.
     /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
     static func commitQueued(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
         operation: OperationStore.New, victims: [QueuedOperation], recheckDay: String?, exactNext: inout Bool,
-        targetChanged: Bool, idem: Idempotency
+        targetChanged: Bool, writerSettingsSent: Bool = false, idem: Idempotency
     ) throws -> HTTPResponse {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
@@ -538,13 +557,17 @@ enum LifecycleHandlers {
         // The head and quota triggers leave this operation's insert and supersede to this write
         // (migrations 0040, 0041): it refreshes its target's head once after both, and adds the
         // net change of reserved units itself (none when it replaces a queued update of the same
-        // day). The claim's prelude settings ride on the same statement.
+        // day). The settings naming the writer usually rode on the BEGIN (`lockedWrite`); else
+        // they go in one statement here, with the claim's prelude settings.
         let changes = WriteRules.reservationChanges(insertedDay: operation.consumesQuota ? operation.quotaDay : nil, superseded: victims)
-        var writes = [
-            WritePath.headByWriter(
-                operationId: operation.id,
-                with: [WritePath.quotaByWriter(operationId: operation.id)] + (claim?.settings(operationId: operation.id) ?? []))
-        ]
+        let claimSettings = claim?.settings(operationId: operation.id) ?? []
+        var writes: [PostgresStatement] = []
+        if !writerSettingsSent {
+            writes.append(
+                WritePath.headByWriter(operationId: operation.id, with: [WritePath.quotaByWriter(operationId: operation.id)] + claimSettings))
+        } else if !claimSettings.isEmpty {
+            writes.append(.localSettings(claimSettings))
+        }
         let targetIndex = writes.count
         writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims.map(\.id), by: operation.id)) }

@@ -218,6 +218,13 @@ public enum WritePath {
     /// `WriteRules.reservationChanges(insertedDay:superseded:)`, after its insert and supersede.
     public static func quotaByWriter(operationId: String) -> (String, String) { (quotaByWriterSetting, operationId) }
 
+    /// The `headByWriterSetting` and `quotaByWriterSetting` pairs naming `operationId`, for a
+    /// write that sets them with its transaction's other settings
+    /// (`PostgresConnection.addPendingSettings`) instead of in `headByWriter`'s statement.
+    public static func writerSettings(operationId: String) -> [(String, String)] {
+        [(headByWriterSetting, operationId), quotaByWriter(operationId: operationId)]
+    }
+
     /// Adds `change` reserved units (negative: releases) to the session's shard row of the
     /// tenant's `day` (`YYYY-MM-DD`), as the quota triggers do (`QuotaStore.adjustReservedSQL`).
     public static func adjustReserved(tenantId: String, day: String, by change: Int64) -> PostgresStatement {

@@ -104,6 +104,7 @@ extension PostgresConnection {
     func takePendingBegin() -> [PostgresStatement] {
         guard let p = pendingBegin else { return [] }
         pendingBegin = nil
+        pendingSettings = []
         return p
     }
 
@@ -114,11 +115,13 @@ extension PostgresConnection {
             guard s.params.count <= 65_535 else { throw PostgresError(kind: .query, message: "too many parameters (\(s.params.count) > 65535)") }
         }
         let texts: [[String?]] = statements.map { $0.params.map { $0?.postgresText ?? nil } }
+        let cStrings = texts.map { $0.map { $0.flatMap { strdup($0) } } }
+        defer { for list in cStrings { for s in list { free(s) } } }
         // A text already prepared on this session was checked when it was prepared (the cache
         // is keyed by the text), so only new texts are scanned for NUL; parameters always are.
         let cached = statements.map { preparedNames[$0.sql] }
         if statements.indices.contains(where: { cached[$0] == nil && statements[$0].sql.utf8.contains(0) })
-            || texts.contains(where: { $0.contains { $0?.utf8.contains(0) == true } })
+            || zip(texts, cStrings).contains(where: { Self.containsNUL($0.0, $0.1) })
         {
             throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
         }
@@ -126,32 +129,31 @@ extension PostgresConnection {
             throw PostgresError(kind: .connection, message: "cannot enter pipeline mode: " + Self.trimmed(PQerrorMessage(conn)))
         }
         roundTrips += 1
+        statementsSent += statements.count
         // What each queued command is: a prepare of statement i (cache it on success) or statement i itself.
         enum Command {
-            case prepare(Int, String)
-            case run(Int)
+            case prepare(Int, PreparedStatement)
+            case run(Int, PreparedStatement?)
         }
         var commands: [Command] = []
-        var newNames: [String: String] = [:]
+        var newNames: [String: PreparedStatement] = [:]
         var sendFailed = false
         for (i, s) in statements.enumerated() {
-            var name = cached[i] ?? newNames[s.sql]
-            if name == nil, !s.params.isEmpty, preparedNames.count + newNames.count < Self.preparedCacheLimit {
-                let n = "lr_\(preparedNames.count + newNames.count)"
-                guard PQsendPrepare(conn, n, s.sql, 0, nil) == 1 else { sendFailed = true; break }
-                commands.append(.prepare(i, n))
-                newNames[s.sql] = n
-                name = n
+            var prepared = cached[i] ?? newNames[s.sql]
+            if prepared == nil, !s.params.isEmpty, preparedNames.count + newNames.count < Self.preparedCacheLimit {
+                let p = PreparedStatement(name: "lr_\(preparedNames.count + newNames.count)")
+                guard PQsendPrepare(conn, p.name, s.sql, 0, nil) == 1 else { sendFailed = true; break }
+                commands.append(.prepare(i, p))
+                newNames[s.sql] = p
+                prepared = p
             }
-            let cStrings = texts[i].map { $0.flatMap { strdup($0) } }
-            defer { for s in cStrings { free(s) } }
-            let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
+            let pointers = cStrings[i].map { $0.map { UnsafePointer($0) } }
             let ok = pointers.withUnsafeBufferPointer { buffer -> Int32 in
-                if let name { return PQsendQueryPrepared(conn, name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
+                if let prepared { return PQsendQueryPrepared(conn, prepared.name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
                 return PQsendQueryParams(conn, s.sql, Int32(buffer.count), nil, buffer.baseAddress, nil, nil, 0)
             }
             guard ok == 1 else { sendFailed = true; break }
-            commands.append(.run(i))
+            commands.append(.run(i, prepared))
         }
         guard !sendFailed, PQpipelineSync(conn) == 1 else {
             // libpq could not queue or flush: the session is unusable mid-pipeline; drop it
@@ -188,13 +190,13 @@ extension PostgresConnection {
             let command = commands[next]
             next += 1
             switch (command, status) {
-            case (.prepare(let i, let name), PGRES_COMMAND_OK):
-                preparedNames[statements[i].sql] = name
-            case (.run, PGRES_COMMAND_OK), (.run, PGRES_TUPLES_OK), (.run, PGRES_EMPTY_QUERY):
-                results.append(PostgresResult(rows: Self.rows(of: res), affected: Int(String(cString: PQcmdTuples(res))) ?? 0))
-            case (.prepare(let i, _), PGRES_PIPELINE_ABORTED), (.run(let i), PGRES_PIPELINE_ABORTED):
+            case (.prepare(let i, let prepared), PGRES_COMMAND_OK):
+                preparedNames[statements[i].sql] = prepared
+            case (.run(_, let prepared), PGRES_COMMAND_OK), (.run(_, let prepared), PGRES_TUPLES_OK), (.run(_, let prepared), PGRES_EMPTY_QUERY):
+                results.append(PostgresResult(rows: Self.rows(of: res, statement: prepared), affected: Int(String(cString: PQcmdTuples(res))) ?? 0))
+            case (.prepare(let i, _), PGRES_PIPELINE_ABORTED), (.run(let i, _), PGRES_PIPELINE_ABORTED):
                 if failure == nil { failure = (i, PostgresError(kind: .query, message: "statement skipped: the pipeline was aborted")) }
-            case (.prepare(let i, _), _), (.run(let i), _):
+            case (.prepare(let i, _), _), (.run(let i, _), _):
                 if failure == nil { failure = (i, makeError(res, conn)) }
             }
         }

@@ -20,14 +20,16 @@ extension PostgresConnection {
         isolation: IsolationLevel = .readCommitted, settings: [(String, String)] = [],
         lazyBegin: Bool = false, _ body: (PostgresConnection) throws -> T
     ) throws -> T {
-        let startTrips = roundTrips
+        let startTrips = roundTrips, startStatements = statementsSent
         var committed = false
         defer {
             PostgresInstrumentation.report(
                 PostgresTransactionReport(
-                    roundTrips: roundTrips - startTrips, settings: settings, label: transactionLabel, committed: committed))
+                    roundTrips: roundTrips - startTrips, statements: statementsSent - startStatements, settings: settings, label: transactionLabel,
+                    committed: committed))
             transactionLabel = nil
             pendingBegin = nil
+            pendingSettings = []
             committedInPipeline = false
         }
         var begin = [PostgresStatement("BEGIN ISOLATION LEVEL " + isolation.sql)]
@@ -37,6 +39,7 @@ extension PostgresConnection {
         beginFailedOnConnection = false
         if lazyBegin {
             pendingBegin = begin
+            pendingSettings = settings
         } else {
             try execute(begin[0].sql)
         }
@@ -63,6 +66,20 @@ extension PostgresConnection {
             rollbackQuietly()
             throw error
         }
+    }
+
+    /// Adds `settings` (transaction-local, like `SET LOCAL`) to the one `set_config` statement
+    /// that a lazily begun transaction sends in front of its first statement, so they cost no
+    /// statement of their own (docs/write-path.md "Round trips"). Returns false, and adds
+    /// nothing, when there is no such pending `BEGIN`: the transaction was not begun lazily or
+    /// has sent its first statement already; the caller then sends the settings itself.
+    public func addPendingSettings(_ settings: [(String, String)]) -> Bool {
+        guard var begin = pendingBegin, !settings.isEmpty else { return false }
+        pendingSettings += settings
+        let statement = PostgresStatement.localSettings(pendingSettings)
+        if begin.count > 1 { begin[1] = statement } else { begin.append(statement) }
+        pendingBegin = begin
+        return true
     }
 
     /// `ROLLBACK` when a transaction is open; errors ignored (a broken connection is discarded by

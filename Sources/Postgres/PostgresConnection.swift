@@ -23,10 +23,13 @@ public final class PostgresConnection {
     var deferred: [(channel: String, payload: String)]?
     /// `channel` + NUL + `payload` of each entry of `deferred` (duplicates dropped in O(1)).
     var deferredKeys: Set<String> = []
-    /// Named prepared statements of this session by statement text (see `pipeline`).
-    var preparedNames: [String: String] = [:]
+    /// Named prepared statements of this session by statement text (see `pipeline`), each
+    /// with the column layout of its last result.
+    var preparedNames: [String: PreparedStatement] = [:]
     /// `BEGIN` and settings of a lazily begun transaction, not sent yet.
     var pendingBegin: [PostgresStatement]?
+    /// The settings of `pendingBegin`'s `set_config` statement (see `addPendingSettings`).
+    var pendingSettings: [(String, String)] = []
     /// Set when a pipeline sent the transaction's `COMMIT` (`pipeline(_:commit: true)`).
     var committedInPipeline = false
     /// Set when the pipeline carrying a lazy `BEGIN` found the connection broken.
@@ -36,6 +39,11 @@ public final class PostgresConnection {
     /// pipeline counts one): the measure behind the write path's round-trip budget
     /// (docs/write-path.md). Read it from the thread that uses the connection.
     public internal(set) var roundTrips = 0
+    /// Statements this session sent so far (each `PQexec*` call and each statement of a
+    /// pipeline, `BEGIN` and `COMMIT` included; prepares not counted): every statement costs the
+    /// server an executor start-up whatever round trip it rides in (docs/write-path.md "Round
+    /// trips"). Read it from the thread that uses the connection.
+    public internal(set) var statementsSent = 0
     /// A free-form name of the current transaction's purpose (e.g. `"update"`), reported to the
     /// transaction observer (`PostgresInstrumentation`); cleared when the transaction ends.
     public var transactionLabel: String?
@@ -132,6 +140,7 @@ public final class PostgresConnection {
         }
         if pendingBegin != nil { _ = try pipeline([]).get() }
         roundTrips += 1
+        statementsSent += 1
         try check(PQexec(conn, sql), conn).map { PQclear($0) }
     }
 
@@ -173,31 +182,32 @@ public final class PostgresConnection {
             throw PostgresError(kind: .query, message: "too many parameters (\(params.count) > 65535)")
         }
         let texts: [String?] = params.map { $0?.postgresText ?? nil }
-        if sql.utf8.contains(0) || texts.contains(where: { $0?.utf8.contains(0) == true }) {
-            throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
-        }
         let cStrings = texts.map { $0.flatMap { strdup($0) } }
         defer { for s in cStrings { free(s) } }
+        if Self.containsNUL(texts, cStrings) || (preparedNames[sql] == nil && sql.utf8.contains(0)) {
+            throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
+        }
         let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
         // Parameterised statements are prepared once per session (cached by text, see `pipeline`).
-        var name = preparedNames[sql]
-        if name == nil, !params.isEmpty, preparedNames.count < Self.preparedCacheLimit {
-            let n = "lr_\(preparedNames.count)"
+        var prepared = preparedNames[sql]
+        if prepared == nil, !params.isEmpty, preparedNames.count < Self.preparedCacheLimit {
+            let p = PreparedStatement(name: "lr_\(preparedNames.count)")
             roundTrips += 1
-            try check(PQprepare(conn, n, sql, 0, nil), conn).map { PQclear($0) }
-            preparedNames[sql] = n
-            name = n
+            try check(PQprepare(conn, p.name, sql, 0, nil), conn).map { PQclear($0) }
+            preparedNames[sql] = p
+            prepared = p
         }
         roundTrips += 1
+        statementsSent += 1
         let result = pointers.withUnsafeBufferPointer { buffer in
-            if let name { return PQexecPrepared(conn, name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
+            if let prepared { return PQexecPrepared(conn, prepared.name, Int32(buffer.count), buffer.baseAddress, nil, nil, 0) }
             return PQexecParams(conn, sql, Int32(buffer.count), nil, buffer.baseAddress, nil, nil, 0)
         }
         guard let res = try check(result, conn) else {
             throw PostgresError(kind: .connection, message: "no result from server")
         }
         defer { PQclear(res) }
-        return PostgresResult(rows: Self.rows(of: res), affected: Int(String(cString: PQcmdTuples(res))) ?? 0)
+        return PostgresResult(rows: Self.rows(of: res, statement: prepared), affected: Int(String(cString: PQcmdTuples(res))) ?? 0)
     }
 
     /// Returns the successful result (caller clears it) or clears it and throws.
@@ -237,10 +247,21 @@ public final class PostgresConnection {
             sqlState: sqlState, constraint: field(cshim_pg_diag_constraint_name()))
     }
 
-    static func rows(of res: OpaquePointer) -> [PostgresRow] {
+    /// The rows of `res`. With `statement` (the prepared statement `res` came from), its
+    /// cached column layout is reused when the result has the same column names (a prepared
+    /// statement's result columns change only if the schema under it does), and replaced
+    /// otherwise; building a layout hashes every column name (docs/write-path.md "The API
+    /// process").
+    static func rows(of res: OpaquePointer, statement: PreparedStatement? = nil) -> [PostgresRow] {
         let rowCount = PQntuples(res)
         let fieldCount = PQnfields(res)
-        let layout = PostgresColumnLayout((0..<fieldCount).map { String(cString: PQfname(res, $0)) })
+        let layout: PostgresColumnLayout
+        if let cached = statement?.layout, cached.matches(res, fieldCount: fieldCount) {
+            layout = cached
+        } else {
+            layout = PostgresColumnLayout((0..<fieldCount).map { String(cString: PQfname(res, $0)) })
+            statement?.layout = layout
+        }
         var rows: [PostgresRow] = []
         rows.reserveCapacity(Int(rowCount))
         for r in 0..<rowCount {
@@ -250,6 +271,17 @@ public final class PostgresConnection {
             rows.append(PostgresRow(layout: layout, values: values))
         }
         return rows
+    }
+
+    /// True when a parameter holds a NUL byte, which a C string cannot carry: `cStrings[i]`
+    /// (`strdup` of `texts[i]`) then ends before the text does. `strlen` scans with the C
+    /// library's vector code; the text's UTF-8 count is stored for a native string.
+    static func containsNUL(_ texts: [String?], _ cStrings: [UnsafeMutablePointer<CChar>?]) -> Bool {
+        for (text, c) in zip(texts, cStrings) {
+            guard let text, let c else { continue }
+            if strlen(c) != text.utf8.count { return true }
+        }
+        return false
     }
 
     private static func parameter(_ conn: OpaquePointer, _ name: String) -> String? {

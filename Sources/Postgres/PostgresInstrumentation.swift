@@ -5,6 +5,9 @@ import Foundation
 public struct PostgresTransactionReport: Sendable {
     /// Round trips made inside the transaction (see `PostgresConnection.roundTrips`).
     public let roundTrips: Int
+    /// Statements sent inside the transaction, `BEGIN` and `COMMIT` included (see
+    /// `PostgresConnection.statementsSent`).
+    public let statements: Int
     /// The `set_config` settings the transaction ran with, as given.
     public let settings: [(String, String)]
     /// `PostgresConnection.transactionLabel` as the body left it (nil when unset).

@@ -1,3 +1,4 @@
+import CLibPQ
 import Foundation
 
 /// One result row in text format: column names and raw values as the server printed them
@@ -149,4 +150,28 @@ final class PostgresColumnLayout: Sendable {
     }
 
     func index(of name: String) -> Int? { positions[name] }
+
+    /// True when result `res` has exactly these column names, in this order (`fieldCount` is
+    /// `PQnfields(res)`): compared as C strings, with no `String` built or hashed.
+    func matches(_ res: OpaquePointer, fieldCount: Int32) -> Bool {
+        guard names.count == Int(fieldCount) else { return false }
+        for (i, name) in names.enumerated() {
+            guard let field = PQfname(res, Int32(i)), name.withCString({ strcmp($0, field) }) == 0 else { return false }
+        }
+        return true
+    }
+}
+
+/// A statement text prepared on one session (`PQprepare`/`PQsendPrepare`): its server-side
+/// name, and the column layout of its last result, which the next result of the same statement
+/// reuses when its column names match (`PostgresConnection.rows(of:statement:)`). Used only by
+/// the thread that holds the connection.
+final class PreparedStatement {
+    /// The server-side name (`lr_<n>`).
+    let name: String
+    /// The column layout of the statement's last result with columns; nil before the first.
+    var layout: PostgresColumnLayout?
+
+    /// A statement prepared as `name`.
+    init(name: String) { self.name = name }
 }

@@ -43,6 +43,32 @@ final class JSONValueTests: XCTestCase {
         XCTAssertEqual(JSONValue.string("😀").serialized().count, 6)
     }
 
+    func testKeysSortByTheirUTF8BytesAndStringsEscapeEveryControlCharacter() throws {
+        // Keys: prefixes, the empty key, multi-byte UTF-8 above ASCII, and a bridged
+        // (non-native) string, which takes the slow comparison path.
+        let keys = ["", "a", "ab", "aB", "b", "z", "é", "éa", "😀", "\u{7F}", "A", String(NSString(string: "ä"))]
+        for a in keys {
+            for b in keys {
+                XCTAssertEqual(
+                    JSONValue.utf8Precedes(a, b), a.utf8.lexicographicallyPrecedes(b.utf8), "\(a.debugDescription) < \(b.debugDescription)")
+            }
+        }
+        var o: [String: JSONValue] = [:]
+        for (n, k) in keys.enumerated() { o[k] = .int(Int64(n)) }
+        let expected = keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+            .map { "\"\($0)\":\(keys.firstIndex(of: $0)!)" }.joined(separator: ",")
+        XCTAssertEqual(JSONValue.object(o).jsonString, "{" + expected + "}")
+        // Every control character, quote and backslash, at the start, middle and end of runs.
+        let specials: [UInt8: String] = [0x22: "\\\"", 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x08: "\\b", 0x0C: "\\f"]
+        for c in [UInt8](0..<0x20) + [0x22, 0x5C] {
+            let ch = String(UnicodeScalar(c))
+            let escaped = specials[c] ?? String(format: "\\u%04x", c)
+            XCTAssertEqual(JSONValue.string(ch + "ab" + ch + "é" + ch).jsonString, "\"" + escaped + "ab" + escaped + "é" + escaped + "\"")
+        }
+        XCTAssertEqual(JSONValue.string("").jsonString, "\"\"")
+        XCTAssertEqual(JSONValue.string("plain 😀 / text").jsonString, "\"plain 😀 / text\"")
+    }
+
     func testRandomDocumentsRoundTrip() throws {
         var rng = SplitMix64(seed: 42)
         for _ in 0..<2000 {

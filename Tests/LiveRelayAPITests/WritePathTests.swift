@@ -19,9 +19,14 @@ final class WritePathTests: XCTestCase {
 
     /// Round trips of the transactions labelled `label` that `body` ran (the write's own).
     func roundTrips(_ label: String, _ body: () -> Void) -> [Int] {
-        let seen = Locked<[Int]>([])
+        reports(label, body).map(\.roundTrips)
+    }
+
+    /// The committed transactions labelled `label` that `body` ran.
+    func reports(_ label: String, _ body: () -> Void) -> [PostgresTransactionReport] {
+        let seen = Locked<[PostgresTransactionReport]>([])
         PostgresInstrumentation.setObserver { r in
-            if r.label == label && r.committed { seen.withLock { $0.append(r.roundTrips) } }
+            if r.label == label && r.committed { seen.withLock { $0.append(r) } }
         }
         body()
         PostgresInstrumentation.setObserver(nil)
@@ -54,6 +59,38 @@ final class WritePathTests: XCTestCase {
             XCTAssertLessThanOrEqual(counts.first ?? 99, 4, "\(name): round trips inside the transaction")
         }
         XCTAssertEqual(update, [3], "update: reads, writes, stored response + COMMIT")
+    }
+
+    /// Each statement costs the server an executor start-up in whatever round trip it rides, so
+    /// the update's statements are counted too: BEGIN and one set_config statement (the
+    /// tenant's settings and the writer's), the target, its queued operations, the idempotency
+    /// claim and the quota counters; the target's new state, the operation, the supersede of
+    /// the queued update it replaces and the head refresh; the stored response and COMMIT.
+    func testAnUpdateReplacingAQueuedUpdateSendsTwelveStatements() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let target = w.start()
+        XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
+        let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
+        XCTAssertEqual(update.map(\.statements), [12])
+        XCTAssertEqual(update.map(\.roundTrips), [3])
+        // The writer's settings were in force for the write: the queued update it replaced is
+        // superseded by it, the quota counters hold one unit per queued operation, and the head
+        // names the first queued operation (what the writer keeps itself, migrations 0040/0041).
+        let (rows, head, reserved) = try env.db.system { c in
+            (
+                try c.query("SELECT id, status, superseded_by FROM operations WHERE target_id = $1 AND kind = 'update' ORDER BY seq", [target]),
+                try c.query(
+                    "SELECT (SELECT operation_id FROM dispatch_heads WHERE target_id = $1) = (SELECT id FROM operations WHERE target_id = $1 AND status IN ('queued', 'sending') ORDER BY seq LIMIT 1) AS ok",
+                    [target])[0].bool("ok"),
+                try c.query("SELECT COALESCE(sum(reserved), 0)::int AS n FROM push_quota WHERE tenant_id = $1", [w.tenant.id])[0].int("n")
+            )
+        }
+        XCTAssertEqual(rows.count, 2)
+        XCTAssertEqual(try rows[0].string("status"), "superseded")
+        XCTAssertEqual(try rows[0].optionalString("superseded_by"), try rows[1].string("id"))
+        XCTAssertEqual(try rows[1].string("status"), "queued")
+        XCTAssertTrue(head)
+        XCTAssertEqual(reserved, 2, "the start and the newest update")
     }
 
     /// docs/delivery.md "Claims at commit": with a dispatcher of this process lending a slot, an

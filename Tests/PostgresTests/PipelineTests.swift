@@ -36,6 +36,46 @@ final class PipelineTests: XCTestCase {
         XCTAssertEqual(names, 2, "the server holds exactly the cached statements")
     }
 
+    func testAParameterWithANULByteIsRefusedBeforeAnythingIsSent() throws {
+        let c = try db.connect()
+        defer { c.close() }
+        try c.simpleQuery("CREATE TABLE t (v text)")
+        let before = c.roundTrips
+        for bad in ["a\u{0}b", "\u{0}", "ünï\u{0}"] {
+            XCTAssertThrowsError(try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1)", [bad])])) {
+                XCTAssertEqual(($0 as? PostgresError)?.kind, .query, "pipeline: \(bad.debugDescription)")
+            }
+            XCTAssertThrowsError(try c.execute("INSERT INTO t VALUES ($1)", [bad])) {
+                XCTAssertEqual(($0 as? PostgresError)?.kind, .query, "execute: \(bad.debugDescription)")
+            }
+        }
+        XCTAssertEqual(c.roundTrips, before, "refused before any round trip")
+        // Multi-byte UTF-8 and empty texts are not mistaken for a NUL byte.
+        _ = try c.pipeline([PostgresStatement("INSERT INTO t VALUES ($1), ($2)", ["ünï 🌍", ""])]).get()
+        XCTAssertEqual(try c.query("SELECT v FROM t ORDER BY v").map { try $0.string("v") }, ["", "ünï 🌍"])
+    }
+
+    func testAPreparedStatementReusesItsColumnLayoutOnlyWhileTheNamesMatch() throws {
+        let c = try db.connect()
+        defer { c.close() }
+        let sql = "SELECT $1::int AS a, $2::text AS b"
+        let first = try c.pipeline([PostgresStatement(sql, [1, "x"])]).get()[0].rows[0]
+        let second = try c.query(sql, [2, "y"])[0]
+        XCTAssertTrue(first.layout === second.layout, "the second result reuses the first's layout")
+        XCTAssertEqual(try second.int("a"), 2)
+        XCTAssertEqual(try second.string("b"), "y")
+        // A cached layout whose names differ from the result's is replaced, never trusted.
+        let stale = PostgresColumnLayout(["a", "z"])
+        c.preparedNames[sql]?.layout = stale
+        let third = try c.pipeline([PostgresStatement(sql, [3, "w"])]).get()[0].rows[0]
+        XCTAssertFalse(third.layout === stale)
+        XCTAssertEqual(third.columns, ["a", "b"])
+        XCTAssertEqual(try third.string("b"), "w")
+        XCTAssertTrue(c.preparedNames[sql]?.layout === third.layout)
+        c.preparedNames[sql]?.layout = PostgresColumnLayout(["a"])
+        XCTAssertEqual(try c.query(sql, [4, "v"])[0].columns, ["a", "b"], "a different column count is replaced too")
+    }
+
     func testFailureStopsThePipelineAndNamesTheStatement() throws {
         let c = try db.connect()
         defer { c.close() }
@@ -87,5 +127,28 @@ final class PipelineTests: XCTestCase {
         let before = c.roundTrips
         try c.transaction(lazyBegin: true) { _ in }
         XCTAssertEqual(c.roundTrips, before)
+    }
+
+    func testSettingsAddedBeforeTheFirstStatementRideInTheBeginsOneStatement() throws {
+        let c = try db.connect()
+        defer { c.close() }
+        try c.transaction(settings: [("app.a", "1")], lazyBegin: true) { c in
+            XCTAssertTrue(c.addPendingSettings([("app.b", "2"), ("app.c", "3")]))
+            XCTAssertEqual(c.pendingBegin?.count, 2, "BEGIN and one set_config statement")
+            let before = c.roundTrips
+            let r = try c.query("SELECT current_setting('app.a') || current_setting('app.b') || current_setting('app.c') AS v")
+            XCTAssertEqual(try r[0].string("v"), "123")
+            XCTAssertEqual(c.roundTrips - before, 1)
+            XCTAssertFalse(c.addPendingSettings([("app.d", "4")]), "the BEGIN has been sent")
+            XCTAssertEqual(try c.query("SELECT current_setting('app.d', true) AS v")[0].optionalString("v") ?? "", "")
+        }
+        // Without settings of its own, a lazy transaction gains the set_config statement.
+        try c.transaction(lazyBegin: true) { c in
+            XCTAssertTrue(c.addPendingSettings([("app.b", "x")]))
+            XCTAssertEqual(try c.query("SELECT current_setting('app.b') AS v")[0].string("v"), "x")
+        }
+        // Transaction-local: gone after the commit; a transaction begun at once takes none.
+        XCTAssertEqual(try c.query("SELECT current_setting('app.b', true) AS v")[0].optionalString("v") ?? "", "")
+        try c.transaction(lazyBegin: false) { c in XCTAssertFalse(c.addPendingSettings([("app.b", "y")])) }
     }
 }
