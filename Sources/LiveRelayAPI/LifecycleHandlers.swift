@@ -83,6 +83,36 @@ enum LifecycleHandlers {
         throw outcome.failure?.error ?? PostgresError(kind: .decoding, message: "pipeline result \(index) missing")
     }
 
+    /// Where a write's quota reading comes from (docs/write-path.md "The quota read only near
+    /// the limit"): the counters read in round trip 1 (`index`: that read's place in the
+    /// pipeline), or, when this process read the day's counters less than a second ago and
+    /// found it far from its limit, that reading (`QuotaHints`). The hint only sends the write
+    /// down the fast path, whose re-read after reserving keeps the limit.
+    struct QuotaRead {
+        let tenant: String
+        let day: String
+        let hint: QuotaHints.Reading?
+        let index: Int?
+
+        /// Takes a hint for `tenant`'s `day`; without one, appends the read to `reads`.
+        static func plan(tenant: String, day: String, into reads: inout [PostgresStatement]) -> QuotaRead {
+            if let hint = QuotaHints.shared.far(tenantId: tenant, day: day) {
+                return QuotaRead(tenant: tenant, day: day, hint: hint, index: nil)
+            }
+            reads.append(WritePath.readQuota(tenantId: tenant, day: day))
+            return QuotaRead(tenant: tenant, day: day, hint: nil, index: reads.count - 1)
+        }
+
+        /// The reading: the hint, or the read's result in `r1`, recorded as this process's latest.
+        /// - Throws: the pipeline's failure when the read did not run; `.decoding` on a bad row.
+        func reading(_ r1: PostgresPipelineOutcome) throws -> QuotaHints.Reading {
+            if let hint { return hint }
+            let q = try WritePath.quota(result(r1, index ?? -1))
+            QuotaHints.shared.record(tenantId: tenant, day: day, q)
+            return q
+        }
+    }
+
     /// Rule 8 quota (state-bearing writes) from the day's counters read in round trip 1:
     /// `429 QUOTA_EXCEEDED` when used up. Far from the limit the reservation is checked again
     /// after it is made (`needsRecheck`, in round trip 2); near it, or when that re-check
@@ -99,6 +129,7 @@ enum LifecycleHandlers {
         try WriteRules.checkQuota(limit: q.limit, reserved: q.reserved, used: q.used, now: now)
         if !exact && QuotaStore.worthFastPath(limit: q.limit, reserved: q.reserved, used: q.used) { return true }
         let e = try QuotaStore.lockAll(c, tenantId: tenant, day: day)
+        QuotaHints.shared.record(tenantId: tenant, day: day, e)
         try WriteRules.checkQuota(limit: e.limit, reserved: e.reserved, used: e.used, now: now)
         // Only the exact path can take the day's last unit: `quota.exhausted` is recorded (in
         // this transaction, once per day) when this write's reservation uses it up.
@@ -113,8 +144,10 @@ enum LifecycleHandlers {
     /// The round trip 2 re-check of the fast quota path (see `checkQuota`): when other
     /// sessions' uncommitted reservations could push the day past its limit, the transaction
     /// is run again (SQLSTATE 40001 → `PostgresPool.transaction` retries) on the exact path.
-    static func recheckQuota(_ r: PostgresResult, exactNext: inout Bool) throws {
+    /// The reading is recorded as this process's latest for `tenant`'s `day` (`QuotaHints`).
+    static func recheckQuota(_ r: PostgresResult, tenant: String, day: String, exactNext: inout Bool) throws {
         let q = try WritePath.quota(r)
+        QuotaHints.shared.record(tenantId: tenant, day: day, q)
         if !QuotaStore.fastPathAllows(limit: q.limit, reserved: q.reserved, used: q.used) {
             exactNext = true
             throw PostgresError(kind: .query, message: "quota near its limit: checking exactly", sqlState: "40001")
@@ -163,8 +196,10 @@ enum LifecycleHandlers {
             c.transactionLabel = "start"
             // Round trip 1: claim (rule 3), the start target (shared lock), the quota counters,
             // and the business instance's lock and holder when one is named.
-            var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId), WritePath.readQuota(tenantId: tenant, day: day)]
+            var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId)]
+            let quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
             let business = s.businessKey.flatMap { bk in s.businessGeneration.map { (bk, $0) } }
+            let holderIndex = reads.count + 1
             if let (bk, bg) = business {
                 reads += [
                     WritePath.lockBusiness(tenantId: tenant, key: bk, generation: bg),
@@ -200,7 +235,7 @@ enum LifecycleHandlers {
                         installationId: st.installationId, appId: st.appId, activityType: st.activityType, attributesType: st.attributesType,
                         schema: st.schema), localStart: false)
             }
-            if let (bk, bg) = business, try WritePath.holder(result(r1, 4)) != nil,
+            if let (bk, bg) = business, try WritePath.holder(result(r1, holderIndex)) != nil,
                 let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg)
             {
                 // The conflict path only: one more read to decide whether the caller may see the holder.
@@ -220,7 +255,7 @@ enum LifecycleHandlers {
                     staleAt: s.options.staleAt, relevanceScore: s.options.relevanceScore, dismissAt: nil,
                     attributesType: st.attributesType, businessKey: s.businessKey), now: now)
             try TenantCapStore.evaluate(result(r1, capIndex), .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant)
-            let recheck = try checkQuota(c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 2)), exact: exactQuota, now: now)
+            let recheck = try checkQuota(c, tenant: tenant, day: day, read: quota.reading(r1), exact: exactQuota, now: now)
             // Round trip 2: the target, its start operation (claimed at commit when a dispatcher
             // of this process lends a slot: docs/delivery.md "Claims at commit"), the quota re-check.
             let opId = Identifier.make(.operation)
@@ -256,7 +291,7 @@ enum LifecycleHandlers {
             // Further statements of this write (e.g. event rows) join `writes` here.
             let r2 = try c.pipeline(writes).get()
             let target = try WritePath.updatedTarget(r2[first + (join == nil ? 0 : 2)]), op = try WritePath.operation(r2[first + 1])
-            if recheck { try recheckQuota(r2[quotaIndex], exactNext: &exactQuota) }
+            if recheck { try recheckQuota(r2[quotaIndex], tenant: tenant, day: day, exactNext: &exactQuota) }
             let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: targetId) ?? []
             try WritePath.notify(c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: [], targetChanged: nil)
             return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit)
@@ -283,15 +318,20 @@ enum LifecycleHandlers {
 
     /// Round trip 1 of update and end: the locked target with its platform, its queued
     /// operations, and — when the body's shape is valid — the idempotency claim and the quota
-    /// counters. Rule 1 (coverage) is decided from it before rule 2 (`shape`) and rule 3.
+    /// counters (unless a recent reading stands in for them: `QuotaRead`). Rule 1 (coverage) is
+    /// decided from it before rule 2 (`shape`) and rule 3.
     static func readTarget(
         _ c: PostgresConnection, tenant: String, targetId: String, claim: PostgresStatement?, day: String
     )
-        throws -> PostgresPipelineOutcome
+        throws -> (PostgresPipelineOutcome, QuotaRead?)
     {
         var reads = [WritePath.lockTarget(tenantId: tenant, id: targetId), WritePath.lockQueued(tenantId: tenant, targetId: targetId)]
-        if let claim { reads += [claim, WritePath.readQuota(tenantId: tenant, day: day)] }
-        return try c.pipeline(reads)
+        var quota: QuotaRead?
+        if let claim {
+            reads.append(claim)
+            quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
+        }
+        return (try c.pipeline(reads), quota)
     }
 
     /// What round trip 1 of an update or an end established (`lockForWrite`): its results, the
@@ -302,6 +342,8 @@ enum LifecycleHandlers {
         let platform: String
         let request: Request
         let idem: Idempotency
+        /// The day's quota reading (round trip 1's read or a recent reading).
+        let quota: QuotaRead
         /// The id of the operation this write inserts, made before the transaction.
         var operationId = ""
         /// True when the write's `BEGIN` carried the settings naming `operationId` as the head
@@ -326,14 +368,14 @@ enum LifecycleHandlers {
         _ c: PostgresConnection, tenant: String, targetId: String, scope: SenderScope?, action: TargetAction,
         shape: Result<Request, Error>, idem: Idempotency?, day: String
     ) throws -> WriteStart<Request> {
-        let r1 = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
+        let (r1, quota) = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
         let locked = try WritePath.target(result(r1, 0))
         let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: action)
         let request = try shape.get()
-        guard let idem else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
+        guard let idem, let quota else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
         if let replay = try idem.replay(r1, at: 2) { return .replay(replay) }
         try ChannelJoin.checkNotMember(t)
-        return .locked(LockedWrite(reads: r1, target: t, platform: locked!.platform, request: request, idem: idem))
+        return .locked(LockedWrite(reads: r1, target: t, platform: locked!.platform, request: request, idem: idem, quota: quota))
     }
 
     /// The skeleton of an update or an end (docs/write-semantics.md rule order, docs/write-path.md
@@ -406,7 +448,7 @@ enum LifecycleHandlers {
                     staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
             let victims = WriteRules.supersededOperations(by: .update, hasState: true, queued: try WritePath.queued(result(r1, 1)))
             let recheck = try checkQuota(
-                c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now,
+                c, tenant: tenant, day: day, read: w.quota.reading(r1), exact: exactQuota, now: now,
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             let opId = w.operationId
             var opts = u.options
@@ -500,7 +542,7 @@ enum LifecycleHandlers {
                     event: .end, targetId: t.id, revision: t.revision + 1, templateVersion: t.templateVersion ?? "", state: state, alert: nil,
                     staleAt: t.staleAt, relevanceScore: t.relevanceScore, dismissAt: e.dismissAt), now: now)
             let recheck = try checkQuota(
-                c, tenant: tenant, day: day, read: WritePath.quota(result(r1, 3)), exact: exactQuota, now: now,
+                c, tenant: tenant, day: day, read: w.quota.reading(r1), exact: exactQuota, now: now,
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             return try queueEnd(
                 c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, victims: victims,
@@ -584,7 +626,7 @@ enum LifecycleHandlers {
         // Further statements of this write (e.g. event rows) join `writes` here.
         let r2 = try c.pipeline(writes).get()
         let target = try WritePath.appliedTarget(r2[targetIndex], to: t), op = try WritePath.operation(r2[targetIndex + 1])
-        if recheckDay != nil { try recheckQuota(r2[quotaIndex], exactNext: &exactNext) }
+        if let recheckDay { try recheckQuota(r2[quotaIndex], tenant: tenant, day: recheckDay, exactNext: &exactNext) }
         let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: t.id) ?? []
         try WritePath.notify(
             c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,

@@ -91,6 +91,9 @@ enum OperatorHandlers {
             if before.status != t.status { try CredentialLookup.announceInvalidation(c, subject: "tenant:\(id)") }
             return t
         }
+        // A new limit applies to this process's next write at once; other processes' readings
+        // stand in for at most QuotaHints.maxAgeSeconds, and only far from the limit.
+        if quota != nil { QuotaHints.shared.forget(tenantId: id) }
         return .json(200, Encode.tenant(t))
     }
 }

@@ -222,6 +222,13 @@ public enum QuotaStore {
         reserved + used + Int64(shards - 1) <= limit
     }
 
+    /// Whether a reading leaves the day far enough from its limit for a write to skip the read
+    /// of round trip 1 and rely on the re-read after reserving (`QuotaHints`): reserved and used
+    /// units, with two units per shard of room, at most half of the limit.
+    public static func farFromLimit(limit: Int64, reserved: Int64, used: Int64) -> Bool {
+        reserved + used + 2 * Int64(shards) <= limit / 2
+    }
+
     /// Whether a read taken BEFORE reserving leaves room to try the fast path (else lock).
     public static func worthFastPath(limit: Int64, reserved: Int64, used: Int64) -> Bool {
         reserved + used + Int64(shards) <= limit

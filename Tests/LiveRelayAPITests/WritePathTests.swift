@@ -65,14 +65,21 @@ final class WritePathTests: XCTestCase {
     /// the update's statements are counted too: BEGIN and one set_config statement (the
     /// tenant's settings and the writer's), the target, its queued operations, the idempotency
     /// claim and the quota counters; the target's new state, the operation, the supersede of
-    /// the queued update it replaces and the head refresh; the stored response and COMMIT.
-    func testAnUpdateReplacingAQueuedUpdateSendsTwelveStatements() throws {
+    /// the queued update it replaces and the head refresh; the stored response and COMMIT. The
+    /// quota read is left out when a recent reading of this process stands in for it.
+    func testAnUpdateReplacingAQueuedUpdateSendsTwelveStatementsAndElevenWithARecentQuotaReading() throws {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let target = w.start()
         XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
+        QuotaHints.shared.forget(tenantId: w.tenant.id)
         let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
         XCTAssertEqual(update.map(\.statements), [12])
         XCTAssertEqual(update.map(\.roundTrips), [3])
+        // The reading that update took stands in for the next one's read (docs/write-path.md
+        // "The quota read only near the limit"); it reserves no unit, so it re-reads nothing.
+        let next = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
+        XCTAssertEqual(next.map(\.statements), [11])
+        XCTAssertEqual(next.map(\.roundTrips), [3])
         // The writer's settings were in force for the write: the queued update it replaced is
         // superseded by it, the quota counters hold one unit per queued operation, and the head
         // names the first queued operation (what the writer keeps itself, migrations 0040/0041).
@@ -85,10 +92,9 @@ final class WritePathTests: XCTestCase {
                 try c.query("SELECT COALESCE(sum(reserved), 0)::int AS n FROM push_quota WHERE tenant_id = $1", [w.tenant.id])[0].int("n")
             )
         }
-        XCTAssertEqual(rows.count, 2)
-        XCTAssertEqual(try rows[0].string("status"), "superseded")
+        XCTAssertEqual(try rows.map { try $0.string("status") }, ["superseded", "superseded", "queued"])
         XCTAssertEqual(try rows[0].optionalString("superseded_by"), try rows[1].string("id"))
-        XCTAssertEqual(try rows[1].string("status"), "queued")
+        XCTAssertEqual(try rows[1].optionalString("superseded_by"), try rows[2].string("id"))
         XCTAssertTrue(head)
         XCTAssertEqual(reserved, 2, "the start and the newest update")
     }
@@ -267,6 +273,45 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(over.errorCode, "QUOTA_EXCEEDED")
         XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
     }
+    /// A recent reading only chooses the fast path; the re-read after reserving keeps the limit.
+    /// With a reading that claims the day is empty while its counters say one unit is left, the
+    /// write that takes the last unit is accepted and records `quota.exhausted`, and the next
+    /// writes (an update adding a unit, a start) get 429, however wrong the reading.
+    func testAWrongQuotaReadingCostsARetryNeverAnOvershoot() throws {
+        let quota: Int64 = 1000
+        let w = try LifecycleWorld.make(env, quota: quota)
+        let day = QuotaStore.day(Date())
+        let t = w.start()  // unit 1 (its operation stays queued)
+        let other = w.start()  // unit 2
+        // 997 more units of the day, as if reserved by other sessions.
+        try env.db.system { c in
+            try c.execute(
+                "INSERT INTO push_quota (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, 63, 0, 997) ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = push_quota.used + 997",
+                [w.tenant.id, day])
+        }
+        let empty: QuotaHints.Reading = (limit: quota, reserved: 0, used: 0)
+        QuotaHints.shared.record(tenantId: w.tenant.id, day: day, empty)
+        XCTAssertNotNil(QuotaHints.shared.far(tenantId: w.tenant.id, day: day), "the wrong reading is in force")
+        XCTAssertEqual(w.update(t, ["eta": 1], revision: 1).status, 202, "unit 1000, taken on the exact path after the re-read")
+        let events = try env.db.system { c in
+            try c.query("SELECT count(*) AS n FROM events WHERE tenant_id = $1 AND type = 'quota.exhausted'", [w.tenant.id])[0].int("n")
+        }
+        XCTAssertEqual(events, 1)
+        QuotaHints.shared.record(tenantId: w.tenant.id, day: day, empty)
+        let over = w.update(other, ["eta": 1], revision: 1)
+        XCTAssertEqual(over.status, 429, over.text)
+        XCTAssertEqual(over.errorCode, "QUOTA_EXCEEDED")
+        QuotaHints.shared.record(tenantId: w.tenant.id, day: day, empty)
+        let start = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(), as: w.sender.credential)
+        XCTAssertEqual(start.status, 429, start.text)
+        let reserved = try env.db.system { c in
+            try c.query("SELECT (sum(reserved) + sum(used))::int AS n FROM push_quota WHERE tenant_id = $1 AND day = $2::date", [w.tenant.id, day])[0]
+                .int("n")
+        }
+        XCTAssertEqual(reserved, Int(quota), "exactly the limit, not one more")
+    }
+
+    /// Concurrent starts against a quota above the fast path's margin: exactly `quota` are
     /// accepted, whatever the interleaving, and the counters match the operations.
     func testConcurrentStartsNeverOvershootTheQuota() throws {
         let quota = 90
