@@ -446,7 +446,8 @@ enum LifecycleHandlers {
                 DeliveryPayload.Content(
                     event: .update, targetId: t.id, revision: revision, templateVersion: t.templateVersion ?? "", state: u.state, alert: u.alert,
                     staleAt: u.options.staleAt ?? t.staleAt, relevanceScore: u.options.relevanceScore ?? t.relevanceScore, dismissAt: nil), now: now)
-            let victims = WriteRules.supersededOperations(by: .update, hasState: true, queued: try WritePath.queued(result(r1, 1)))
+            let queued = try WritePath.queued(result(r1, 1))
+            let victims = WriteRules.supersededOperations(by: .update, hasState: true, queued: queued)
             let recheck = try checkQuota(
                 c, tenant: tenant, day: day, read: w.quota.reading(r1), exact: exactQuota, now: now,
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
@@ -462,8 +463,8 @@ enum LifecycleHandlers {
                 operation: OperationStore.New(
                     id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
                     consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
-                victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactQuota, targetChanged: false,
-                writerSettingsSent: w.writerSettingsSent, idem: w.idem)
+                victims: victims, keepsHead: WriteRules.keepsHead(queued: queued, victims: victims), recheckDay: recheck ? day : nil,
+                exactNext: &exactQuota, targetChanged: false, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
         }
     }
 
@@ -513,7 +514,9 @@ enum LifecycleHandlers {
             let (r1, t, e) = (w.reads, w.target, w.request)
             let opId = w.operationId
             // What the end supersedes (every queued update and older end, with or without state).
-            let victims = WriteRules.supersededOperations(by: .end, hasState: e.state != nil, queued: try WritePath.queued(result(r1, 1)))
+            let queued = try WritePath.queued(result(r1, 1))
+            let victims = WriteRules.supersededOperations(by: .end, hasState: e.state != nil, queued: queued)
+            let keepsHead = WriteRules.keepsHead(queued: queued, victims: victims)
             guard let state = e.state else {
                 // Rule 9: cleanup. Already over → 200 with a cancelled operation that sends nothing.
                 if t.status.isTerminal {
@@ -530,7 +533,7 @@ enum LifecycleHandlers {
                     return try finish(c, tenant: tenant, w.idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
                 }
                 return try queueEnd(
-                    c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, victims: victims,
+                    c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, victims: victims, keepsHead: keepsHead,
                     day: nil, recheck: false, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
@@ -545,7 +548,7 @@ enum LifecycleHandlers {
                 c, tenant: tenant, day: day, read: w.quota.reading(r1), exact: exactQuota, now: now,
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             return try queueEnd(
-                c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, victims: victims,
+                c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, victims: victims, keepsHead: keepsHead,
                 day: day, recheck: recheck, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
         }
     }
@@ -556,7 +559,7 @@ enum LifecycleHandlers {
     /// marked, then the response is stored and the transaction commits.
     static func queueEnd(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
-        scope: SenderScope?, victims: [QueuedOperation], day: String?, recheck: Bool, exactNext: inout Bool,
+        scope: SenderScope?, victims: [QueuedOperation], keepsHead: Bool, day: String?, recheck: Bool, exactNext: inout Bool,
         writerSettingsSent: Bool, idem: Idempotency
     ) throws -> HTTPResponse {
         let revision = state == nil ? t.revision : t.revision + 1
@@ -572,7 +575,7 @@ enum LifecycleHandlers {
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
                 options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
                 consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey),
-            victims: victims, recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true,
+            victims: victims, keepsHead: keepsHead, recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true,
             writerSettingsSent: writerSettingsSent, idem: idem)
     }
 
@@ -583,14 +586,16 @@ enum LifecycleHandlers {
     /// the net change of the quota counters (docs/write-path.md "Quota kept by the writer"), and
     /// the fast path's quota re-check when `recheckDay` is set and the write reserves a unit of
     /// that day; then the stored `202` response and `COMMIT`. The wake-ups name the operation,
-    /// its victims and, when `targetChanged` (its status), the target. `writerSettingsSent`: the
+    /// its victims and, when `targetChanged` (its status), the target. `keepsHead`: the write
+    /// leaves the target's first queued operation in place (`WriteRules.keepsHead`), so its head
+    /// stays as it is and is not refreshed. `writerSettingsSent`: the
     /// transaction's `BEGIN` already named the operation as head and quota writer
     /// (`LockedWrite.writerSettingsSent`), so only a claim's settings need a statement.
     /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
     static func commitQueued(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
-        operation: OperationStore.New, victims: [QueuedOperation], recheckDay: String?, exactNext: inout Bool,
+        operation: OperationStore.New, victims: [QueuedOperation], keepsHead: Bool = false, recheckDay: String?, exactNext: inout Bool,
         targetChanged: Bool, writerSettingsSent: Bool = false, idem: Idempotency
     ) throws -> HTTPResponse {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
@@ -618,7 +623,8 @@ enum LifecycleHandlers {
         let recheckDay = recheckDay.flatMap { d in changes.contains { $0.day == d && $0.change > 0 } ? d : nil }
         // With a claim at commit the claim settles the head: its trigger deletes the row when it
         // takes the operation, and `CommitClaim.read` refreshes the head when it does not.
-        if claim == nil { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id)) }
+        // A write that keeps the first queued operation cannot change the head (`keepsHead`).
+        if claim == nil && !keepsHead { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id)) }
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
         let claimIndex = writes.count - 1
         let quotaIndex = writes.count

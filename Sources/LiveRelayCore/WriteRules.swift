@@ -104,6 +104,18 @@ public enum WriteRules {
         supersededOperations(by: kind, hasState: hasState, queued: queued).map(\.id)
     }
 
+    /// Whether a write leaves its target's dispatch head as it was, so that it need not refresh
+    /// it (docs/write-path.md "A head the write cannot change"). The head is the target's first
+    /// queued or sending operation by `seq`. The write appends an operation after every existing
+    /// one and supersedes `victims`, some of `queued` (the target's queued operations in `seq`
+    /// order, locked by the write). When the first of `queued` is not a victim, it and every
+    /// operation before it (sending ones, which the write does not touch) stay where they were.
+    /// - Returns: true when `queued` is not empty and its first operation is not in `victims`.
+    public static func keepsHead(queued: [QueuedOperation], victims: [QueuedOperation]) -> Bool {
+        guard let first = queued.first else { return false }
+        return !victims.contains { $0.id == first.id }
+    }
+
     /// The operations of `queued` that `superseded(by:hasState:queued:)` names, in queue order.
     public static func supersededOperations(by kind: PushEvent, hasState: Bool, queued: [QueuedOperation]) -> [QueuedOperation] {
         queued.filter { q in

@@ -65,12 +65,17 @@ final class WritePathTests: XCTestCase {
     /// the update's statements are counted too: BEGIN and one set_config statement (the
     /// tenant's settings and the writer's), the target, its queued operations, the idempotency
     /// claim and the quota counters; the target's new state, the operation, the supersede of
-    /// the queued update it replaces and the head refresh; the stored response and COMMIT. The
-    /// quota read is left out when a recent reading of this process stands in for it.
+    /// the queued update it replaces (the first queued operation) and the head refresh; the
+    /// stored response and COMMIT. The quota read is left out when a recent reading of this
+    /// process stands in for it.
     func testAnUpdateReplacingAQueuedUpdateSendsTwelveStatementsAndElevenWithARecentQuotaReading() throws {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let target = w.start()
         XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
+        // The start was delivered, so the queued update is first: superseding it moves the head.
+        try env.db.system { c in
+            _ = try c.execute("UPDATE operations SET status = 'accepted' WHERE target_id = $1 AND kind = 'start'", [target])
+        }
         QuotaHints.shared.forget(tenantId: w.tenant.id)
         let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
         XCTAssertEqual(update.map(\.statements), [12])
@@ -92,11 +97,12 @@ final class WritePathTests: XCTestCase {
                 try c.query("SELECT COALESCE(sum(reserved), 0)::int AS n FROM push_quota WHERE tenant_id = $1", [w.tenant.id])[0].int("n")
             )
         }
+        XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
         XCTAssertEqual(try rows.map { try $0.string("status") }, ["superseded", "superseded", "queued"])
         XCTAssertEqual(try rows[0].optionalString("superseded_by"), try rows[1].string("id"))
         XCTAssertEqual(try rows[1].optionalString("superseded_by"), try rows[2].string("id"))
         XCTAssertTrue(head)
-        XCTAssertEqual(reserved, 2, "the start and the newest update")
+        XCTAssertEqual(reserved, 1, "the newest update (the start's unit is used)")
     }
 
     /// docs/delivery.md "Claims at commit": with a dispatcher of this process lending a slot, an
@@ -273,6 +279,58 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(over.errorCode, "QUOTA_EXCEEDED")
         XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
     }
+    /// docs/write-path.md "A head the write cannot change": behind a queued start the head keeps
+    /// naming the start and the update sends no head refresh (10 statements with a recent quota
+    /// reading); with no queued operation, or when the update supersedes the first queued one,
+    /// it refreshes the head, which then names the new update. The head equals a recomputation
+    /// after every write.
+    func testAnUpdateRefreshesTheHeadExactlyWhenItCanChange() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let target = w.start()
+        XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // caches the schema and a quota reading
+        func head() throws -> (name: String?, expected: String?, dueKept: Bool) {
+            try env.db.system { c in
+                let row = try c.query(
+                    """
+                    SELECT (SELECT operation_id FROM dispatch_heads WHERE target_id = $1) AS name,
+                           (SELECT id FROM operations WHERE target_id = $1 AND status IN ('queued', 'sending') ORDER BY seq LIMIT 1) AS expected,
+                           (SELECT d.due_at = o.next_attempt_at FROM dispatch_heads d JOIN operations o ON o.tenant_id = d.tenant_id AND o.id = d.operation_id
+                             WHERE d.target_id = $1) AS due_kept
+                    """, [target])[0]
+                return (try row.optionalString("name"), try row.optionalString("expected"), try row.optionalBool("due_kept") ?? false)
+            }
+        }
+        let startOp = try head().expected
+        let behindStart = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
+        XCTAssertEqual(behindStart.map(\.statements), [10], "no quota read, no head refresh")
+        var h = try head()
+        XCTAssertEqual(h.name, startOp)
+        XCTAssertEqual(h.name, h.expected)
+        XCTAssertTrue(h.dueKept)
+        // The start was delivered: the queued update is now first, and the next update supersedes it.
+        try env.db.system { c in
+            _ = try c.execute("UPDATE operations SET status = 'accepted' WHERE id = $1", [startOp])
+        }
+        h = try head()
+        XCTAssertEqual(h.name, h.expected, "the delivery's own refresh")
+        let superseding = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
+        XCTAssertEqual(superseding.map(\.statements), [11], "the head refresh is back")
+        h = try head()
+        XCTAssertNotNil(h.name)
+        XCTAssertEqual(h.name, h.expected, "names the new update")
+        XCTAssertNotEqual(h.name, startOp)
+        // Nothing queued: the update becomes the head.
+        try env.db.system { c in
+            _ = try c.execute("UPDATE operations SET status = 'accepted' WHERE target_id = $1 AND status = 'queued'", [target])
+        }
+        XCTAssertNil(try head().name)
+        let alone = reports("update") { XCTAssertEqual(w.update(target, ["eta": 4], revision: 4).status, 202) }
+        XCTAssertEqual(alone.map(\.statements), [12], "no supersede, but its new unit: the counter and the re-read")
+        h = try head()
+        XCTAssertNotNil(h.name)
+        XCTAssertEqual(h.name, h.expected)
+    }
+
     /// A recent reading only chooses the fast path; the re-read after reserving keeps the limit.
     /// With a reading that claims the day is empty while its counters say one unit is left, the
     /// write that takes the last unit is accepted and records `quota.exhausted`, and the next

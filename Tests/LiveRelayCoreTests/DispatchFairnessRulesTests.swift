@@ -46,6 +46,26 @@ final class DispatchFairnessRulesTests: XCTestCase {
         XCTAssertEqual(WriteRules.reservation(of: "2026-12-05", insertedDay: "2026-12-05", superseded: [q("a", "2026-12-05")]), 0)
     }
 
+    func testAWriteKeepsTheHeadExactlyWhenTheFirstQueuedOperationStays() {
+        let start = QueuedOperation(id: "s", kind: .start, hasState: true, hasAlert: true)
+        let u1 = QueuedOperation(id: "u1", kind: .update, hasState: true, hasAlert: false)
+        let alert = QueuedOperation(id: "a", kind: .update, hasState: true, hasAlert: true)
+        // An update behind a queued start or alert update supersedes only what follows it.
+        for queued in [[start, u1], [alert, u1]] {
+            let victims = WriteRules.supersededOperations(by: .update, hasState: true, queued: queued)
+            XCTAssertEqual(victims, [u1])
+            XCTAssertTrue(WriteRules.keepsHead(queued: queued, victims: victims))
+        }
+        // The first queued operation superseded, or none queued: the head may change.
+        XCTAssertFalse(WriteRules.keepsHead(queued: [u1, alert], victims: [u1]))
+        XCTAssertFalse(WriteRules.keepsHead(queued: [], victims: []))
+        // An end supersedes every queued update: it keeps the head only behind a start.
+        let endVictims = WriteRules.supersededOperations(by: .end, hasState: true, queued: [alert, u1])
+        XCTAssertFalse(WriteRules.keepsHead(queued: [alert, u1], victims: endVictims))
+        XCTAssertTrue(
+            WriteRules.keepsHead(queued: [start, alert], victims: WriteRules.supersededOperations(by: .end, hasState: false, queued: [start, alert])))
+    }
+
     func testGaugesKeepTheDeepestTenantsAndFoldTheRestIntoOther() {
         let entries = (1...5).map { TenantQueueGauges.Entry(tenant: "ten_\($0)", depth: Double($0 * 10), oldestDueSeconds: Double(6 - $0)) }
         let folded = TenantQueueGauges.fold(entries, top: 2)
