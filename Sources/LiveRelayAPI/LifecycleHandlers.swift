@@ -93,6 +93,9 @@ enum LifecycleHandlers {
         let day: String
         let hint: QuotaHints.Reading?
         let index: Int?
+        /// When round trip 1's results came back (uptime nanoseconds): the reading's age runs
+        /// from there (`QuotaHints.record`).
+        var readAt: UInt64 = 0
 
         /// Takes a hint for `tenant`'s `day`; without one, appends the read to `reads`.
         static func plan(tenant: String, day: String, into reads: inout [PostgresStatement]) -> QuotaRead {
@@ -108,12 +111,13 @@ enum LifecycleHandlers {
         func reading(_ r1: PostgresPipelineOutcome) throws -> QuotaHints.Reading {
             if let hint { return hint }
             let q = try WritePath.quota(result(r1, index ?? -1))
-            QuotaHints.shared.record(tenantId: tenant, day: day, q)
+            QuotaHints.shared.record(tenantId: tenant, day: day, q, takenAt: readAt)
             return q
         }
     }
 
-    /// Rule 8 quota (state-bearing writes) from the day's counters read in round trip 1:
+    /// Rule 8 quota (state-bearing writes) from the day's counters read in round trip 1, or from
+    /// a recent reading far from the limit that stands in for that read (`QuotaRead`):
     /// `429 QUOTA_EXCEEDED` when used up. Far from the limit the reservation is checked again
     /// after it is made (`needsRecheck`, in round trip 2); near it, or when that re-check
     /// failed once, the counters are locked and read exactly (`QuotaStore.lockAll`, one more
@@ -192,12 +196,16 @@ enum LifecycleHandlers {
         let idem = Idempotency(req, key: s.idempotencyKey, body: body)
         let day = QuotaStore.day(now)
         var exactQuota = false
+        let opId = Identifier.make(.operation)
         let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
             c.transactionLabel = "start"
+            // The setting naming the start operation as its head writer rides on the BEGIN's
+            // set_config statement: nothing before round trip 2 writes operations.
+            let headSent = c.addPendingSettings([(WritePath.headByWriterSetting, opId)])
             // Round trip 1: claim (rule 3), the start target (shared lock), the quota counters,
             // and the business instance's lock and holder when one is named.
             var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId)]
-            let quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
+            var quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
             let business = s.businessKey.flatMap { bk in s.businessGeneration.map { (bk, $0) } }
             let holderIndex = reads.count + 1
             if let (bk, bg) = business {
@@ -209,6 +217,7 @@ enum LifecycleHandlers {
             let capIndex = reads.count
             reads.append(TenantCapStore.statement(tenantId: tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant))
             let r1 = try c.pipeline(reads)
+            quota.readAt = DispatchTime.now().uptimeNanoseconds
             if let replay = try idem.replay(r1, at: 0) { return replay }
             guard let st = try WritePath.startTarget(result(r1, 1)) else { throw Endpoint.notFound("start target") }
             if st.installationStatus == "retired" {
@@ -258,10 +267,16 @@ enum LifecycleHandlers {
             let recheck = try checkQuota(c, tenant: tenant, day: day, read: quota.reading(r1), exact: exactQuota, now: now)
             // Round trip 2: the target, its start operation (claimed at commit when a dispatcher
             // of this process lends a slot: docs/delivery.md "Claims at commit"), the quota re-check.
-            let opId = Identifier.make(.operation)
             let claim = CommitClaim.begin(c, db: ctx.db)
-            // The claim's prelude rides on the head setting's statement; refreshHead below (0040).
-            var writes = [WritePath.headByWriter(operationId: opId, with: claim?.settings(operationId: opId) ?? [])]
+            // The claim's prelude rides on the head setting's statement, or on a statement of its
+            // own when the head setting rode on the BEGIN; refreshHead below (0040).
+            let claimSettings = claim?.settings(operationId: opId) ?? []
+            var writes: [PostgresStatement] = []
+            if !headSent {
+                writes.append(WritePath.headByWriter(operationId: opId, with: claimSettings))
+            } else if !claimSettings.isEmpty {
+                writes.append(.localSettings(claimSettings))
+            }
             let first = writes.count
             writes += [
                 WritePath.insertTarget(
@@ -331,7 +346,9 @@ enum LifecycleHandlers {
             reads.append(claim)
             quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
         }
-        return (try c.pipeline(reads), quota)
+        let r1 = try c.pipeline(reads)
+        quota?.readAt = DispatchTime.now().uptimeNanoseconds
+        return (r1, quota)
     }
 
     /// What round trip 1 of an update or an end established (`lockForWrite`): its results, the
@@ -600,7 +617,9 @@ enum LifecycleHandlers {
     ) throws -> HTTPResponse {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
-        let claim = CommitClaim.begin(c, db: db)
+        // A write that keeps the head cannot have its operation claimed (it is not the head):
+        // it borrows no slot.
+        let claim = keepsHead ? nil : CommitClaim.begin(c, db: db)
         // The head and quota triggers leave this operation's insert and supersede to this write
         // (migrations 0040, 0041): it refreshes its target's head once after both, and adds the
         // net change of reserved units itself (none when it replaces a queued update of the same

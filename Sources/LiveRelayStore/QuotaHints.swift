@@ -14,7 +14,9 @@ import Locking
 /// Every reading a write takes (first read, re-read, exact read) is recorded here.
 ///
 /// Thread-safe; readings are keyed by tenant id and day (`YYYY-MM-DD`, UTC) and dropped once
-/// stale when more than `pruneAbove` are kept.
+/// stale when more than `pruneAbove` are kept. `forget` drops a tenant's readings when its limit
+/// changes; a write whose read was already under way may still record one, which stands in for
+/// at most `maxAgeSeconds`.
 public final class QuotaHints: Sendable {
     /// One quota reading: the day's limit and its reserved and used units.
     public typealias Reading = (limit: Int64, reserved: Int64, used: Int64)
@@ -31,7 +33,13 @@ public final class QuotaHints: Sendable {
         /// `DispatchTime` uptime (nanoseconds) when it was taken.
         let takenAt: UInt64
     }
-    private let entries = Locked<[String: Entry]>([:])
+    private struct State {
+        var entries: [String: Entry] = [:]
+        /// When stale readings were last dropped (uptime nanoseconds).
+        var prunedAt: UInt64 = 0
+    }
+    private let state = Locked(State())
+    private static let maxAgeNanoseconds = UInt64(maxAgeSeconds * 1e9)
 
     /// An empty set of readings.
     public init() {}
@@ -39,20 +47,25 @@ public final class QuotaHints: Sendable {
     /// A reading of `tenantId`'s `day` taken less than `maxAgeSeconds` before `now` (uptime
     /// nanoseconds) that leaves the day far from its limit; nil otherwise (read the counters).
     public func far(tenantId: String, day: String, now: UInt64 = DispatchTime.now().uptimeNanoseconds) -> Reading? {
-        guard let e = entries.withLock({ $0[Self.key(tenantId, day)] }),
-            now >= e.takenAt, now - e.takenAt < UInt64(Self.maxAgeSeconds * 1e9),
+        guard let e = state.withLock({ $0.entries[Self.key(tenantId, day)] }),
+            now >= e.takenAt, now - e.takenAt < Self.maxAgeNanoseconds,
             QuotaStore.farFromLimit(limit: e.reading.limit, reserved: e.reading.reserved, used: e.reading.used)
         else { return nil }
         return e.reading
     }
 
-    /// Records `reading` of `tenantId`'s `day`, taken at `now` (uptime nanoseconds).
-    public func record(tenantId: String, day: String, _ reading: Reading, now: UInt64 = DispatchTime.now().uptimeNanoseconds) {
-        entries.withLock { entries in
-            entries[Self.key(tenantId, day)] = Entry(reading: reading, takenAt: now)
-            if entries.count > Self.pruneAbove {
-                let horizon = UInt64(Self.maxAgeSeconds * 1e9)
-                entries = entries.filter { now >= $0.value.takenAt && now - $0.value.takenAt < horizon }
+    /// Records `reading` of `tenantId`'s `day`, taken at `takenAt` (uptime nanoseconds: when the
+    /// statement's result came back, not when it was decoded). A reading older than the one
+    /// kept is ignored. Past `pruneAbove` readings, stale ones are dropped, at most once per
+    /// `maxAgeSeconds`, so a process serving many tenants does not filter on every write.
+    public func record(tenantId: String, day: String, _ reading: Reading, takenAt: UInt64 = DispatchTime.now().uptimeNanoseconds) {
+        let key = Self.key(tenantId, day)
+        state.withLock { s in
+            if let kept = s.entries[key], kept.takenAt > takenAt { return }
+            s.entries[key] = Entry(reading: reading, takenAt: takenAt)
+            if s.entries.count > Self.pruneAbove, takenAt >= s.prunedAt, takenAt - s.prunedAt >= Self.maxAgeNanoseconds {
+                s.entries = s.entries.filter { takenAt >= $0.value.takenAt && takenAt - $0.value.takenAt < Self.maxAgeNanoseconds }
+                s.prunedAt = takenAt
             }
         }
     }
@@ -60,11 +73,11 @@ public final class QuotaHints: Sendable {
     /// Forgets every reading of `tenantId` (its limit changed).
     public func forget(tenantId: String) {
         let prefix = tenantId + "|"
-        entries.withLock { entries in entries = entries.filter { !$0.key.hasPrefix(prefix) } }
+        state.withLock { s in s.entries = s.entries.filter { !$0.key.hasPrefix(prefix) } }
     }
 
     /// Readings kept now (tests).
-    public var count: Int { entries.withLock { $0.count } }
+    public var count: Int { state.withLock { $0.entries.count } }
 
     private static func key(_ tenantId: String, _ day: String) -> String { tenantId + "|" + day }
 }

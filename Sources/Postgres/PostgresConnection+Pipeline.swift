@@ -120,9 +120,8 @@ extension PostgresConnection {
         // A text already prepared on this session was checked when it was prepared (the cache
         // is keyed by the text), so only new texts are scanned for NUL; parameters always are.
         let cached = statements.map { preparedNames[$0.sql] }
-        if statements.indices.contains(where: { cached[$0] == nil && statements[$0].sql.utf8.contains(0) })
-            || zip(texts, cStrings).contains(where: { Self.containsNUL($0.0, $0.1) })
-        {
+        let nulInParameter = try zip(texts, cStrings).contains(where: { try Self.containsNUL($0.0, $0.1) })
+        if nulInParameter || statements.indices.contains(where: { cached[$0] == nil && statements[$0].sql.utf8.contains(0) }) {
             throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
         }
         guard PQenterPipelineMode(conn) == 1 else {

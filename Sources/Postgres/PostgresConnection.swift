@@ -184,7 +184,7 @@ public final class PostgresConnection {
         let texts: [String?] = params.map { $0?.postgresText ?? nil }
         let cStrings = texts.map { $0.flatMap { strdup($0) } }
         defer { for s in cStrings { free(s) } }
-        if Self.containsNUL(texts, cStrings) || (preparedNames[sql] == nil && sql.utf8.contains(0)) {
+        if try Self.containsNUL(texts, cStrings) || (preparedNames[sql] == nil && sql.utf8.contains(0)) {
             throw PostgresError(kind: .query, message: "SQL text or a parameter contains a NUL byte")
         }
         let pointers = cStrings.map { $0.map { UnsafePointer($0) } }
@@ -276,9 +276,12 @@ public final class PostgresConnection {
     /// True when a parameter holds a NUL byte, which a C string cannot carry: `cStrings[i]`
     /// (`strdup` of `texts[i]`) then ends before the text does. `strlen` scans with the C
     /// library's vector code; the text's UTF-8 count is stored for a native string.
-    static func containsNUL(_ texts: [String?], _ cStrings: [UnsafeMutablePointer<CChar>?]) -> Bool {
+    /// - Throws: `.query` when `strdup` could not copy a text (out of memory): it would
+    ///   otherwise be sent as SQL NULL.
+    static func containsNUL(_ texts: [String?], _ cStrings: [UnsafeMutablePointer<CChar>?]) throws -> Bool {
         for (text, c) in zip(texts, cStrings) {
-            guard let text, let c else { continue }
+            guard let text else { continue }
+            guard let c else { throw PostgresError(kind: .query, message: "out of memory copying a parameter") }
             if strlen(c) != text.utf8.count { return true }
         }
         return false

@@ -8,7 +8,8 @@ public struct PostgresTransactionReport: Sendable {
     /// Statements sent inside the transaction, `BEGIN` and `COMMIT` included (see
     /// `PostgresConnection.statementsSent`).
     public let statements: Int
-    /// The `set_config` settings the transaction ran with, as given.
+    /// The `set_config` settings the transaction was begun with, as given (settings the body
+    /// added with `PostgresConnection.addPendingSettings` are not listed).
     public let settings: [(String, String)]
     /// `PostgresConnection.transactionLabel` as the body left it (nil when unset).
     public let label: String?

@@ -169,7 +169,8 @@ final class PostgresColumnLayout: Sendable {
 final class PreparedStatement {
     /// The server-side name (`lr_<n>`).
     let name: String
-    /// The column layout of the statement's last result with columns; nil before the first.
+    /// The column layout of the statement's last result (empty for a command's); nil before
+    /// the first.
     var layout: PostgresColumnLayout?
 
     /// A statement prepared as `name`.

@@ -22,6 +22,14 @@ final class WritePathTests: XCTestCase {
         reports(label, body).map(\.roundTrips)
     }
 
+    /// Records the tenant's true quota reading of today as just taken (`QuotaHints`), so the
+    /// next write of the test finds a recent reading whatever the machine's speed.
+    func freshReading(_ tenant: String) throws {
+        let day = QuotaStore.day(Date())
+        let q = try env.db.system { c in try WritePath.quota(c.pipeline([WritePath.readQuota(tenantId: tenant, day: day)]).get()[0]) }
+        QuotaHints.shared.record(tenantId: tenant, day: day, q)
+    }
+
     /// The committed transactions labelled `label` that `body` ran.
     func reports(_ label: String, _ body: () -> Void) -> [PostgresTransactionReport] {
         let seen = Locked<[PostgresTransactionReport]>([])
@@ -80,11 +88,19 @@ final class WritePathTests: XCTestCase {
         let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
         XCTAssertEqual(update.map(\.statements), [12])
         XCTAssertEqual(update.map(\.roundTrips), [3])
-        // The reading that update took stands in for the next one's read (docs/write-path.md
-        // "The quota read only near the limit"); it reserves no unit, so it re-reads nothing.
+        // A recent reading stands in for the next one's read (docs/write-path.md "The quota read
+        // only near the limit"); it reserves no unit, so it re-reads nothing.
+        try freshReading(w.tenant.id)
         let next = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
         XCTAssertEqual(next.map(\.statements), [11])
         XCTAssertEqual(next.map(\.roundTrips), [3])
+        // A start with the same reading: BEGIN and the settings (its head writer among them), the
+        // claim, the start target and the live-target cap; the target, the operation, the head
+        // and the quota re-read (a start always adds a unit); the stored response and COMMIT.
+        try freshReading(w.tenant.id)
+        let start = reports("start") { _ = w.start() }
+        XCTAssertEqual(start.map(\.statements), [11])
+        XCTAssertEqual(start.map(\.roundTrips), [3])
         // The writer's settings were in force for the write: the queued update it replaced is
         // superseded by it, the quota counters hold one unit per queued operation, and the head
         // names the first queued operation (what the writer keeps itself, migrations 0040/0041).
@@ -102,7 +118,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try rows[0].optionalString("superseded_by"), try rows[1].string("id"))
         XCTAssertEqual(try rows[1].optionalString("superseded_by"), try rows[2].string("id"))
         XCTAssertTrue(head)
-        XCTAssertEqual(reserved, 1, "the newest update (the start's unit is used)")
+        XCTAssertEqual(reserved, 2, "the newest update and the second start (the first start's unit is used)")
     }
 
     /// docs/delivery.md "Claims at commit": with a dispatcher of this process lending a slot, an
@@ -118,11 +134,12 @@ final class WritePathTests: XCTestCase {
         env.db.commitClaims.register(taker)
         defer { env.db.commitClaims.withdraw(taker) }
 
-        // The first update's operation is still queued (no dispatcher ran), so this one is not
-        // its target's head: the claim finds nothing and the slot comes back empty.
+        // The start is still queued (no dispatcher ran), so this update cannot become its
+        // target's head (`WriteRules.keepsHead`): it borrows no slot and claims nothing.
         let behind = roundTrips("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
         XCTAssertEqual(behind, [3])
-        XCTAssertEqual(taker.taken.withLock { $0 }.map(\.count), [0], "not the head: nothing claimed")
+        XCTAssertEqual(taker.reserved.withLock { $0 }, 0, "not the head: no slot borrowed")
+        XCTAssertEqual(taker.taken.withLock { $0 }.count, 0, "not the head: nothing claimed")
         // As if the start had been delivered and the activity had registered its update token.
         try env.db.system { c in
             try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND status = 'queued'", [target])
@@ -139,7 +156,7 @@ final class WritePathTests: XCTestCase {
         }
         XCTAssertEqual(update, [3], "update with a claim at commit: reads, writes + claim, stored response + COMMIT")
         let taken = taker.taken.withLock { $0 }
-        XCTAssertEqual(taken.count, 2)
+        XCTAssertEqual(taken.count, 1)
         XCTAssertEqual(taken.last?.map(\.id), [opId], "the write's own operation, handed over after COMMIT")
         XCTAssertEqual(taken.last?.first?.attempts, 1)
         XCTAssertEqual(taker.statusesWhenTaken.withLock { $0 }.last, "sending stub-worker", "committed as sending under the lent lease")
@@ -147,7 +164,7 @@ final class WritePathTests: XCTestCase {
         let refused = w.update(target, ["eta": 4], revision: 1)  // stale revision: 409, rolled back
         XCTAssertEqual(refused.status, 409)
         XCTAssertEqual(taker.reserved.withLock { $0 }, taker.taken.withLock { $0.count } + taker.released.withLock { $0 })
-        XCTAssertEqual(taker.taken.withLock { $0.count }, 2, "a refused write hands nothing over")
+        XCTAssertEqual(taker.taken.withLock { $0.count }, 1, "a refused write hands nothing over")
 
         // A remote start claims its start operation the same way, within its four round trips.
         var started = ""
@@ -301,6 +318,7 @@ final class WritePathTests: XCTestCase {
             }
         }
         let startOp = try head().expected
+        try freshReading(w.tenant.id)
         let behindStart = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
         XCTAssertEqual(behindStart.map(\.statements), [10], "no quota read, no head refresh")
         var h = try head()
@@ -313,6 +331,7 @@ final class WritePathTests: XCTestCase {
         }
         h = try head()
         XCTAssertEqual(h.name, h.expected, "the delivery's own refresh")
+        try freshReading(w.tenant.id)
         let superseding = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
         XCTAssertEqual(superseding.map(\.statements), [11], "the head refresh is back")
         h = try head()
@@ -324,11 +343,44 @@ final class WritePathTests: XCTestCase {
             _ = try c.execute("UPDATE operations SET status = 'accepted' WHERE target_id = $1 AND status = 'queued'", [target])
         }
         XCTAssertNil(try head().name)
+        try freshReading(w.tenant.id)
         let alone = reports("update") { XCTAssertEqual(w.update(target, ["eta": 4], revision: 4).status, 202) }
         XCTAssertEqual(alone.map(\.statements), [12], "no supersede, but its new unit: the counter and the re-read")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected)
+    }
+
+    /// An end behind a queued start keeps the head too (it supersedes the queued update, not the
+    /// start): no head refresh, and the head still names the start.
+    func testAnEndBehindAQueuedStartKeepsTheHead() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let target = w.start()
+        XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)
+        try freshReading(w.tenant.id)
+        let end = reports("end") {
+            let r = env.call(
+                "POST", "/v1/remote-updates/live-activities/end", ["target_id": .string(target), "idempotency_key": "end-behind"],
+                as: w.sender.credential)
+            XCTAssertEqual(r.status, 202, r.text)
+        }
+        // BEGIN and the settings, the target, its queued operations and the claim; the target's
+        // status, the end, the supersede of the update and the release of its unit; the stored
+        // response and COMMIT. No head refresh.
+        XCTAssertEqual(end.map(\.statements), [11])
+        let (name, expected) = try env.db.system { c -> (String?, String?) in
+            let row = try c.query(
+                """
+                SELECT (SELECT operation_id FROM dispatch_heads WHERE target_id = $1) AS name,
+                       (SELECT id FROM operations WHERE target_id = $1 AND status IN ('queued', 'sending') ORDER BY seq LIMIT 1) AS expected,
+                       (SELECT id FROM operations WHERE target_id = $1 AND kind = 'start') AS start
+                """, [target])[0]
+            XCTAssertEqual(try row.optionalString("expected"), try row.optionalString("start"))
+            return (try row.optionalString("name"), try row.optionalString("expected"))
+        }
+        XCTAssertNotNil(name)
+        XCTAssertEqual(name, expected)
+        XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
     }
 
     /// A recent reading only chooses the fast path; the re-read after reserving keeps the limit.
@@ -350,7 +402,11 @@ final class WritePathTests: XCTestCase {
         let empty: QuotaHints.Reading = (limit: quota, reserved: 0, used: 0)
         QuotaHints.shared.record(tenantId: w.tenant.id, day: day, empty)
         XCTAssertNotNil(QuotaHints.shared.far(tenantId: w.tenant.id, day: day), "the wrong reading is in force")
+        let attempts = Locked<[Bool]>([])
+        PostgresInstrumentation.setObserver { r in if r.label == "update" { attempts.withLock { $0.append(r.committed) } } }
         XCTAssertEqual(w.update(t, ["eta": 1], revision: 1).status, 202, "unit 1000, taken on the exact path after the re-read")
+        PostgresInstrumentation.setObserver(nil)
+        XCTAssertEqual(attempts.withLock { $0 }, [false, true], "the fast path's re-read refused, the retry on the exact path took the unit")
         let events = try env.db.system { c in
             try c.query("SELECT count(*) AS n FROM events WHERE tenant_id = $1 AND type = 'quota.exhausted'", [w.tenant.id])[0].int("n")
         }
@@ -367,6 +423,7 @@ final class WritePathTests: XCTestCase {
                 .int("n")
         }
         XCTAssertEqual(reserved, Int(quota), "exactly the limit, not one more")
+        XCTAssertEqual(try counters(w.tenant.id).reserved, try truth(w.tenant.id).reserved, "the counters of the writes, retried one included")
     }
 
     /// Concurrent starts against a quota above the fast path's margin: exactly `quota` are
