@@ -394,7 +394,7 @@ final class WritePathTests: XCTestCase {
         let t = w.start()  // unit 1 (its operation stays queued)
         let other = w.start()  // unit 2
         // 997 more units of the day, as if reserved by other sessions.
-        try env.db.system { c in
+        _ = try env.db.system { c in
             try c.execute(
                 "INSERT INTO push_quota (tenant_id, day, shard, reserved, used) VALUES ($1, $2::date, 63, 0, 997) ON CONFLICT (tenant_id, day, shard) DO UPDATE SET used = push_quota.used + 997",
                 [w.tenant.id, day])
