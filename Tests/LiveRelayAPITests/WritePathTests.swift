@@ -679,7 +679,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(firstStatus, "superseded")
         XCTAssertEqual(try countersByDay(t), try truthByDay(t), "an update replacing a queued update of its day: no change")
         // As if `second` had been queued yesterday (the quota trigger moves its unit there).
-        try env.db.system { c in try c.execute("UPDATE operations SET quota_day = quota_day - 1 WHERE id = $1", [op(second)]) }
+        _ = try env.db.system { c in try c.execute("UPDATE operations SET quota_day = quota_day - 1 WHERE id = $1", [op(second)]) }
         XCTAssertEqual(try countersByDay(t).count, 2, "fixture: a unit reserved yesterday")
         XCTAssertEqual(try countersByDay(t), try truthByDay(t), "fixture: a unit reserved yesterday")
         let third = w.update(target, ["eta": 3], revision: 3)
