@@ -10,11 +10,13 @@ public enum RequestID {
         }
     }
 
+    /// RFC 4648 base32 in lower case.
+    private static let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567".utf8)
+
     /// A fresh id: `req_` + 26 random lowercase RFC 4648 base32 characters (130 bits), from
     /// three 64-bit draws of the system generator (each draw is a `getrandom` call on Linux;
     /// one draw per character cost 26 system calls per request).
     public static func generate() -> String {
-        let alphabet = Array("abcdefghijklmnopqrstuvwxyz234567".utf8)
         var rng = SystemRandomNumberGenerator()
         var out = Array("req_".utf8)
         out.reserveCapacity(30)

@@ -93,9 +93,9 @@ enum LifecycleHandlers {
         let day: String
         let hint: QuotaHints.Reading?
         let index: Int?
-        /// When round trip 1's results came back (uptime nanoseconds): the reading's age runs
-        /// from there (`QuotaHints.record`).
-        var readAt: UInt64 = 0
+        /// When the read was planned, just before round trip 1 went out (uptime nanoseconds):
+        /// the reading is at least this old, so its age runs from there (`QuotaHints.record`).
+        let readAt = DispatchTime.now().uptimeNanoseconds
 
         /// Takes a hint for `tenant`'s `day`; without one, appends the read to `reads`.
         static func plan(tenant: String, day: String, into reads: inout [PostgresStatement]) -> QuotaRead {
@@ -158,6 +158,15 @@ enum LifecycleHandlers {
         }
     }
 
+    /// The settings statement that opens round trip 2 of a write: the `writer` settings naming
+    /// its operation (`WritePath.writerSettings`, or the head writer alone for a start) unless
+    /// the BEGIN already carried them (`sent`, `PostgresConnection.addPendingSettings`), then a
+    /// claim at commit's settings (`CommitClaim.settings`); no statement when nothing is left.
+    static func settingsStatements(writer: [(String, String)], sent: Bool, claim: [(String, String)]) -> [PostgresStatement] {
+        let settings = (sent ? [] : writer) + claim
+        return settings.isEmpty ? [] : [.localSettings(settings)]
+    }
+
     /// Round trip 3: stores the response under the idempotency key and commits, in one pipeline.
     /// `before`: statements that join this round trip ahead of the stored response (a claim
     /// at commit's priority decision).
@@ -205,7 +214,7 @@ enum LifecycleHandlers {
             // Round trip 1: claim (rule 3), the start target (shared lock), the quota counters,
             // and the business instance's lock and holder when one is named.
             var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId)]
-            var quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
+            let quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
             let business = s.businessKey.flatMap { bk in s.businessGeneration.map { (bk, $0) } }
             let holderIndex = reads.count + 1
             if let (bk, bg) = business {
@@ -217,7 +226,6 @@ enum LifecycleHandlers {
             let capIndex = reads.count
             reads.append(TenantCapStore.statement(tenantId: tenant, .liveTargets, limit: ctx.limits.maxLiveTargetsPerTenant))
             let r1 = try c.pipeline(reads)
-            quota.readAt = DispatchTime.now().uptimeNanoseconds
             if let replay = try idem.replay(r1, at: 0) { return replay }
             guard let st = try WritePath.startTarget(result(r1, 1)) else { throw Endpoint.notFound("start target") }
             if st.installationStatus == "retired" {
@@ -270,13 +278,8 @@ enum LifecycleHandlers {
             let claim = CommitClaim.begin(c, db: ctx.db)
             // The claim's prelude rides on the head setting's statement, or on a statement of its
             // own when the head setting rode on the BEGIN; refreshHead below (0040).
-            let claimSettings = claim?.settings(operationId: opId) ?? []
-            var writes: [PostgresStatement] = []
-            if !headSent {
-                writes.append(WritePath.headByWriter(operationId: opId, with: claimSettings))
-            } else if !claimSettings.isEmpty {
-                writes.append(.localSettings(claimSettings))
-            }
+            var writes = settingsStatements(
+                writer: [(WritePath.headByWriterSetting, opId)], sent: headSent, claim: claim?.settings(operationId: opId) ?? [])
             let first = writes.count
             writes += [
                 WritePath.insertTarget(
@@ -346,9 +349,7 @@ enum LifecycleHandlers {
             reads.append(claim)
             quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
         }
-        let r1 = try c.pipeline(reads)
-        quota?.readAt = DispatchTime.now().uptimeNanoseconds
-        return (r1, quota)
+        return (try c.pipeline(reads), quota)
     }
 
     /// What round trip 1 of an update or an end established (`lockForWrite`): its results, the
@@ -362,11 +363,11 @@ enum LifecycleHandlers {
         /// The day's quota reading (round trip 1's read or a recent reading).
         let quota: QuotaRead
         /// The id of the operation this write inserts, made before the transaction.
-        var operationId = ""
+        let operationId: String
         /// True when the write's `BEGIN` carried the settings naming `operationId` as the head
         /// and quota writer (`WritePath.writerSettings`): `commitQueued` then sends no statement
         /// of its own for them.
-        var writerSettingsSent = false
+        let writerSettingsSent: Bool
     }
 
     /// How an update or an end goes on after `lockForWrite`.
@@ -383,7 +384,7 @@ enum LifecycleHandlers {
     /// member's target (`ChannelJoin.checkNotMember`).
     static func lockForWrite<Request>(
         _ c: PostgresConnection, tenant: String, targetId: String, scope: SenderScope?, action: TargetAction,
-        shape: Result<Request, Error>, idem: Idempotency?, day: String
+        shape: Result<Request, Error>, idem: Idempotency?, day: String, operationId: String, writerSettingsSent: Bool
     ) throws -> WriteStart<Request> {
         let (r1, quota) = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
         let locked = try WritePath.target(result(r1, 0))
@@ -392,7 +393,10 @@ enum LifecycleHandlers {
         guard let idem, let quota else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
         if let replay = try idem.replay(r1, at: 2) { return .replay(replay) }
         try ChannelJoin.checkNotMember(t)
-        return .locked(LockedWrite(reads: r1, target: t, platform: locked!.platform, request: request, idem: idem, quota: quota))
+        return .locked(
+            LockedWrite(
+                reads: r1, target: t, platform: locked!.platform, request: request, idem: idem, quota: quota, operationId: operationId,
+                writerSettingsSent: writerSettingsSent))
     }
 
     /// The skeleton of an update or an end (docs/write-semantics.md rule order, docs/write-path.md
@@ -426,12 +430,12 @@ enum LifecycleHandlers {
             // that inserts the operation without queuing it (an end of an ended target) changes
             // no head and no quota unit.
             let sent = c.addPendingSettings(WritePath.writerSettings(operationId: opId))
-            switch try lockForWrite(c, tenant: tenant, targetId: targetId, scope: scope, action: action, shape: request, idem: idem, day: day) {
+            switch try lockForWrite(
+                c, tenant: tenant, targetId: targetId, scope: scope, action: action, shape: request, idem: idem, day: day, operationId: opId,
+                writerSettingsSent: sent)
+            {
             case .replay(let stored): return stored
-            case .locked(var w):
-                w.operationId = opId
-                w.writerSettingsSent = sent
-                return try work(c, w, now, day, &exactQuota)
+            case .locked(let w): return try work(c, w, now, day, &exactQuota)
             }
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
@@ -612,8 +616,8 @@ enum LifecycleHandlers {
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
     static func commitQueued(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
-        operation: OperationStore.New, victims: [QueuedOperation], keepsHead: Bool = false, recheckDay: String?, exactNext: inout Bool,
-        targetChanged: Bool, writerSettingsSent: Bool = false, idem: Idempotency
+        operation: OperationStore.New, victims: [QueuedOperation], keepsHead: Bool, recheckDay: String?, exactNext: inout Bool,
+        targetChanged: Bool, writerSettingsSent: Bool, idem: Idempotency
     ) throws -> HTTPResponse {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
@@ -626,14 +630,9 @@ enum LifecycleHandlers {
         // day). The settings naming the writer usually rode on the BEGIN (`lockedWrite`); else
         // they go in one statement here, with the claim's prelude settings.
         let changes = WriteRules.reservationChanges(insertedDay: operation.consumesQuota ? operation.quotaDay : nil, superseded: victims)
-        let claimSettings = claim?.settings(operationId: operation.id) ?? []
-        var writes: [PostgresStatement] = []
-        if !writerSettingsSent {
-            writes.append(
-                WritePath.headByWriter(operationId: operation.id, with: [WritePath.quotaByWriter(operationId: operation.id)] + claimSettings))
-        } else if !claimSettings.isEmpty {
-            writes.append(.localSettings(claimSettings))
-        }
+        var writes = settingsStatements(
+            writer: WritePath.writerSettings(operationId: operation.id), sent: writerSettingsSent,
+            claim: claim?.settings(operationId: operation.id) ?? [])
         let targetIndex = writes.count
         writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims.map(\.id), by: operation.id)) }

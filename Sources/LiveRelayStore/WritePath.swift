@@ -213,14 +213,14 @@ public enum WritePath {
     /// the writer").
     public static let quotaByWriterSetting = "liverelay.quota_by_writer"
 
-    /// The `quotaByWriterSetting` pair naming `operationId`, for `headByWriter(operationId:with:)`.
+    /// The `quotaByWriterSetting` pair naming `operationId` (in `writerSettings`).
     /// The writer then owes one `adjustReserved` per day of
     /// `WriteRules.reservationChanges(insertedDay:superseded:)`, after its insert and supersede.
     public static func quotaByWriter(operationId: String) -> (String, String) { (quotaByWriterSetting, operationId) }
 
     /// The `headByWriterSetting` and `quotaByWriterSetting` pairs naming `operationId`, for a
     /// write that sets them with its transaction's other settings
-    /// (`PostgresConnection.addPendingSettings`) instead of in `headByWriter`'s statement.
+    /// (`PostgresConnection.addPendingSettings`), or in round trip 2 when the BEGIN had gone.
     public static func writerSettings(operationId: String) -> [(String, String)] {
         [(headByWriterSetting, operationId), quotaByWriter(operationId: operationId)]
     }
