@@ -54,8 +54,8 @@ public final class QuotaHints: Sendable {
         return e.reading
     }
 
-    /// Records `reading` of `tenantId`'s `day`, taken at `takenAt` (uptime nanoseconds: when the
-    /// statement's result came back, not when it was decoded). A reading older than the one
+    /// Records `reading` of `tenantId`'s `day`, taken at `takenAt` (uptime nanoseconds: no later
+    /// than the statement that read it ran, not when it was decoded). A reading older than the one
     /// kept is ignored. Past `pruneAbove` readings, stale ones are dropped, at most once per
     /// `maxAgeSeconds`, so a process serving many tenants does not filter on every write.
     public func record(tenantId: String, day: String, _ reading: Reading, takenAt: UInt64 = DispatchTime.now().uptimeNanoseconds) {
