@@ -61,6 +61,41 @@ enum LifecycleHandlers {
                 retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds)
         }
 
+        /// The statements storing `body` (status `status`) as the key's response: the
+        /// completion of a claim made in round trip 1 (`WritePath.complete`, a start) when
+        /// `replacingExpired` is nil, else the record inserted with the response
+        /// (`IdempotencyStore.storeStatements`, an update or an end, after `looked`). The last
+        /// statement is the one `IdempotencyStore.storeFailure` judges.
+        func store(_ tenant: String, status: Int, body: [UInt8], replacingExpired: Bool?) -> [PostgresStatement] {
+            let response = StoredResponse(status: status, body: body)
+            guard let replacingExpired else { return [WritePath.complete(tenantId: tenant, endpoint: endpoint, key: key, response: response)] }
+            return IdempotencyStore.storeStatements(
+                tenantId: tenant, endpoint: endpoint, key: key, requestHash: hash, response: response,
+                retentionSeconds: LifecycleHandlers.writeKeyRetentionSeconds, replacingExpired: replacingExpired)
+        }
+
+        /// The key's scope for round trip 1's read of it (`WritePath.lockTarget`).
+        var scope: (endpoint: String, key: String) { (endpoint, key) }
+
+        /// The key's record read on its own (`IdempotencyStore.lookupLateral`'s columns; no row
+        /// without a record), with `lookupParams`.
+        var lookupSQL: String { "SELECT * FROM (\(IdempotencyStore.lookupLateral(tenant: "$1", endpoint: "$2", key: "$3"))) idem" }
+
+        /// The parameters of `lookupSQL` for `tenant`.
+        func lookupParams(_ tenant: String) -> [(any PostgresBindable)?] { [tenant, endpoint, key] }
+
+        /// Rule 3 from the key's columns of the locked target's row (`WritePath.lockTarget`).
+        /// - Throws: 422 `IDEMPOTENCY_KEY_REUSED`; `.decoding` on a malformed row.
+        func looked(_ row: PostgresRow) throws -> IdempotencyStore.Lookup {
+            try IdempotencyStore.looked(row, requestHash: hash)
+        }
+
+        /// The replay answer of a stored response.
+        static func replayed(_ stored: StoredResponse) -> HTTPResponse {
+            HTTPResponse(
+                status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")], body: stored.body)
+        }
+
         /// Rule 3 from the claim's result: nil (do the work) or the replay response.
         func replay(_ outcome: PostgresPipelineOutcome, at index: Int) throws -> HTTPResponse? {
             let rows: [PostgresRow]
@@ -70,9 +105,7 @@ enum LifecycleHandlers {
                 throw IdempotencyStore.inUse
             }
             guard let stored = try IdempotencyStore.claimed(rows, requestHash: hash) else { return nil }
-            return HTTPResponse(
-                status: stored.status, headers: [("Content-Type", "application/json"), ("Idempotent-Replayed", "true")],
-                body: stored.body)
+            return Self.replayed(stored)
         }
     }
 
@@ -169,18 +202,18 @@ enum LifecycleHandlers {
 
     /// Round trip 3: stores the response under the idempotency key and commits, in one pipeline.
     /// `before`: statements that join this round trip ahead of the stored response (a claim
-    /// at commit's priority decision).
+    /// at commit's priority decision). `replacingExpired`: as `Idempotency.store` (nil for a
+    /// start, whose claim round trip 1 made).
+    /// - Throws: as `IdempotencyStore.storeFailure`, then any pipeline error.
     static func finish(
-        _ c: PostgresConnection, tenant: String, _ idem: Idempotency, status: Int, _ value: JSONValue, before: [PostgresStatement] = []
+        _ c: PostgresConnection, tenant: String, _ idem: Idempotency, status: Int, _ value: JSONValue, before: [PostgresStatement] = [],
+        replacingExpired: Bool?
     ) throws -> HTTPResponse {
         let bytes = value.serialized()
-        _ = try c.pipeline(
-            before + [
-                WritePath.complete(
-                    tenantId: tenant, endpoint: idem.endpoint, key: idem.key,
-                    response: StoredResponse(status: status, body: bytes))
-            ], commit: true
-        ).get()
+        let statements = before + idem.store(tenant, status: status, body: bytes, replacingExpired: replacingExpired)
+        let outcome = try c.pipeline(statements, commit: true)
+        try IdempotencyStore.storeFailure(outcome, at: statements.count - 1)
+        _ = try outcome.get()
         return HTTPResponse(status: status, headers: [("Content-Type", "application/json")], body: bytes)
     }
 
@@ -312,7 +345,7 @@ enum LifecycleHandlers {
             if recheck { try recheckQuota(r2[quotaIndex], tenant: tenant, day: day, exactNext: &exactQuota) }
             let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: targetId) ?? []
             try WritePath.notify(c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: [], targetChanged: nil)
-            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit)
+            return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit, replacingExpired: nil)
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
     }
@@ -335,18 +368,20 @@ enum LifecycleHandlers {
     }
 
     /// Round trip 1 of update and end: the locked target with its platform, its queued
-    /// operations, and — when the body's shape is valid — the idempotency claim and the quota
-    /// counters (unless a recent reading stands in for them: `QuotaRead`). Rule 1 (coverage) is
-    /// decided from it before rule 2 (`shape`) and rule 3.
+    /// operations, and — when the body's shape is valid — the idempotency key's record (read in
+    /// the target's statement: `key`) and the quota counters (unless a recent reading stands in
+    /// for them: `QuotaRead`). Rule 1 (coverage) is decided from it before rule 2 (`shape`) and
+    /// rule 3.
     static func readTarget(
-        _ c: PostgresConnection, tenant: String, targetId: String, claim: PostgresStatement?, day: String
+        _ c: PostgresConnection, tenant: String, targetId: String, key: (endpoint: String, key: String)?, day: String
     )
         throws -> (PostgresPipelineOutcome, QuotaRead?)
     {
-        var reads = [WritePath.lockTarget(tenantId: tenant, id: targetId), WritePath.lockQueued(tenantId: tenant, targetId: targetId)]
+        var reads = [
+            WritePath.lockTarget(tenantId: tenant, id: targetId, key: key), WritePath.lockQueued(tenantId: tenant, targetId: targetId)
+        ]
         var quota: QuotaRead?
-        if let claim {
-            reads.append(claim)
+        if key != nil {
             quota = QuotaRead.plan(tenant: tenant, day: day, into: &reads)
         }
         return (try c.pipeline(reads), quota)
@@ -364,6 +399,11 @@ enum LifecycleHandlers {
         let quota: QuotaRead
         /// The id of the operation this write inserts, made before the transaction.
         let operationId: String
+        /// The transaction's `now()` (`WritePath.lockTarget`): what the write's rows store as
+        /// their times, so its response can be built before round trip 2.
+        let now: Date
+        /// The key's record was found past its retention: storing the answer replaces it.
+        let replacingExpired: Bool
         /// True when the write's `BEGIN` carried the settings naming `operationId` as the head
         /// and quota writer (`WritePath.writerSettings`): `commitQueued` then sends no statement
         /// of its own for them.
@@ -386,17 +426,18 @@ enum LifecycleHandlers {
         _ c: PostgresConnection, tenant: String, targetId: String, scope: SenderScope?, action: TargetAction,
         shape: Result<Request, Error>, idem: Idempotency?, day: String, operationId: String, writerSettingsSent: Bool
     ) throws -> WriteStart<Request> {
-        let (r1, quota) = try readTarget(c, tenant: tenant, targetId: targetId, claim: idem?.claim(tenant), day: day)
+        let (r1, quota) = try readTarget(c, tenant: tenant, targetId: targetId, key: idem?.scope, day: day)
         let locked = try WritePath.target(result(r1, 0))
         let t = try checkCoverage(locked?.target, scope: scope, targetId: targetId, action: action)
         let request = try shape.get()
-        guard let idem, let quota else { throw PostgresError(kind: .decoding, message: "no idempotency claim") }
-        if let replay = try idem.replay(r1, at: 2) { return .replay(replay) }
+        guard let idem, let quota else { throw PostgresError(kind: .decoding, message: "no idempotency lookup") }
+        let found = try idem.looked(result(r1, 0).rows[0])  // a row: checkCoverage found the target
+        if case .stored(let stored) = found { return .replay(Idempotency.replayed(stored)) }
         try ChannelJoin.checkNotMember(t)
         return .locked(
             LockedWrite(
                 reads: r1, target: t, platform: locked!.platform, request: request, idem: idem, quota: quota, operationId: operationId,
-                writerSettingsSent: writerSettingsSent))
+                now: locked!.now, replacingExpired: found == .expired, writerSettingsSent: writerSettingsSent))
     }
 
     /// The skeleton of an update or an end (docs/write-semantics.md rule order, docs/write-path.md
@@ -435,7 +476,19 @@ enum LifecycleHandlers {
                 writerSettingsSent: sent)
             {
             case .replay(let stored): return stored
-            case .locked(let w): return try work(c, w, now, day, &exactQuota)
+            case .locked(let w):
+                do {
+                    return try work(c, w, now, day, &exactQuota)
+                } catch let refusal as DomainError {
+                    // Rule 3 comes before the rules that refuse: the key was read in the target's
+                    // statement, which keeps the key's row as it read it before waiting for the
+                    // target's lock, so a repeat of a write that committed meanwhile saw no
+                    // record. Read the key again before refusing (docs/write-path.md "Idempotency").
+                    guard let row = try? c.query(w.idem.lookupSQL, w.idem.lookupParams(tenant)).first,
+                        case .stored(let stored) = try w.idem.looked(row)
+                    else { throw refusal }
+                    return Idempotency.replayed(stored)
+                }
             }
         }
         return try waitIfAsked(ctx, tenant: tenant, response: resp, waitMs: wait, req: req)
@@ -478,14 +531,15 @@ enum LifecycleHandlers {
             opts.relevanceScore = u.options.relevanceScore ?? t.relevanceScore
             return try commitQueued(
                 c, db: ctx.db, tenant: tenant, target: t,
-                targetWrite: WritePath.applyState(
-                    tenantId: tenant, id: t.id, revision: revision, state: u.state, sourceVersion: u.sourceVersion,
-                    staleAt: u.options.staleAt, relevanceScore: u.options.relevanceScore, status: nil),
+                targetWrite: .state(
+                    revision: revision, state: u.state, sourceVersion: u.sourceVersion, staleAt: u.options.staleAt,
+                    relevanceScore: u.options.relevanceScore, status: nil),
                 operation: OperationStore.New(
                     id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .update, revision: revision, state: u.state, alert: u.alert, options: opts,
                     consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: u.idempotencyKey),
                 victims: victims, keepsHead: WriteRules.keepsHead(queued: queued, victims: victims), recheckDay: recheck ? day : nil,
-                exactNext: &exactQuota, targetChanged: false, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
+                exactNext: &exactQuota, targetChanged: false, writerSettingsSent: w.writerSettingsSent, idem: w.idem, now: w.now,
+                replacingExpired: w.replacingExpired)
         }
     }
 
@@ -551,11 +605,14 @@ enum LifecycleHandlers {
                                 consumesQuota: false, quotaDay: nil, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey))
                         // Further statements of this write (e.g. event rows) join here.
                     ]).get()
-                    return try finish(c, tenant: tenant, w.idem, status: 200, writeBody(try WritePath.operation(r2[1]), t))
+                    return try finish(
+                        c, tenant: tenant, w.idem, status: 200, writeBody(try WritePath.operation(r2[1]), t),
+                        replacingExpired: w.replacingExpired)
                 }
                 return try queueEnd(
                     c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: nil, e: e, scope: scope, victims: victims, keepsHead: keepsHead,
-                    day: nil, recheck: false, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
+                    day: nil, recheck: false, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem, now: w.now,
+                    replacingExpired: w.replacingExpired)
             }
             try WriteRules.checkWritable(t.status, statelessEnd: false)
             try WriteRules.checkRevision(expected: e.expectedRevision!, current: t.revision)
@@ -570,7 +627,8 @@ enum LifecycleHandlers {
                 reserves: WriteRules.reservation(of: day, insertedDay: day, superseded: victims))
             return try queueEnd(
                 c, db: ctx.db, tenant: tenant, target: t, opId: opId, state: state, e: e, scope: scope, victims: victims, keepsHead: keepsHead,
-                day: day, recheck: recheck, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem)
+                day: day, recheck: recheck, exactNext: &exactQuota, writerSettingsSent: w.writerSettingsSent, idem: w.idem, now: w.now,
+                replacingExpired: w.replacingExpired)
         }
     }
 
@@ -581,23 +639,20 @@ enum LifecycleHandlers {
     static func queueEnd(
         _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, opId: String, state: JSONValue?, e: EndRequest,
         scope: SenderScope?, victims: [QueuedOperation], keepsHead: Bool, day: String?, recheck: Bool, exactNext: inout Bool,
-        writerSettingsSent: Bool, idem: Idempotency
+        writerSettingsSent: Bool, idem: Idempotency, now: Date, replacingExpired: Bool
     ) throws -> HTTPResponse {
         let revision = state == nil ? t.revision : t.revision + 1
         return try commitQueued(
             c, db: db, tenant: tenant, target: t,
             targetWrite: state.map {
-                WritePath.applyState(
-                    tenantId: tenant, id: t.id, revision: revision, state: $0, sourceVersion: nil,
-                    staleAt: nil, relevanceScore: nil, status: .ending)
-            }
-                ?? WritePath.bumpSeq(tenantId: tenant, id: t.id, status: .ending),
+                .state(revision: revision, state: $0, sourceVersion: nil, staleAt: nil, relevanceScore: nil, status: .ending)
+            } ?? .seq(status: .ending),
             operation: OperationStore.New(
                 id: opId, targetId: t.id, seq: t.opSeq + 1, kind: .end, revision: revision, state: state, alert: nil,
                 options: WriteOptions(staleAt: t.staleAt, relevanceScore: t.relevanceScore, expiresAt: e.expiresAt), dismissAt: e.dismissAt,
                 consumesQuota: state != nil, quotaDay: day, createdByKeyId: scope?.keyId, idempotencyKey: e.idempotencyKey),
             victims: victims, keepsHead: keepsHead, recheckDay: recheck ? day : nil, exactNext: &exactNext, targetChanged: true,
-            writerSettingsSent: writerSettingsSent, idem: idem)
+            writerSettingsSent: writerSettingsSent, idem: idem, now: now, replacingExpired: replacingExpired)
     }
 
     /// Round trips 2 and 3 of an update or an end that queues an operation on the locked target
@@ -612,12 +667,17 @@ enum LifecycleHandlers {
     /// stays as it is and is not refreshed. `writerSettingsSent`: the
     /// transaction's `BEGIN` already named the operation as head and quota writer
     /// (`LockedWrite.writerSettingsSent`), so only a claim's settings need a statement.
+    /// `now`: the transaction's `now()` (`LockedWrite.now`). When nothing of round trip 2's
+    /// results decides the answer (no claim at commit, no quota re-read), the response is built
+    /// from `targetWrite` and `operation` before round trip 2, and its stored copy and `COMMIT`
+    /// join that round trip: two round trips in all (docs/write-path.md "The response before
+    /// round trip 2").
     /// - Throws: any pipeline error; SQLSTATE 40001 when the re-check sends the write to the
     ///   exact quota path (`recheckQuota`, sets `exactNext`).
     static func commitQueued(
-        _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: PostgresStatement,
+        _ c: PostgresConnection, db: Database, tenant: String, target t: TargetRecord, targetWrite: TargetWrite,
         operation: OperationStore.New, victims: [QueuedOperation], keepsHead: Bool, recheckDay: String?, exactNext: inout Bool,
-        targetChanged: Bool, writerSettingsSent: Bool, idem: Idempotency
+        targetChanged: Bool, writerSettingsSent: Bool, idem: Idempotency, now: Date, replacingExpired: Bool
     ) throws -> HTTPResponse {
         // A dispatcher in this process claims the operation in this transaction (docs/delivery.md
         // "Claims at commit"): its prelude goes before the insert, its claim after the supersede.
@@ -634,7 +694,7 @@ enum LifecycleHandlers {
             writer: WritePath.writerSettings(operationId: operation.id), sent: writerSettingsSent,
             claim: claim?.settings(operationId: operation.id) ?? [])
         let targetIndex = writes.count
-        writes += [targetWrite, WritePath.insertOperation(tenantId: tenant, operation)]
+        writes += [WritePath.statement(tenantId: tenant, id: t.id, targetWrite), WritePath.insertOperation(tenantId: tenant, operation)]
         if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims.map(\.id), by: operation.id)) }
         writes += changes.map { WritePath.adjustReserved(tenantId: tenant, day: $0.day, by: $0.change) }
         // A write that reserves no unit of the day cannot take the day past its limit: no re-check.
@@ -648,6 +708,33 @@ enum LifecycleHandlers {
         let quotaIndex = writes.count
         if let recheckDay { writes.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
         // Further statements of this write (e.g. event rows) join `writes` here.
+        if claim == nil && recheckDay == nil {
+            // Nothing below depends on round trip 2's results: answer from the rows as the
+            // statements will leave them, and store that answer and commit in the same round trip.
+            let shownAt = Date()
+            let body = writeBody(operation.record(tenantId: tenant, now: now), t.applying(targetWrite, now: now), shownAt: shownAt)
+            let bytes = body.serialized()
+            try WritePath.notify(
+                c, tenantId: tenant, queued: true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,
+                operationId: operation.id)
+            writes += idem.store(tenant, status: 202, body: bytes, replacingExpired: replacingExpired)
+            let outcome = try c.pipeline(writes, commit: true)
+            try IdempotencyStore.storeFailure(outcome, at: writes.count - 1)
+            let r2 = try outcome.get()
+            #if DEBUG
+            // The built answer must be what the statements returned; checked in every test run.
+            let returned = writeBody(
+                try WritePath.operation(r2[targetIndex + 1]), try WritePath.appliedTarget(r2[targetIndex], to: t), shownAt: shownAt
+            ).serialized()
+            precondition(
+                returned == bytes,
+                "write response built before round trip 2 differs from the rows: \(String(decoding: bytes, as: UTF8.self)) vs \(String(decoding: returned, as: UTF8.self))"
+            )
+            #else
+            _ = r2
+            #endif
+            return HTTPResponse(status: 202, headers: [("Content-Type", "application/json")], body: bytes)
+        }
         let r2 = try c.pipeline(writes).get()
         let target = try WritePath.appliedTarget(r2[targetIndex], to: t), op = try WritePath.operation(r2[targetIndex + 1])
         if let recheckDay { try recheckQuota(r2[quotaIndex], tenant: tenant, day: recheckDay, exactNext: &exactNext) }
@@ -655,12 +742,13 @@ enum LifecycleHandlers {
         try WritePath.notify(
             c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,
             operationId: operation.id)
-        return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit)
+        return try finish(c, tenant: tenant, idem, status: 202, writeBody(op, target), before: beforeCommit, replacingExpired: replacingExpired)
     }
 
-    /// `{operation, target}` of a write (docs/write-semantics.md).
-    static func writeBody(_ op: OperationRecord, _ t: TargetRecord) -> JSONValue {
-        .object(["operation": Encode.operation(op), "target": Encode.target(t)])
+    /// `{operation, target}` of a write (docs/write-semantics.md); `shownAt` is the time the
+    /// target's priority-10 window is counted at.
+    static func writeBody(_ op: OperationRecord, _ t: TargetRecord, shownAt: Date = Date()) -> JSONValue {
+        .object(["operation": Encode.operation(op), "target": Encode.target(t, now: shownAt)])
     }
 
     /// `?wait_ms`: waits for the operation to leave `queued`/`sending`, then answers with

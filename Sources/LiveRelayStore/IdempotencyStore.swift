@@ -17,6 +17,10 @@ public struct StoredResponse: Sendable, Equatable {
 ///    back (then this one does the work) — "one commits, the other replays".
 /// 2. The caller does the work and calls `complete` with the response in the same transaction,
 ///    so the stored response exists exactly when the work does.
+///
+/// An update or an end reads its key instead (`lookupLateral`) and inserts the record with its
+/// response as its transaction's last statement (`storeStatements`, `storeFailure`): one row
+/// version per write, the same outcome for concurrent requests (docs/write-path.md "Idempotency").
 /// Responses that carry a secret (new credentials) are stored only AES-256-GCM-sealed under
 /// the key-encryption key, and every record is purged after 24 h (`purgeExpired`).
 public enum IdempotencyStore {
@@ -152,6 +156,86 @@ public enum IdempotencyStore {
                 details: ["field": "idempotency_key"])
         }
         return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
+    }
+
+    /// What an update's or an end's read of its key found (`looked(_:requestHash:)`).
+    public enum Lookup: Sendable, Equatable {
+        /// No record: do the work and store the answer with it (`storeStatements`).
+        case absent
+        /// A record past its retention: taken over as new (`storeStatements(replacingExpired: true)`).
+        case expired
+        /// The finished request's answer, to replay.
+        case stored(StoredResponse)
+    }
+
+    /// The key's record as columns of another row (`key_request_hash`, `key_status_code`,
+    /// `key_response_body`, `key_expired`; all NULL without a record), read without claiming
+    /// it: round trip 1 of an update or an end joins it to its locked target
+    /// (`WritePath.lockTarget`), and stores its answer with its writes at commit
+    /// (`storeStatements`) instead of claiming first (docs/write-path.md "Idempotency").
+    /// `tenant`, `endpoint`, `key`: the SQL expressions (parameters) naming the scope. Append
+    /// after a FROM list as `LEFT JOIN LATERAL (…) idem ON true`; decode with
+    /// `looked(_:requestHash:)`.
+    public static func lookupLateral(tenant: String, endpoint: String, key: String) -> String {
+        """
+        SELECT r.request_hash AS key_request_hash, r.status_code AS key_status_code, r.response_body AS key_response_body,
+               r.expires_at < now() AS key_expired
+          FROM idempotency_records r WHERE r.tenant_id = \(tenant) AND r.endpoint = \(endpoint) AND r.key = \(key)
+        """
+    }
+
+    /// The outcome of `lookupLateral` in `row`.
+    /// - Throws: `DomainError` 422 `IDEMPOTENCY_KEY_REUSED` (same key, different request, within
+    ///   its retention); `PostgresError` `.decoding` on a malformed row.
+    public static func looked(_ row: PostgresRow, requestHash: String) throws -> Lookup {
+        guard let expired = try row.optionalBool("key_expired") else { return .absent }
+        if expired { return .expired }
+        guard try row.string("key_request_hash") == requestHash else {
+            throw DomainError(
+                status: 422, code: "IDEMPOTENCY_KEY_REUSED",
+                message: "idempotency_key was already used with a different request",
+                details: ["field": "idempotency_key"])
+        }
+        return .stored(StoredResponse(status: try row.int("key_status_code"), body: try row.optionalBytes("key_response_body") ?? []))
+    }
+
+    /// The statements that store an update's or an end's answer under its key in the write's
+    /// own transaction, last before `COMMIT`: the record is inserted with the response (one row
+    /// version instead of a claim and its completion). With `replacingExpired` (the lookup found
+    /// the record past its retention) the old record is deleted first. A concurrent request
+    /// with the same key that committed in between makes the insert fail with SQLSTATE 23505,
+    /// and one still running makes it wait on the unique index (at most `lock_timeout`:
+    /// 55P03); `storeFailure` turns those into a retry (whose lookup replays it) and
+    /// `409 IDEMPOTENCY_KEY_IN_USE`. Plain responses only (write responses hold no secret).
+    public static func storeStatements(
+        tenantId: String, endpoint: String, key: String, requestHash: String, response: StoredResponse,
+        retentionSeconds: Double, replacingExpired: Bool
+    ) -> [PostgresStatement] {
+        let insert = PostgresStatement(
+            """
+            INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, expires_at)
+            VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+            """, [tenantId, endpoint, key, requestHash, response.status, response.body, retentionSeconds])
+        guard replacingExpired else { return [insert] }
+        return [
+            PostgresStatement(
+                "DELETE FROM idempotency_records WHERE tenant_id = $1 AND endpoint = $2 AND key = $3 AND expires_at < now()",
+                [tenantId, endpoint, key]),
+            insert
+        ]
+    }
+
+    /// Maps the failure of the last statement of `storeStatements` (at `index` of its pipeline's
+    /// `outcome`): 23505 → a retry of the whole transaction (SQLSTATE 40001: its lookup then
+    /// finds the other request's answer); 55P03 → `inUse`. Any other failure, or one at another
+    /// statement, is left to the caller (`outcome.get()`).
+    public static func storeFailure(_ outcome: PostgresPipelineOutcome, at index: Int) throws {
+        guard let f = outcome.failure, f.index == index else { return }
+        let e = f.error
+        if e.sqlState == "23505" {
+            throw PostgresError(kind: .query, message: "idempotency key stored by a concurrent request; retrying", sqlState: "40001")
+        }
+        if e.sqlState == "55P03" { throw inUse }
     }
 
     /// The error of a claim that waited `lock_timeout` for a concurrent holder of its key.

@@ -56,6 +56,18 @@ public struct OperationRecord: Sendable, Equatable {
         createdAt = try r.date("created_at"); updatedAt = try r.date("updated_at"); acceptedAt = try r.optionalDate("accepted_at")
     }
 
+    /// The row `OperationStore.insertStatement` writes for `n` in a transaction whose `now()`
+    /// is `now`: the same values `init(row:)` decodes from its `RETURNING` (docs/write-path.md
+    /// "The response before round trip 2"), timestamps rounded to microseconds as stored.
+    init(inserted n: OperationStore.New, tenantId: String, now: Date) {
+        self.tenantId = tenantId; id = n.id; targetId = n.targetId; seq = n.seq; kind = n.kind; status = n.status
+        pendingReason = n.pendingReason; revision = n.revision; hasState = n.state != nil; state = n.state; alert = n.alert
+        staleAt = n.options.staleAt?.postgresStored; relevanceScore = n.options.relevanceScore; priority = n.options.priority
+        sentPriority = nil; expiresAt = n.options.expiresAt?.postgresStored; dismissAt = n.dismissAt?.postgresStored
+        supersededBy = nil; apnsId = nil; failure = nil; consumesQuota = n.consumesQuota; quotaDay = n.quotaDay
+        createdByKeyId = n.createdByKeyId; attempts = 0; createdAt = now; updatedAt = now; acceptedAt = nil
+    }
+
     /// Whether the operation carries an explicit alert.
     public var hasAlert: Bool { alert != nil }
 
@@ -93,6 +105,13 @@ public enum OperationStore {
             self.id = id; self.targetId = targetId; self.seq = seq; self.kind = kind; self.status = status; self.pendingReason = pendingReason
             self.revision = revision; self.state = state; self.alert = alert; self.options = options; self.dismissAt = dismissAt
             self.consumesQuota = consumesQuota; self.quotaDay = quotaDay; self.createdByKeyId = createdByKeyId; self.idempotencyKey = idempotencyKey
+        }
+
+        /// The operation record `insertStatement` stores for this operation of `tenantId` when
+        /// its transaction's `now()` is `now`, known before the statement runs (docs/write-path.md
+        /// "The response before round trip 2").
+        public func record(tenantId: String, now: Date) -> OperationRecord {
+            OperationRecord(inserted: self, tenantId: tenantId, now: now)
         }
     }
 

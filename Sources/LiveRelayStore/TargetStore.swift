@@ -83,6 +83,27 @@ public struct TargetRecord: Sendable, Equatable {
         return t
     }
 
+    /// This row (as `lockTarget` read it, under the row lock of the same transaction) as `w`
+    /// leaves it when its transaction's `now()` is `now` (`WritePath.lockTarget`'s
+    /// `write_now`): the same values `applying(changed:)` decodes from the statement's
+    /// `RETURNING`, timestamps rounded to microseconds as stored (`Date.postgresStored`).
+    public func applying(_ w: TargetWrite, now: Date) -> TargetRecord {
+        var t = self
+        t.opSeq = opSeq + 1
+        switch w {
+        case .state(let revision, let state, let sourceVersion, let staleAt, let relevanceScore, let status):
+            t.revision = revision; t.state = state
+            t.sourceVersion = sourceVersion ?? self.sourceVersion
+            t.staleAt = staleAt?.postgresStored ?? self.staleAt
+            t.relevanceScore = relevanceScore ?? self.relevanceScore
+            t.status = status ?? self.status
+            t.updatedAt = now
+        case .seq(let status):
+            if let status { t.status = status; t.updatedAt = now }
+        }
+        return t
+    }
+
     private static func status(_ r: PostgresRow) throws -> TargetStatus {
         guard let s = TargetStatus(rawValue: try r.string("status")) else { throw PostgresError(kind: .decoding, message: "bad target status") }
         return s

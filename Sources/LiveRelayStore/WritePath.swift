@@ -8,10 +8,15 @@ import Postgres
 /// libpq pipelines instead of one round trip each (docs/write-path.md "Round trips"):
 ///
 /// 1. reads: `BEGIN` + settings (lazily begun transaction), the locked target (or start target),
-///    its queued operations, the idempotency claim, the day's quota counters;
+///    its queued operations, the idempotency key's record (a start's claim), the day's quota
+///    counters;
 /// 2. writes: the target row, the operation row, the superseded operations, the target's
 ///    dispatch head (`refreshHead`), the quota re-read;
-/// 3. the idempotency record's stored response and `COMMIT`.
+/// 3. the idempotency record's stored response (an update's or an end's record, inserted with
+///    it) and `COMMIT`; these join round trip 2 when the
+///    write needs nothing from round trip 2's results to answer (no claim at commit, no quota
+///    re-read): the response is then built before round trip 2 (`TargetWrite`,
+///    `OperationStore.New.record`), docs/write-path.md "The response before round trip 2".
 ///
 /// Each function returns a `PostgresStatement` (SQL always bound) and a decoder for its
 /// result, so a handler can put statements of several stores into one pipeline. Every
@@ -20,20 +25,34 @@ public enum WritePath {
     // MARK: round trip 1 (reads, locks, claim)
 
     /// The target `id`, locked `FOR UPDATE` (serialises writes per target), with its
-    /// installation's `platform`. Decode with `target(_:)`.
-    public static func lockTarget(tenantId: String, id: String) -> PostgresStatement {
-        PostgresStatement(
+    /// installation's `platform`, the transaction's `now()` (the time every `now()` of the
+    /// write's later statements stores) and, given `key` (endpoint and idempotency key), that
+    /// key's record (`IdempotencyStore.lookupLateral`: read in the same statement, not claimed;
+    /// decode with `IdempotencyStore.looked`). Decode the target with `target(_:)`.
+    /// A record committed while this statement waited for the row lock is not seen (the join
+    /// keeps the row it read first); the answer's insert then finds it and the write runs again
+    /// (`IdempotencyStore.storeFailure`).
+    public static func lockTarget(tenantId: String, id: String, key: (endpoint: String, key: String)? = nil) -> PostgresStatement {
+        let platform = "(SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform"
+        guard let key else {
+            return PostgresStatement(
+                "SELECT \(TargetStore.columns), \(platform), now() AS write_now FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
+                [tenantId, id])
+        }
+        return PostgresStatement(
             """
-            SELECT \(TargetStore.columns),
-                   (SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform
-              FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE
-            """, [tenantId, id])
+            SELECT \(TargetStore.columns), \(platform), now() AS write_now,
+                   idem.key_request_hash, idem.key_status_code, idem.key_response_body, idem.key_expired
+              FROM targets LEFT JOIN LATERAL (\(IdempotencyStore.lookupLateral(tenant: "$1", endpoint: "$3", key: "$4"))) idem ON true
+             WHERE tenant_id = $1 AND id = $2 FOR UPDATE OF targets
+            """, [tenantId, id, key.endpoint, key.key])
     }
 
-    /// The target and its installation's platform from `lockTarget`'s result (nil: no such target).
-    public static func target(_ r: PostgresResult) throws -> (target: TargetRecord, platform: String)? {
+    /// The target, its installation's platform and the transaction's `now()` from
+    /// `lockTarget`'s result (nil: no such target).
+    public static func target(_ r: PostgresResult) throws -> (target: TargetRecord, platform: String, now: Date)? {
         guard let row = r.rows.first else { return nil }
-        return (try TargetRecord(row: row), try row.string("platform"))
+        return (try TargetRecord(row: row), try row.string("platform"), try row.date("write_now"))
     }
 
     /// The target's queued (not yet sending) operations, oldest first, locked: what the new
@@ -118,6 +137,18 @@ public enum WritePath {
              WHERE tenant_id = $1 AND id = $2
             RETURNING \(TargetStore.changedColumns)
             """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
+    }
+
+    /// `targetWrite`'s statement on the locked target `id` (`applyState` or `bumpSeq`).
+    public static func statement(tenantId: String, id: String, _ w: TargetWrite) -> PostgresStatement {
+        switch w {
+        case .state(let revision, let state, let sourceVersion, let staleAt, let relevanceScore, let status):
+            return applyState(
+                tenantId: tenantId, id: id, revision: revision, state: state, sourceVersion: sourceVersion, staleAt: staleAt,
+                relevanceScore: relevanceScore, status: status)
+        case .seq(let status):
+            return bumpSeq(tenantId: tenantId, id: id, status: status)
+        }
     }
 
     /// Takes the next operation sequence number of the locked target without new state,
@@ -285,4 +316,15 @@ public enum WritePath {
              WHERE tenant_id = $1 AND endpoint = $2 AND key = $3
             """, [tenantId, endpoint, key, response.status, response.body])
     }
+}
+
+/// What a write on a locked target changes in its row (docs/write-path.md "The response before
+/// round trip 2"): the statement (`WritePath.statement(tenantId:id:_:)`) and the record it
+/// leaves (`TargetRecord.applying(_:now:)`) come from the same value, so a write can answer
+/// before its statements ran.
+public enum TargetWrite: Sendable {
+    /// New state and revision (`WritePath.applyState`): nil options keep the row's value.
+    case state(revision: Int64, state: JSONValue, sourceVersion: Int64?, staleAt: Date?, relevanceScore: Double?, status: TargetStatus?)
+    /// Only the next operation sequence number and optionally a status (`WritePath.bumpSeq`).
+    case seq(status: TargetStatus?)
 }

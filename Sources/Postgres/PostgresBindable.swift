@@ -49,6 +49,11 @@ extension Date: PostgresBindable {
     /// UTC ISO 8601 with microseconds and `Z`, e.g. `"2024-05-01T12:00:00.123456Z"`, rounded to the
     /// nearest microsecond (PostgreSQL's `timestamptz` precision).
     public var postgresText: String? { PostgresTimestamp.format(self) }
+
+    /// The value a `timestamptz` written from this date reads back as (`PostgresRow.date`):
+    /// rounded to the nearest microsecond. For a record built before the row is written
+    /// (docs/write-path.md "The response before round trip 2").
+    public var postgresStored: Date { PostgresTimestamp.parse(PostgresTimestamp.format(self)) ?? self }
 }
 
 extension UUID: PostgresBindable {

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Locking
 import XCTest
@@ -66,17 +67,20 @@ final class WritePathTests: XCTestCase {
             XCTAssertEqual(counts.count, 1, "\(name): one committed write transaction")
             XCTAssertLessThanOrEqual(counts.first ?? 99, 4, "\(name): round trips inside the transaction")
         }
-        XCTAssertEqual(update, [3], "update: reads, writes, stored response + COMMIT")
+        // This update adds a unit (the start it queues behind is not superseded), so the fast
+        // quota path re-reads the counters in round trip 2 and answers from them in round trip 3.
+        XCTAssertEqual(update, [3], "update: reads, writes + quota re-read, stored response + COMMIT")
     }
 
     /// Each statement costs the server an executor start-up in whatever round trip it rides, so
     /// the update's statements are counted too: BEGIN and one set_config statement (the
-    /// tenant's settings and the writer's), the target, its queued operations, the idempotency
-    /// claim and the quota counters; the target's new state, the operation, the supersede of
-    /// the queued update it replaces (the first queued operation) and the head refresh; the
-    /// stored response and COMMIT. The quota read is left out when a recent reading of this
-    /// process stands in for it.
-    func testAnUpdateReplacingAQueuedUpdateSendsTwelveStatementsAndElevenWithARecentQuotaReading() throws {
+    /// tenant's settings and the writer's), the target with its idempotency key's record, its
+    /// queued operations and the quota counters; the target's new state, the operation, the supersede of
+    /// the queued update it replaces (the first queued operation) and the head refresh, the
+    /// stored response and COMMIT, all in round trip 2 (the response is built before it:
+    /// docs/write-path.md "The response before round trip 2"). The quota read is left out when
+    /// a recent reading of this process stands in for it.
+    func testAnUpdateReplacingAQueuedUpdateSendsElevenStatementsAndTenWithARecentQuotaReading() throws {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let target = w.start()
         XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
@@ -86,14 +90,14 @@ final class WritePathTests: XCTestCase {
         }
         QuotaHints.shared.forget(tenantId: w.tenant.id)
         let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
-        XCTAssertEqual(update.map(\.statements), [12])
-        XCTAssertEqual(update.map(\.roundTrips), [3])
+        XCTAssertEqual(update.map(\.statements), [11])
+        XCTAssertEqual(update.map(\.roundTrips), [2])
         // A recent reading stands in for the next one's read (docs/write-path.md "The quota read
         // only near the limit"); it reserves no unit, so it re-reads nothing.
         try freshReading(w.tenant.id)
         let next = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
-        XCTAssertEqual(next.map(\.statements), [11])
-        XCTAssertEqual(next.map(\.roundTrips), [3])
+        XCTAssertEqual(next.map(\.statements), [10])
+        XCTAssertEqual(next.map(\.roundTrips), [2])
         // A start with the same reading: BEGIN and the settings (its head writer among them), the
         // claim, the start target and the live-target cap; the target, the operation, the head
         // and the quota re-read (a start always adds a unit); the stored response and COMMIT.
@@ -135,9 +139,10 @@ final class WritePathTests: XCTestCase {
         defer { env.db.commitClaims.withdraw(taker) }
 
         // The start is still queued (no dispatcher ran), so this update cannot become its
-        // target's head (`WriteRules.keepsHead`): it borrows no slot and claims nothing.
+        // target's head (`WriteRules.keepsHead`): it borrows no slot and claims nothing, and
+        // with nothing to read back it stores its answer and commits in round trip 2.
         let behind = roundTrips("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
-        XCTAssertEqual(behind, [3])
+        XCTAssertEqual(behind, [2])
         XCTAssertEqual(taker.reserved.withLock { $0 }, 0, "not the head: no slot borrowed")
         XCTAssertEqual(taker.taken.withLock { $0 }.count, 0, "not the head: nothing claimed")
         // As if the start had been delivered and the activity had registered its update token.
@@ -320,7 +325,7 @@ final class WritePathTests: XCTestCase {
         let startOp = try head().expected
         try freshReading(w.tenant.id)
         let behindStart = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
-        XCTAssertEqual(behindStart.map(\.statements), [10], "no quota read, no head refresh")
+        XCTAssertEqual(behindStart.map(\.statements), [9], "no quota read, no head refresh")
         var h = try head()
         XCTAssertEqual(h.name, startOp)
         XCTAssertEqual(h.name, h.expected)
@@ -333,7 +338,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(h.name, h.expected, "the delivery's own refresh")
         try freshReading(w.tenant.id)
         let superseding = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
-        XCTAssertEqual(superseding.map(\.statements), [11], "the head refresh is back")
+        XCTAssertEqual(superseding.map(\.statements), [10], "the head refresh is back")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected, "names the new update")
@@ -345,7 +350,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertNil(try head().name)
         try freshReading(w.tenant.id)
         let alone = reports("update") { XCTAssertEqual(w.update(target, ["eta": 4], revision: 4).status, 202) }
-        XCTAssertEqual(alone.map(\.statements), [12], "no supersede, but its new unit: the counter and the re-read")
+        XCTAssertEqual(alone.map(\.statements), [11], "no supersede, but its new unit: the counter and the re-read")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected)
@@ -364,10 +369,10 @@ final class WritePathTests: XCTestCase {
                 as: w.sender.credential)
             XCTAssertEqual(r.status, 202, r.text)
         }
-        // BEGIN and the settings, the target, its queued operations and the claim; the target's
-        // status, the end, the supersede of the update and the release of its unit; the stored
-        // response and COMMIT. No head refresh.
-        XCTAssertEqual(end.map(\.statements), [11])
+        // BEGIN and the settings, the target with its key's record, its queued operations; the
+        // target's status, the end, the supersede of the update and the release of its unit, the
+        // stored response and COMMIT. No head refresh.
+        XCTAssertEqual(end.map(\.statements), [10])
         let (name, expected) = try env.db.system { c -> (String?, String?) in
             let row = try c.query(
                 """
@@ -620,6 +625,213 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(cleanup.status, 202, cleanup.text)
         XCTAssertEqual(cleanup["target"]?["status"], "ending")
         XCTAssertEqual(cleanup["target"], read(other), "after a stateless end")
+    }
+
+    /// docs/write-path.md "The response before round trip 2": an update or an end that answers
+    /// from the rows as its statements will leave them (two round trips) answers what the rows
+    /// hold, to the byte after a reload: times rounded to microseconds as stored (a stale date
+    /// and an expiry with seven fraction digits), relevance scores with no exact binary value,
+    /// priority 5 and an alert; the replay of its key is the same answer. The write that adds a
+    /// unit re-reads the quota in round trip 2 and answers from the rows in round trip 3.
+    func testAWriteAnsweredBeforeItsStatementsRanAnswersWhatTheRowsHold() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        func read(_ path: String) -> JSONValue? { env.call("GET", path, as: w.sender.credential).json }
+        func checkStored(_ r: TestEnvironment.Reply, _ target: String, _ what: String) {
+            let opId = r["operation"]?["id"]?.stringValue ?? ""
+            XCTAssertEqual(r["operation"], read("/v1/remote-updates/operations/\(opId)"), "\(what): the operation as stored")
+            XCTAssertEqual(r["target"], read("/v1/remote-updates/live-activities/targets/\(target)"), "\(what): the target as stored")
+        }
+        XCTAssertEqual(w.update(w.start(), ["eta": 1], revision: 1).status, 202)  // loads and caches the schema
+        let target = w.start()
+        // Behind the queued start, the first update adds a unit: round trip 3 answers.
+        let first = reports("update") {
+            let r = w.update(target, ["eta": 6], revision: 1, extra: ["relevance_score": 1e-7])
+            XCTAssertEqual(r.status, 202, r.text)
+            checkStored(r, target, "an update that adds a unit")
+        }
+        XCTAssertEqual(first.map(\.roundTrips), [3])
+        // The next update replaces it (adds no unit): answered before round trip 2.
+        let key = UUID().uuidString
+        let body: JSONValue = [
+            "target_id": .string(target), "state": ["eta": 7], "expected_revision": 2, "idempotency_key": .string(key),
+            "stale_at": "2031-01-01T00:00:00.1234567Z", "expires_at": "2031-01-02T03:04:05.9999996Z", "relevance_score": 0.1,
+            "priority": 5, "alert": ["title": "Ünïcode \u{2028} title", "body": "line\nbreak"]
+        ]
+        var answer = ""
+        let second = reports("update") {
+            let r = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: w.sender.credential)
+            XCTAssertEqual(r.status, 202, r.text)
+            checkStored(r, target, "an update answered before its writes")
+            XCTAssertEqual(r["operation"]?["priority"], 5)
+            XCTAssertEqual(r["operation"]?["has_alert"], true)
+            XCTAssertEqual(r["target"]?["relevance_score"], 0.1)
+            answer = String(decoding: r.raw, as: UTF8.self)
+        }
+        XCTAssertEqual(second.map(\.roundTrips), [2])
+        let replay = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: w.sender.credential)
+        XCTAssertEqual(replay.status, 202)
+        XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
+        XCTAssertEqual(String(decoding: replay.raw, as: UTF8.self), answer, "the replay is the stored answer, byte for byte")
+        // A stateless end supersedes that update and keeps the revision: also two round trips.
+        let end = reports("end") {
+            let r = env.call(
+                "POST", "/v1/remote-updates/live-activities/end",
+                ["target_id": .string(target), "idempotency_key": .string(UUID().uuidString), "expires_at": "2031-01-03T00:00:00.000001Z"],
+                as: w.sender.credential)
+            XCTAssertEqual(r.status, 202, r.text)
+            XCTAssertEqual(r["target"]?["status"], "ending")
+            checkStored(r, target, "a stateless end")
+        }
+        XCTAssertEqual(end.map(\.roundTrips), [2])
+    }
+
+    /// docs/write-path.md "Idempotency": an update reads its key in round trip 1 and inserts the
+    /// record with its answer before COMMIT. When another request with the same key stores its
+    /// record after that read (here a transaction of the test, holding it uncommitted until the
+    /// update waits on it), the update's insert fails on the unique index, the transaction runs
+    /// again, and its read replays the other request's answer: no second operation, the target
+    /// unchanged.
+    func testAnUpdateWhoseKeyIsStoredMeanwhileRunsAgainAndReplaysTheStoredAnswer() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let target = w.start()
+        let key = UUID().uuidString
+        let body: JSONValue = ["target_id": .string(target), "state": ["eta": 9], "expected_revision": 1, "idempotency_key": .string(key)]
+        let endpoint = "POST /v1/remote-updates/live-activities/update"
+        let stored = #"{"stored":"by the other request"}"#
+        let inserted = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let env = self.env!, db = env.db, tenantId = w.tenant.id, credential = w.sender.credential
+        let holder = Thread {
+            try? db.system { c in
+                try c.execute(
+                    """
+                    INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, expires_at)
+                    VALUES ($1, $2, $3, $4, 202, $5, now() + interval '1 hour')
+                    """, [tenantId, endpoint, key, Digest.sha256Hex(body.serialized()), Array(stored.utf8)])
+                inserted.signal()
+                release.wait()
+            }
+            inserted.signal()  // never leaves the test waiting when the insert failed
+        }
+        holder.start()
+        inserted.wait()
+        let answer = Locked<TestEnvironment.Reply?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            let reply = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: credential)
+            answer.withLock { $0 = reply }
+            done.signal()
+        }.start()
+        // Commit only once the update's insert waits on the uncommitted record.
+        let admin = try PostgresConnection(env.database.adminConninfo)
+        defer { admin.close() }
+        var waiting = false
+        for _ in 0..<200 where !waiting {
+            waiting =
+                try admin.query(
+                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO idempotency_records%'",
+                    [env.database.name])[0].int("n") == 1
+            if !waiting { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        XCTAssertTrue(waiting, "the update's insert waited on the other request's record")
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        let r = try XCTUnwrap(answer.withLock { $0 })
+        XCTAssertEqual(r.status, 202)
+        XCTAssertEqual(r.headers["idempotent-replayed"], "true")
+        XCTAssertEqual(String(decoding: r.raw, as: UTF8.self), stored, "the other request's answer, replayed")
+        let (revision, updates) = try env.db.system { c in
+            (
+                try c.query("SELECT revision FROM targets WHERE id = $1", [target])[0].int64("revision"),
+                try c.query("SELECT count(*)::int AS n FROM operations WHERE target_id = $1 AND kind = 'update'", [target])[0].int("n")
+            )
+        }
+        XCTAssertEqual(revision, 1, "the update's own work was rolled back")
+        XCTAssertEqual(updates, 0)
+    }
+
+    /// docs/write-path.md "Idempotency": the key is read in the statement that locks the target,
+    /// which keeps the key's row as it read it before waiting for the lock. A repeat of a write
+    /// that waited for the first one's lock would then be refused by the revision rule; rule 3
+    /// comes first, so the key is read again before any refusal and the stored answer replayed.
+    /// (The first write is played by a transaction of the test: it bumps the revision and
+    /// stores the answer, and commits only once the repeat waits for the target's lock.)
+    func testARepeatThatWaitedForTheTargetsLockReplaysInsteadOfARevisionConflict() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let target = w.start()
+        let key = UUID().uuidString
+        let body: JSONValue = ["target_id": .string(target), "state": ["eta": 9], "expected_revision": 1, "idempotency_key": .string(key)]
+        let stored = #"{"stored":"by the first request"}"#
+        let locked = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let env = self.env!, db = env.db, tenantId = w.tenant.id, credential = w.sender.credential
+        Thread {
+            try? db.system { c in
+                try c.execute("UPDATE targets SET revision = 2 WHERE tenant_id = $1 AND id = $2", [tenantId, target])
+                try c.execute(
+                    """
+                    INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, expires_at)
+                    VALUES ($1, 'POST /v1/remote-updates/live-activities/update', $2, $3, 202, $4, now() + interval '1 hour')
+                    """, [tenantId, key, Digest.sha256Hex(body.serialized()), Array(stored.utf8)])
+                locked.signal()
+                release.wait()
+            }
+            locked.signal()
+        }.start()
+        locked.wait()
+        let answer = Locked<TestEnvironment.Reply?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            let reply = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: credential)
+            answer.withLock { $0 = reply }
+            done.signal()
+        }.start()
+        let admin = try PostgresConnection(env.database.adminConninfo)
+        defer { admin.close() }
+        var waiting = false
+        for _ in 0..<200 where !waiting {
+            waiting =
+                try admin.query(
+                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE 'SELECT tenant_id, id, installation_id%'",
+                    [env.database.name])[0].int("n") == 1
+            if !waiting { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        XCTAssertTrue(waiting, "the repeat waited for the target's lock")
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
+        let r = try XCTUnwrap(answer.withLock { $0 })
+        XCTAssertEqual(r.status, 202, String(decoding: r.raw, as: UTF8.self))
+        XCTAssertEqual(r.headers["idempotent-replayed"], "true")
+        XCTAssertEqual(String(decoding: r.raw, as: UTF8.self), stored)
+    }
+
+    /// A key whose record is past its retention is taken over by the next request that uses it,
+    /// whatever its earlier request was: the record is replaced with the new answer, which is
+    /// replayed from then on.
+    func testAnUpdateTakesOverAKeyPastItsRetention() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let target = w.start()
+        let key = UUID().uuidString
+        try env.db.system { c in
+            try c.execute(
+                """
+                INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, created_at, expires_at)
+                VALUES ($1, 'POST /v1/remote-updates/live-activities/update', $2, 'another request', 202, '\\x7b7d'::bytea,
+                        now() - interval '2 days', now() - interval '1 day')
+                """, [w.tenant.id, key])
+        }
+        let body: JSONValue = ["target_id": .string(target), "state": ["eta": 9], "expected_revision": 1, "idempotency_key": .string(key)]
+        let first = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: w.sender.credential)
+        XCTAssertEqual(first.status, 202, String(decoding: first.raw, as: UTF8.self))
+        XCTAssertNil(first.headers["idempotent-replayed"])
+        XCTAssertEqual(first["target"]?["revision"], 2)
+        let replay = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: w.sender.credential)
+        XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
+        XCTAssertEqual(replay.raw, first.raw)
+        let records = try env.db.system { c in
+            try c.query("SELECT request_hash, expires_at > now() AS live FROM idempotency_records WHERE key = $1", [key])
+        }
+        XCTAssertEqual(records.count, 1)
+        XCTAssertEqual(try records.first?.string("request_hash"), Digest.sha256Hex(body.serialized()))
+        XCTAssertEqual(try records.first?.bool("live"), true)
     }
 
     /// Migration 0042: the value checks of `targets` and `operations` moved into domains and still
