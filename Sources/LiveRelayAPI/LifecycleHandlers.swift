@@ -64,8 +64,8 @@ enum LifecycleHandlers {
         /// The statements storing `body` (status `status`) as the key's response: the
         /// completion of a claim made in round trip 1 (`WritePath.complete`, a start) when
         /// `replacingExpired` is nil, else the record inserted with the response
-        /// (`IdempotencyStore.storeStatements`, an update or an end, after `looked`). The last
-        /// statement is the one `IdempotencyStore.storeFailure` judges.
+        /// (`IdempotencyStore.storeStatements`, an update or an end, after `looked`), whose
+        /// failure `IdempotencyStore.storeFailure` judges.
         func store(_ tenant: String, status: Int, body: [UInt8], replacingExpired: Bool?) -> [PostgresStatement] {
             let response = StoredResponse(status: status, body: body)
             guard let replacingExpired else { return [WritePath.complete(tenantId: tenant, endpoint: endpoint, key: key, response: response)] }
@@ -693,12 +693,24 @@ enum LifecycleHandlers {
         var writes = settingsStatements(
             writer: WritePath.writerSettings(operationId: operation.id), sent: writerSettingsSent,
             claim: claim?.settings(operationId: operation.id) ?? [])
-        let targetIndex = writes.count
-        writes += [WritePath.statement(tenantId: tenant, id: t.id, targetWrite), WritePath.insertOperation(tenantId: tenant, operation)]
-        if !victims.isEmpty { writes.append(WritePath.supersede(tenantId: tenant, targetId: t.id, ids: victims.map(\.id), by: operation.id)) }
-        writes += changes.map { WritePath.adjustReserved(tenantId: tenant, day: $0.day, by: $0.change) }
         // A write that reserves no unit of the day cannot take the day past its limit: no re-check.
         let recheckDay = recheckDay.flatMap { d in changes.contains { $0.day == d && $0.change > 0 } ? d : nil }
+        // Nothing after the writes depends on their results without a claim or a re-check: the
+        // answer is built from the rows as the statements will leave them, and stored with them.
+        let answerNow = claim == nil && recheckDay == nil
+        let shownAt = Date()
+        let built =
+            answerNow
+            ? writeBody(operation.record(tenantId: tenant, now: now), t.applying(targetWrite, now: now), shownAt: shownAt).serialized() : nil
+        // The target's change, the operation, the supersede, the quota counters' net change and
+        // (answering now, unless a record past its retention must go first) the stored answer:
+        // one statement (docs/write-path.md "One statement for the writes").
+        let storeInWrites = built != nil && !replacingExpired
+        var more = changes.map { WritePath.adjustReserved(tenantId: tenant, day: $0.day, by: $0.change) }
+        if storeInWrites, let built { more += idem.store(tenant, status: 202, body: built, replacingExpired: false) }
+        let writeIndex = writes.count
+        writes.append(
+            WritePath.writes(tenantId: tenant, target: t, targetWrite, operation: operation, victims: victims.map(\.id), more: more))
         // With a claim at commit the claim settles the head: its trigger deletes the row when it
         // takes the operation, and `CommitClaim.read` refreshes the head when it does not.
         // A write that keeps the first queued operation cannot change the head (`keepsHead`).
@@ -708,35 +720,29 @@ enum LifecycleHandlers {
         let quotaIndex = writes.count
         if let recheckDay { writes.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
         // Further statements of this write (e.g. event rows) join `writes` here.
-        if claim == nil && recheckDay == nil {
-            // Nothing below depends on round trip 2's results: answer from the rows as the
-            // statements will leave them, and store that answer and commit in the same round trip.
-            let shownAt = Date()
-            let body = writeBody(operation.record(tenantId: tenant, now: now), t.applying(targetWrite, now: now), shownAt: shownAt)
-            let bytes = body.serialized()
+        if let built {
             try WritePath.notify(
                 c, tenantId: tenant, queued: true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,
                 operationId: operation.id)
-            writes += idem.store(tenant, status: 202, body: bytes, replacingExpired: replacingExpired)
+            if !storeInWrites { writes += idem.store(tenant, status: 202, body: built, replacingExpired: true) }
             let outcome = try c.pipeline(writes, commit: true)
-            try IdempotencyStore.storeFailure(outcome, at: writes.count - 1)
+            try IdempotencyStore.storeFailure(outcome, at: storeInWrites ? writeIndex : writes.count - 1)
             let r2 = try outcome.get()
             #if DEBUG
             // The built answer must be what the statements returned; checked in every test run.
-            let returned = writeBody(
-                try WritePath.operation(r2[targetIndex + 1]), try WritePath.appliedTarget(r2[targetIndex], to: t), shownAt: shownAt
-            ).serialized()
+            let (op, target) = try WritePath.written(r2[writeIndex], to: t)
+            let returned = writeBody(op, target, shownAt: shownAt).serialized()
             precondition(
-                returned == bytes,
-                "write response built before round trip 2 differs from the rows: \(String(decoding: bytes, as: UTF8.self)) vs \(String(decoding: returned, as: UTF8.self))"
+                returned == built,
+                "write response built before round trip 2 differs from the rows: \(String(decoding: built, as: UTF8.self)) vs \(String(decoding: returned, as: UTF8.self))"
             )
             #else
             _ = r2
             #endif
-            return HTTPResponse(status: 202, headers: [("Content-Type", "application/json")], body: bytes)
+            return HTTPResponse(status: 202, headers: [("Content-Type", "application/json")], body: built)
         }
         let r2 = try c.pipeline(writes).get()
-        let target = try WritePath.appliedTarget(r2[targetIndex], to: t), op = try WritePath.operation(r2[targetIndex + 1])
+        let (op, target) = try WritePath.written(r2[writeIndex], to: t)
         if let recheckDay { try recheckQuota(r2[quotaIndex], tenant: tenant, day: recheckDay, exactNext: &exactNext) }
         let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: t.id) ?? []
         try WritePath.notify(

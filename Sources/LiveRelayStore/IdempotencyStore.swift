@@ -225,14 +225,15 @@ public enum IdempotencyStore {
         ]
     }
 
-    /// Maps the failure of the last statement of `storeStatements` (at `index` of its pipeline's
-    /// `outcome`): 23505 → a retry of the whole transaction (SQLSTATE 40001: its lookup then
-    /// finds the other request's answer); 55P03 → `inUse`. Any other failure, or one at another
-    /// statement, is left to the caller (`outcome.get()`).
+    /// Maps the failure of the statement holding `storeStatements`' insert (at `index` of its
+    /// pipeline's `outcome`; it may be part of a combined statement): a unique violation of the
+    /// key (`idempotency_records_pkey`) → a retry of the whole transaction (SQLSTATE 40001: its
+    /// read of the key then finds the other request's answer); 55P03 → `inUse`. Any other
+    /// failure, or one at another statement, is left to the caller (`outcome.get()`).
     public static func storeFailure(_ outcome: PostgresPipelineOutcome, at index: Int) throws {
         guard let f = outcome.failure, f.index == index else { return }
         let e = f.error
-        if e.sqlState == "23505" {
+        if e.sqlState == "23505" && e.constraint == "idempotency_records_pkey" {
             throw PostgresError(kind: .query, message: "idempotency key stored by a concurrent request; retrying", sqlState: "40001")
         }
         if e.sqlState == "55P03" { throw inUse }

@@ -73,13 +73,14 @@ public struct TargetRecord: Sendable, Equatable {
     /// columns a write changed, from a row of `TargetStore.changedColumns`
     /// (docs/write-path.md "What a write returns").
     /// - Throws: `PostgresError(kind: .decoding)` for a missing or malformed column.
-    func applying(changed r: PostgresRow) throws -> TargetRecord {
+    /// `prefix`: the prefix of those columns' names (`TargetStore.changedColumns(prefix:)`).
+    func applying(changed r: PostgresRow, prefix p: String = "") throws -> TargetRecord {
         var t = self
-        t.status = try Self.status(r)
-        t.revision = try r.int64("revision"); t.state = try Self.state(r)
-        t.sourceVersion = try r.optionalInt64("source_version"); t.staleAt = try r.optionalDate("stale_at")
-        t.relevanceScore = try r.optionalDouble("relevance_score")
-        t.opSeq = try r.int64("op_seq"); t.updatedAt = try r.date("updated_at")
+        t.status = try Self.status(r, p)
+        t.revision = try r.int64(p + "revision"); t.state = try Self.state(r, p)
+        t.sourceVersion = try r.optionalInt64(p + "source_version"); t.staleAt = try r.optionalDate(p + "stale_at")
+        t.relevanceScore = try r.optionalDouble(p + "relevance_score")
+        t.opSeq = try r.int64(p + "op_seq"); t.updatedAt = try r.date(p + "updated_at")
         return t
     }
 
@@ -104,13 +105,15 @@ public struct TargetRecord: Sendable, Equatable {
         return t
     }
 
-    private static func status(_ r: PostgresRow) throws -> TargetStatus {
-        guard let s = TargetStatus(rawValue: try r.string("status")) else { throw PostgresError(kind: .decoding, message: "bad target status") }
+    private static func status(_ r: PostgresRow, _ prefix: String = "") throws -> TargetStatus {
+        guard let s = TargetStatus(rawValue: try r.string(prefix + "status")) else {
+            throw PostgresError(kind: .decoding, message: "bad target status")
+        }
         return s
     }
 
-    private static func state(_ r: PostgresRow) throws -> JSONValue {
-        try JSONValue.parse(Array(try r.string("state").utf8), maxDepth: 128)
+    private static func state(_ r: PostgresRow, _ prefix: String = "") throws -> JSONValue {
+        try JSONValue.parse(Array(try r.string(prefix + "state").utf8), maxDepth: 128)
     }
 }
 
@@ -140,7 +143,13 @@ public enum TargetStore {
     /// is all they return: `TargetRecord.applying(changed:)` takes the rest from the locked row.
     /// Returning `columns` evaluated its priority-budget subqueries (target_clocks,
     /// installations, tenants) a second time per write.
-    static let changedColumns = "revision, state::text AS state, source_version, stale_at, relevance_score, status, op_seq, updated_at"
+    static let changedColumns = changedColumns(prefix: "")
+
+    /// `changedColumns` named `prefix` + name (for a row that holds other columns too).
+    static func changedColumns(prefix p: String) -> String {
+        "revision AS \(p)revision, state::text AS \(p)state, source_version AS \(p)source_version, stale_at AS \(p)stale_at, "
+            + "relevance_score AS \(p)relevance_score, status AS \(p)status, op_seq AS \(p)op_seq, updated_at AS \(p)updated_at"
+    }
 
     static let columns = """
         tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,

@@ -125,9 +125,10 @@ public enum WritePath {
     /// the next operation sequence number, optionally a new status; returns the changed columns
     /// (decode with `appliedTarget(_:to:)`). `seq` of the new operation is `opSeq + 1` of the
     /// locked row read before.
+    /// `prefix`: the prefix of the returned columns' names (`TargetStore.changedColumns(prefix:)`).
     public static func applyState(
         tenantId: String, id: String, revision: Int64, state: JSONValue, sourceVersion: Int64?,
-        staleAt: Date?, relevanceScore: Double?, status: TargetStatus?
+        staleAt: Date?, relevanceScore: Double?, status: TargetStatus?, prefix: String = ""
     ) -> PostgresStatement {
         PostgresStatement(
             """
@@ -135,32 +136,64 @@ public enum WritePath {
                    stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
                    status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
              WHERE tenant_id = $1 AND id = $2
-            RETURNING \(TargetStore.changedColumns)
+            RETURNING \(TargetStore.changedColumns(prefix: prefix))
             """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
     }
 
-    /// `targetWrite`'s statement on the locked target `id` (`applyState` or `bumpSeq`).
-    public static func statement(tenantId: String, id: String, _ w: TargetWrite) -> PostgresStatement {
+    /// `targetWrite`'s statement on the locked target `id` (`applyState` or `bumpSeq`);
+    /// `prefix` as theirs.
+    public static func statement(tenantId: String, id: String, _ w: TargetWrite, prefix: String = "") -> PostgresStatement {
         switch w {
         case .state(let revision, let state, let sourceVersion, let staleAt, let relevanceScore, let status):
             return applyState(
                 tenantId: tenantId, id: id, revision: revision, state: state, sourceVersion: sourceVersion, staleAt: staleAt,
-                relevanceScore: relevanceScore, status: status)
+                relevanceScore: relevanceScore, status: status, prefix: prefix)
         case .seq(let status):
-            return bumpSeq(tenantId: tenantId, id: id, status: status)
+            return bumpSeq(tenantId: tenantId, id: id, status: status, prefix: prefix)
         }
+    }
+
+    /// The prefix of the target's columns in the row of `writes`.
+    static let writtenTargetPrefix = "target_"
+
+    /// Round trip 2's writes of an update or an end as ONE statement
+    /// (`PostgresStatement.combined`; docs/write-path.md "One statement for the writes"): the
+    /// locked target's change (`targetWrite`), the operation `operation`, the supersede of the
+    /// queued operations `victims` by it (`supersede`), and `more` (the quota counters' net
+    /// change, the stored response): parts that read none of each other's rows. Returns one
+    /// row, decoded by `written(_:to:)`. The head refresh reads the operation's insert and
+    /// the supersede, so it stays a statement of its own after this one.
+    public static func writes(
+        tenantId: String, target: TargetRecord, _ targetWrite: TargetWrite, operation: OperationStore.New, victims: [String],
+        more: [PostgresStatement]
+    ) -> PostgresStatement {
+        var parts = [
+            statement(tenantId: tenantId, id: target.id, targetWrite, prefix: writtenTargetPrefix),
+            insertOperation(tenantId: tenantId, operation)
+        ]
+        if !victims.isEmpty { parts.append(supersede(tenantId: tenantId, targetId: target.id, ids: victims, by: operation.id)) }
+        return .combined(parts + more, select: "SELECT * FROM w1 CROSS JOIN w0")
+    }
+
+    /// The operation and the target (`locked`, as `lockTarget` read it, with the columns
+    /// the write changed) from the row of `writes`.
+    /// - Throws: `PostgresError(kind: .decoding)` when the row is missing or malformed.
+    public static func written(_ r: PostgresResult, to locked: TargetRecord) throws -> (OperationRecord, TargetRecord) {
+        guard let row = r.rows.first else { throw PostgresError(kind: .decoding, message: "written row missing") }
+        return (try OperationRecord(row: row), try locked.applying(changed: row, prefix: writtenTargetPrefix))
     }
 
     /// Takes the next operation sequence number of the locked target without new state,
     /// optionally setting a status (a stateless end: `ending`); returns the changed columns
     /// (decode with `appliedTarget(_:to:)`).
-    public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?) -> PostgresStatement {
+    /// `prefix`: as `applyState`'s.
+    public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?, prefix: String = "") -> PostgresStatement {
         PostgresStatement(
             """
             UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
                    updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
              WHERE tenant_id = $1 AND id = $2
-            RETURNING \(TargetStore.changedColumns)
+            RETURNING \(TargetStore.changedColumns(prefix: prefix))
             """, [tenantId, id, status?.rawValue])
     }
 

@@ -21,6 +21,52 @@ public struct PostgresStatement {
         let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
         return PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
     }
+
+    /// One statement that runs `parts` — data-modifying statements (INSERT, UPDATE or DELETE,
+    /// with or without RETURNING) — as the common table expressions `w0`, `w1`, … of one
+    /// `WITH` query whose result is `select` (which may read the RETURNING rows of any `wN`).
+    /// The server then starts, runs and ends one statement instead of several. Every part sees
+    /// the snapshot the statement started with and none sees another's changes, in an order
+    /// the server chooses (PostgreSQL documentation, "Data-Modifying Statements in WITH"), so
+    /// combine only parts that read none of each other's rows and cannot conflict with each
+    /// other. Each part's placeholders are renumbered after the previous parts'; a part must
+    /// use `$` only in placeholders (no dollar quoting).
+    public static func combined(_ parts: [PostgresStatement], select: String) -> PostgresStatement {
+        var sql = "WITH "
+        var params: [(any PostgresBindable)?] = []
+        for (i, part) in parts.enumerated() {
+            if i > 0 { sql += ", " }
+            sql += "w\(i) AS (" + renumbered(part.sql, by: params.count) + ")"
+            params += part.params
+        }
+        return PostgresStatement(sql + " " + select, params)
+    }
+
+    /// `sql` with every placeholder `$n` replaced by `$(n + offset)`.
+    static func renumbered(_ sql: String, by offset: Int) -> String {
+        guard offset > 0 else { return sql }
+        var out = ""
+        var digits = ""
+        var inPlaceholder = false
+        func flush() {
+            if inPlaceholder {
+                precondition(!digits.isEmpty, "a `$` that is no placeholder in a combined statement")
+                out += "$" + String(Int(digits)! + offset)
+            }
+            inPlaceholder = false
+            digits = ""
+        }
+        for ch in sql {
+            if inPlaceholder, ch.isASCII, ch.isNumber {
+                digits.append(ch)
+                continue
+            }
+            flush()
+            if ch == "$" { inPlaceholder = true } else { out.append(ch) }
+        }
+        flush()
+        return out
+    }
 }
 
 /// What one statement of a pipeline returned: its rows (empty for commands) and the number of

@@ -36,6 +36,28 @@ final class PipelineTests: XCTestCase {
         XCTAssertEqual(names, 2, "the server holds exactly the cached statements")
     }
 
+    /// `PostgresStatement.combined`: each part's placeholders follow the previous parts'
+    /// (`$10` and `$1` alike), and the one statement runs every part and returns `select`.
+    func testACombinedStatementRenumbersEachPartsPlaceholdersAndRunsEveryPart() throws {
+        XCTAssertEqual(PostgresStatement.renumbered("a = $1 AND b = $10 OR $2::int", by: 3), "a = $4 AND b = $13 OR $5::int")
+        XCTAssertEqual(PostgresStatement.renumbered("a = $1", by: 0), "a = $1")
+        let c = try db.connect()
+        defer { c.close() }
+        try c.simpleQuery("CREATE TABLE t (id int PRIMARY KEY, v text); CREATE TABLE u (id int PRIMARY KEY, n int); INSERT INTO u VALUES (1, 0)")
+        let combined = PostgresStatement.combined(
+            [
+                PostgresStatement("INSERT INTO t VALUES ($1, $2) RETURNING id, v", [1, "a"]),
+                PostgresStatement("UPDATE u SET n = n + $2 WHERE id = $1 RETURNING n", [1, 5]),
+                PostgresStatement("INSERT INTO t VALUES ($1, $2)", [2, "b"])
+            ], select: "SELECT * FROM w0 CROSS JOIN w1")
+        XCTAssertEqual(combined.params.count, 6)
+        let before = c.statementsSent
+        let out = try c.pipeline([combined]).get()
+        XCTAssertEqual(c.statementsSent - before, 1)
+        XCTAssertEqual(try out[0].rows.map { [try $0.string("v"), String(try $0.int("n"))] }, [["a", "5"]])
+        XCTAssertEqual(try c.query("SELECT string_agg(v, ',' ORDER BY id) AS vs FROM t")[0].string("vs"), "a,b", "the part without RETURNING ran too")
+    }
+
     func testAParameterWithANULByteIsRefusedBeforeAnythingIsSent() throws {
         let c = try db.connect()
         defer { c.close() }
