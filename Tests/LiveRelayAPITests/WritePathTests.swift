@@ -686,6 +686,47 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(end.map(\.roundTrips), [2])
     }
 
+    /// Sends `body` to the update endpoint while a transaction of the test that ran `hold` is
+    /// open, and commits that transaction once the update waits for a lock in a statement whose
+    /// text starts with `waitingIn`; returns the update's reply.
+    func updateWhileHolding(
+        _ hold: @escaping @Sendable (PostgresConnection) throws -> Void, body: JSONValue, credential: String, waitingIn: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> TestEnvironment.Reply {
+        let held = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        let env = self.env!, db = env.db
+        Thread {
+            try? db.system { c in
+                try hold(c)
+                held.signal()
+                release.wait()
+            }
+            held.signal()  // never leaves the test waiting when `hold` failed
+        }.start()
+        held.wait()
+        let answer = Locked<TestEnvironment.Reply?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread {
+            let reply = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: credential)
+            answer.withLock { $0 = reply }
+            done.signal()
+        }.start()
+        let admin = try PostgresConnection(env.database.adminConninfo)
+        defer { admin.close() }
+        var waiting = false
+        for _ in 0..<200 where !waiting {
+            waiting =
+                try admin.query(
+                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND starts_with(query, $2)",
+                    [env.database.name, waitingIn])[0].int("n") == 1
+            if !waiting { Thread.sleep(forTimeInterval: 0.05) }
+        }
+        XCTAssertTrue(waiting, "the update waited for a lock in \(waitingIn) …", file: file, line: line)
+        release.signal()
+        XCTAssertEqual(done.wait(timeout: .now() + 30), .success, file: file, line: line)
+        return try XCTUnwrap(answer.withLock { $0 }, file: file, line: line)
+    }
+
     /// docs/write-path.md "Idempotency": an update reads its key in round trip 1 and inserts the
     /// record with its answer before COMMIT. When another request with the same key stores its
     /// record after that read (here a transaction of the test, holding it uncommitted until the
@@ -699,44 +740,16 @@ final class WritePathTests: XCTestCase {
         let body: JSONValue = ["target_id": .string(target), "state": ["eta": 9], "expected_revision": 1, "idempotency_key": .string(key)]
         let endpoint = "POST /v1/remote-updates/live-activities/update"
         let stored = #"{"stored":"by the other request"}"#
-        let inserted = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        let env = self.env!, db = env.db, tenantId = w.tenant.id, credential = w.sender.credential
-        let holder = Thread {
-            try? db.system { c in
+        let tenantId = w.tenant.id, hash = Digest.sha256Hex(body.serialized())
+        // Committed once the update's insert waits on the uncommitted record.
+        let r = try updateWhileHolding(
+            { c in
                 try c.execute(
                     """
                     INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, expires_at)
                     VALUES ($1, $2, $3, $4, 202, $5, now() + interval '1 hour')
-                    """, [tenantId, endpoint, key, Digest.sha256Hex(body.serialized()), Array(stored.utf8)])
-                inserted.signal()
-                release.wait()
-            }
-            inserted.signal()  // never leaves the test waiting when the insert failed
-        }
-        holder.start()
-        inserted.wait()
-        let answer = Locked<TestEnvironment.Reply?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-            let reply = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: credential)
-            answer.withLock { $0 = reply }
-            done.signal()
-        }.start()
-        // Commit only once the update's insert waits on the uncommitted record.
-        let admin = try PostgresConnection(env.database.adminConninfo)
-        defer { admin.close() }
-        var waiting = false
-        for _ in 0..<200 where !waiting {
-            waiting =
-                try admin.query(
-                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO idempotency_records%'",
-                    [env.database.name])[0].int("n") == 1
-            if !waiting { Thread.sleep(forTimeInterval: 0.05) }
-        }
-        XCTAssertTrue(waiting, "the update's insert waited on the other request's record")
-        release.signal()
-        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
-        let r = try XCTUnwrap(answer.withLock { $0 })
+                    """, [tenantId, endpoint, key, hash, Array(stored.utf8)])
+            }, body: body, credential: w.sender.credential, waitingIn: "INSERT INTO idempotency_records")
         XCTAssertEqual(r.status, 202)
         XCTAssertEqual(r.headers["idempotent-replayed"], "true")
         XCTAssertEqual(String(decoding: r.raw, as: UTF8.self), stored, "the other request's answer, replayed")
@@ -762,43 +775,17 @@ final class WritePathTests: XCTestCase {
         let key = UUID().uuidString
         let body: JSONValue = ["target_id": .string(target), "state": ["eta": 9], "expected_revision": 1, "idempotency_key": .string(key)]
         let stored = #"{"stored":"by the first request"}"#
-        let locked = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-        let env = self.env!, db = env.db, tenantId = w.tenant.id, credential = w.sender.credential
-        Thread {
-            try? db.system { c in
+        let tenantId = w.tenant.id, hash = Digest.sha256Hex(body.serialized())
+        // Committed once the repeat waits for the target's lock (in its target's statement).
+        let r = try updateWhileHolding(
+            { c in
                 try c.execute("UPDATE targets SET revision = 2 WHERE tenant_id = $1 AND id = $2", [tenantId, target])
                 try c.execute(
                     """
                     INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, expires_at)
                     VALUES ($1, 'POST /v1/remote-updates/live-activities/update', $2, $3, 202, $4, now() + interval '1 hour')
-                    """, [tenantId, key, Digest.sha256Hex(body.serialized()), Array(stored.utf8)])
-                locked.signal()
-                release.wait()
-            }
-            locked.signal()
-        }.start()
-        locked.wait()
-        let answer = Locked<TestEnvironment.Reply?>(nil)
-        let done = DispatchSemaphore(value: 0)
-        Thread {
-            let reply = env.call("POST", "/v1/remote-updates/live-activities/update", body, as: credential)
-            answer.withLock { $0 = reply }
-            done.signal()
-        }.start()
-        let admin = try PostgresConnection(env.database.adminConninfo)
-        defer { admin.close() }
-        var waiting = false
-        for _ in 0..<200 where !waiting {
-            waiting =
-                try admin.query(
-                    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND query LIKE 'SELECT tenant_id, id, installation_id%'",
-                    [env.database.name])[0].int("n") == 1
-            if !waiting { Thread.sleep(forTimeInterval: 0.05) }
-        }
-        XCTAssertTrue(waiting, "the repeat waited for the target's lock")
-        release.signal()
-        XCTAssertEqual(done.wait(timeout: .now() + 30), .success)
-        let r = try XCTUnwrap(answer.withLock { $0 })
+                    """, [tenantId, key, hash, Array(stored.utf8)])
+            }, body: body, credential: w.sender.credential, waitingIn: "SELECT tenant_id, id, installation_id")
         XCTAssertEqual(r.status, 202, String(decoding: r.raw, as: UTF8.self))
         XCTAssertEqual(r.headers["idempotent-replayed"], "true")
         XCTAssertEqual(String(decoding: r.raw, as: UTF8.self), stored)
