@@ -33,20 +33,22 @@ public enum WritePath {
     /// keeps the row it read first); the answer's insert then finds it and the write runs again
     /// (`IdempotencyStore.storeFailure`).
     public static func lockTarget(tenantId: String, id: String, key: (endpoint: String, key: String)? = nil) -> PostgresStatement {
-        let platform = "(SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform"
-        guard let key else {
-            return PostgresStatement(
-                "SELECT \(TargetStore.columns), \(platform), now() AS write_now FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE",
-                [tenantId, id])
-        }
-        return PostgresStatement(
-            """
-            SELECT \(TargetStore.columns), \(platform), now() AS write_now,
-                   idem.key_request_hash, idem.key_status_code, idem.key_response_body, idem.key_expired
-              FROM targets LEFT JOIN LATERAL (\(IdempotencyStore.lookupLateral(tenant: "$1", endpoint: "$3", key: "$4"))) idem ON true
-             WHERE tenant_id = $1 AND id = $2 FOR UPDATE OF targets
-            """, [tenantId, id, key.endpoint, key.key])
+        guard let key else { return PostgresStatement(lockTargetSQL, [tenantId, id]) }
+        return PostgresStatement(lockTargetWithKeySQL, [tenantId, id, key.endpoint, key.key])
     }
+
+    private static let lockTargetPlatform =
+        "(SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform"
+
+    private static let lockTargetSQL =
+        "SELECT \(TargetStore.columns), \(lockTargetPlatform), now() AS write_now FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
+
+    private static let lockTargetWithKeySQL = """
+        SELECT \(TargetStore.columns), \(lockTargetPlatform), now() AS write_now,
+               idem.key_request_hash, idem.key_status_code, idem.key_response_body, idem.key_expired
+          FROM targets LEFT JOIN LATERAL (\(IdempotencyStore.lookupLateral(tenant: "$1", endpoint: "$3", key: "$4"))) idem ON true
+         WHERE tenant_id = $1 AND id = $2 FOR UPDATE OF targets
+        """
 
     /// The target, its installation's platform and the transaction's `now()` from
     /// `lockTarget`'s result (nil: no such target).
@@ -136,7 +138,7 @@ public enum WritePath {
                    stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
                    status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
              WHERE tenant_id = $1 AND id = $2
-            RETURNING \(TargetStore.changedColumns(prefix: prefix))
+            RETURNING \(TargetStore.returnedColumns(prefix: prefix))
             """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
     }
 
@@ -193,7 +195,7 @@ public enum WritePath {
             UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
                    updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
              WHERE tenant_id = $1 AND id = $2
-            RETURNING \(TargetStore.changedColumns(prefix: prefix))
+            RETURNING \(TargetStore.returnedColumns(prefix: prefix))
             """, [tenantId, id, status?.rawValue])
     }
 

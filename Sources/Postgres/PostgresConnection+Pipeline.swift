@@ -42,30 +42,32 @@ public struct PostgresStatement {
         return PostgresStatement(sql + " " + select, params)
     }
 
-    /// `sql` with every placeholder `$n` replaced by `$(n + offset)`.
+    /// `sql` with every placeholder `$n` replaced by `$(n + offset)` (a scan of its UTF-8
+    /// bytes: it runs for every combined statement a write sends).
     static func renumbered(_ sql: String, by offset: Int) -> String {
         guard offset > 0 else { return sql }
-        var out = ""
-        var digits = ""
-        var inPlaceholder = false
-        func flush() {
-            if inPlaceholder {
-                precondition(!digits.isEmpty, "a `$` that is no placeholder in a combined statement")
-                out += "$" + String(Int(digits)! + offset)
-            }
-            inPlaceholder = false
-            digits = ""
-        }
-        for ch in sql {
-            if inPlaceholder, ch.isASCII, ch.isNumber {
-                digits.append(ch)
+        let bytes = Array(sql.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count + 16)
+        var i = 0
+        while i < bytes.count {
+            let b = bytes[i]
+            i += 1
+            guard b == UInt8(ascii: "$") else {
+                out.append(b)
                 continue
             }
-            flush()
-            if ch == "$" { inPlaceholder = true } else { out.append(ch) }
+            var n = 0
+            let start = i
+            while i < bytes.count, bytes[i] >= UInt8(ascii: "0"), bytes[i] <= UInt8(ascii: "9") {
+                n = n * 10 + Int(bytes[i] - UInt8(ascii: "0"))
+                i += 1
+            }
+            precondition(i > start, "a `$` that is no placeholder in a combined statement")
+            out.append(UInt8(ascii: "$"))
+            out += Array(String(n + offset).utf8)
         }
-        flush()
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 }
 
