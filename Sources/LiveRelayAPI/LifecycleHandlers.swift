@@ -703,9 +703,12 @@ enum LifecycleHandlers {
             answerNow
             ? writeBody(operation.record(tenantId: tenant, now: now), t.applying(targetWrite, now: now), shownAt: shownAt).serialized() : nil
         // The target's change, the operation, the supersede, the quota counters' net change and
-        // (answering now, unless a record past its retention must go first) the stored answer:
-        // one statement (docs/write-path.md "One statement for the writes").
-        let storeInWrites = built != nil && !replacingExpired
+        // the stored answer: one statement (docs/write-path.md "One statement for the writes").
+        // The stored answer joins it only when it is the one part that can wait for another
+        // transaction (for a concurrent holder of the key: `storeFailure` reads a lock timeout
+        // there as `409 IDEMPOTENCY_KEY_IN_USE`): not beside a quota counter's change (its shard
+        // row may be another session's too), and not after a record past its retention.
+        let storeInWrites = built != nil && !replacingExpired && changes.isEmpty
         var more = changes.map { WritePath.adjustReserved(tenantId: tenant, day: $0.day, by: $0.change) }
         if storeInWrites, let built { more += idem.store(tenant, status: 202, body: built, replacingExpired: false) }
         let writeIndex = writes.count
@@ -724,7 +727,7 @@ enum LifecycleHandlers {
             try WritePath.notify(
                 c, tenantId: tenant, queued: true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,
                 operationId: operation.id)
-            if !storeInWrites { writes += idem.store(tenant, status: 202, body: built, replacingExpired: true) }
+            if !storeInWrites { writes += idem.store(tenant, status: 202, body: built, replacingExpired: replacingExpired) }
             let outcome = try c.pipeline(writes, commit: true)
             try IdempotencyStore.storeFailure(outcome, at: storeInWrites ? writeIndex : writes.count - 1)
             let r2 = try outcome.get()

@@ -371,9 +371,10 @@ final class WritePathTests: XCTestCase {
             XCTAssertEqual(r.status, 202, r.text)
         }
         // BEGIN and the settings, the target with its key's record, its queued operations; one
-        // statement for the target's status, the end, the supersede of the update, the release
-        // of its unit and the stored response; COMMIT. No head refresh.
-        XCTAssertEqual(end.map(\.statements), [6])
+        // statement for the target's status, the end, the supersede of the update and the
+        // release of its unit; the stored response (on its own beside a quota change); COMMIT.
+        // No head refresh.
+        XCTAssertEqual(end.map(\.statements), [7])
         let (name, expected) = try env.db.system { c -> (String?, String?) in
             let row = try c.query(
                 """
