@@ -80,10 +80,7 @@ public enum IdempotencyStore {
             throw PostgresError.retryable
         }
         guard try row.string("request_hash") == requestHash else {
-            throw DomainError(
-                status: 422, code: "IDEMPOTENCY_KEY_REUSED",
-                message: "idempotency_key was already used with a different request",
-                details: ["field": "idempotency_key"])
+            throw reused
         }
         let status = try row.int("status_code")
         if let sealed = try row.optionalBytes("response_sealed") {
@@ -150,10 +147,7 @@ public enum IdempotencyStore {
         let status = try row.int("status_code")
         if status == 0 { return nil }  // a fresh (or taken over) claim: ours
         guard try row.string("request_hash") == requestHash else {
-            throw DomainError(
-                status: 422, code: "IDEMPOTENCY_KEY_REUSED",
-                message: "idempotency_key was already used with a different request",
-                details: ["field": "idempotency_key"])
+            throw reused
         }
         return StoredResponse(status: status, body: try row.optionalBytes("response_body") ?? [])
     }
@@ -191,10 +185,7 @@ public enum IdempotencyStore {
         guard let expired = try row.optionalBool("key_expired") else { return .absent }
         if expired { return .expired }
         guard try row.string("key_request_hash") == requestHash else {
-            throw DomainError(
-                status: 422, code: "IDEMPOTENCY_KEY_REUSED",
-                message: "idempotency_key was already used with a different request",
-                details: ["field": "idempotency_key"])
+            throw reused
         }
         return .stored(StoredResponse(status: try row.int("key_status_code"), body: try row.optionalBytes("key_response_body") ?? []))
     }
@@ -234,9 +225,16 @@ public enum IdempotencyStore {
         guard let f = outcome.failure, f.index == index else { return }
         let e = f.error
         if e.sqlState == "23505" && e.constraint == "idempotency_records_pkey" {
-            throw PostgresError(kind: .query, message: "idempotency key stored by a concurrent request; retrying", sqlState: "40001")
+            throw PostgresError.retryable("idempotency key stored by a concurrent request; retrying")
         }
         if e.sqlState == "55P03" { throw inUse }
+    }
+
+    /// The error of a key used again with a different request (rule 3).
+    public static var reused: DomainError {
+        DomainError(
+            status: 422, code: "IDEMPOTENCY_KEY_REUSED", message: "idempotency_key was already used with a different request",
+            details: ["field": "idempotency_key"])
     }
 
     /// The error of a claim that waited `lock_timeout` for a concurrent holder of its key.
@@ -298,9 +296,7 @@ public enum IdempotencyStore {
             throw PostgresError.retryable
         }
         guard try row.string("request_hash") == requestHash else {
-            throw DomainError(
-                status: 422, code: "IDEMPOTENCY_KEY_REUSED", message: "idempotency_key was already used with a different request",
-                details: ["field": "idempotency_key"])
+            throw reused
         }
         guard let sealed = try row.optionalBytes("response_sealed") else { throw PostgresError.retryable }
         return StoredResponse(
@@ -327,7 +323,10 @@ public enum IdempotencyStore {
 
 extension PostgresError {
     /// A serialization failure stand-in: makes `PostgresPool.transaction` run the body again.
-    static var retryable: PostgresError {
-        PostgresError(kind: .query, message: "idempotency record vanished; retrying", sqlState: "40001")
+    static var retryable: PostgresError { retryable("idempotency record vanished; retrying") }
+
+    /// `retryable` saying `message` (what made the transaction run again).
+    static func retryable(_ message: String) -> PostgresError {
+        PostgresError(kind: .query, message: message, sqlState: "40001")
     }
 }

@@ -799,7 +799,7 @@ final class WritePathTests: XCTestCase {
         let w = try LifecycleWorld.make(env, quota: 100_000)
         let target = w.start()
         let key = UUID().uuidString
-        try env.db.system { c in
+        _ = try env.db.system { c in
             try c.execute(
                 """
                 INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, created_at, expires_at)
