@@ -512,6 +512,7 @@ class Run:
         for r in self.psql(f"SELECT id, status, coalesce(push_token, ''), coalesce(end_reason, '') FROM targets WHERE tenant_id = '{self.tenant_id}'"):
             targets[r[0]] = {"status": r[1], "token": r[2], "end_reason": r[3]}
         _, body, _ = call(self.sb_ctl, "GET", "/sandbox/deliveries?provider=apns", timeout=120)
+        self.collected_at = time.time()
         return ops, targets, body["data"]
 
     def reconcile(self):
@@ -591,6 +592,7 @@ class Run:
                     disorder.append((tgt, d["sequence"], ts, hi_ts, rev, hi_rev))
                 hi_ts, hi_rev = max(hi_ts, ts), max(hi_rev, rev if rev is not None else -1)
         hooks = self.reconcile_webhooks(acked, ops, targets)
+        diagnosis = self.diagnose([x[0] for v in why.values() for x in v][:3] + [e[2] for e in hooks["event_examples"][1] if isinstance(e[2], str)][:2])
         self.result = {
             **hooks,
             "acknowledged": len(acked), "ack_by_kind": count_by(acked.values(), "kind"), "statuses": status_count,
@@ -599,10 +601,41 @@ class Run:
             "out_of_order": len(disorder), "disorder_examples": disorder[:5], "unknown": unknown, "parked": parked,
             "deliveries": len(deliveries), "retries": self.retries, "replays": self.replays, "unacked": len(self.unacked),
             "rejected": self.rejected, "registrations_refused": sum(1 for v in self.registrations.values() if v != "ok"),
-            "faults": self.faults,
+            "faults": self.faults, "diagnosis": diagnosis,
         }
         json.dump(self.result, open(os.path.join(self.dir, "result.json"), "w"), indent=1, default=str)
         return self.result
+
+    def diagnose(self, op_ids):
+        """For a failed run: each named operation's row (read now, after the webhook drain) and its
+        events with their times, relative to the end of the load, plus the LiveRelay log lines that
+        name the operation or its target, so a failure in CI can be read from its output alone."""
+        out = []
+        for op_id in dict.fromkeys(op_ids):
+            try:
+                rows = self.psql(f"""SELECT o.kind, o.status, coalesce(o.pending_reason, '-'), o.attempts, coalesce(o.lease_owner, '-'),
+                       round(extract(epoch FROM o.created_at)::numeric, 1), round(extract(epoch FROM o.sent_at)::numeric, 1),
+                       round(extract(epoch FROM o.lease_expires_at)::numeric, 1), round(extract(epoch FROM o.updated_at)::numeric, 1),
+                       o.target_id, coalesce(o.failure::text, '-')
+                  FROM operations o WHERE o.tenant_id = '{self.tenant_id}' AND o.id = '{op_id}'""")
+                evs = self.psql(f"""SELECT type, round(extract(epoch FROM created_at)::numeric, 1) FROM events
+                  WHERE tenant_id = '{self.tenant_id}' AND data->'object'->>'id' = '{op_id}' ORDER BY created_at""")
+            except Exception as e:
+                out.append(f"{op_id}: cannot read ({e})"); continue
+            if not rows: out.append(f"{op_id}: no row"); continue
+            r = rows[0]
+            rel = lambda v: "-" if not v else f"{float(v) - self.load_stopped_at:+.1f}s"
+            out.append(f"{op_id} {r[0]} {r[1]} pending={r[2]} attempts={r[3]} owner={r[4]} created={rel(r[5])} sent={rel(r[6])} "
+                       f"lease_expires={rel(r[7])} updated={rel(r[8])} failure={r[10][:160]} events=" + ",".join(f"{t}@{rel(at)}" for t, at in evs))
+            for name in self.procs:
+                path = os.path.join(self.dir, name + ".log")
+                if not os.path.exists(path): continue
+                hits = [compact_log_line(l) for l in open(path, errors="replace") if op_id in l or r[9] in l]
+                for l in hits[-8:]: out.append(f"  {name}.log: {l}")
+        out.append(f"times relative to the end of the load ({time.strftime('%H:%M:%S', time.gmtime(self.load_stopped_at))} UTC); "
+                   f"drain ended {self.drain_ended_at - self.load_stopped_at:+.1f}s, collected {self.collected_at - self.load_stopped_at:+.1f}s; "
+                   "faults " + ", ".join(f"{f['kind']}@{f['at'] + self.t0 - self.load_stopped_at:+.1f}s" for f in self.faults))
+        return out
 
     def drain_webhooks(self, seconds):
         """Waits until no webhook delivery of the tenant is pending (True) or `seconds` pass."""
@@ -673,7 +706,9 @@ class Run:
             self.stop_load.set()
             for w in writers: w.join(timeout=150)
             log(f"[{self.scenario}] load stopped ({len(self.acks)} acknowledgements); draining")
+            self.load_stopped_at = time.time()
             drained = self.drain(self.args.drain_seconds)
+            self.drain_ended_at = time.time()
             self.stop_devices.set(); dev.join(timeout=15)
             res = self.reconcile()
             res["drained"] = drained
@@ -683,6 +718,14 @@ class Run:
             self.stop_all()  # never interrupted half-way: nothing started here outlives the suite
             for s, h in zip((signal.SIGINT, signal.SIGTERM), old): signal.signal(s, h)
 
+
+def compact_log_line(line):
+    """A LiveRelay JSON log line in one short line: its time, message, status and the other fields."""
+    try: d = json.loads(line)
+    except ValueError: return line.strip()[:240]
+    head = [d.pop("ts", "")[11:23], d.pop("msg", "")]
+    for k in ("level", "request_id", "bytes_in", "bytes_out", "route", "worker", "component"): d.pop(k, None)
+    return " ".join(head + [f"{k}={v}" for k, v in d.items()])[:240]
 
 def count_by(items, key):
     out = {}
@@ -779,6 +822,8 @@ def main():
         for ex in r["disorder_examples"]: print(f"  [{sc}] out of order (target, seq, ts, max ts, rev, max rev): {ex}")
         if any(f["delivery_s"] is None for f in r["faults"]): print(f"  [{sc}] some faults never recovered")
         if r["events_lost"] or r["events_invented"] or r["events_undelivered"]: print(f"  [{sc}] events (lost, invented, undelivered): {r['event_examples']}")
+        if r["lost"] or r["events_invented"]:
+            for line in r["diagnosis"]: print(f"  [{sc}] diagnosis: {line}")
     bad = failed or len(results) < len(a.scenario) or any(r["lost"] or r["dup_starts"] or r["dup_alerts"] or r["out_of_order"]
                                                           or any(f["delivery_s"] is None for f in r["faults"]) or not r.get("drained")
                                                           or r["events_lost"] or r["events_invented"] or r["events_undelivered"]
