@@ -536,12 +536,15 @@ enum LifecycleHandlers {
         var more = changes.map { WritePath.adjustReserved(tenantId: tenant, day: $0.day, by: $0.change) }
         if storeInWrites, let built { more += idem.store(tenant, status: 202, body: built, replacingExpired: false) }
         let writeIndex = writes.count
-        writes.append(
-            WritePath.writes(tenantId: tenant, target: t, targetWrite, operation: operation, victims: victims.map(\.id), more: more))
         // With a claim at commit the claim settles the head: its trigger deletes the row when it
         // takes the operation, and `CommitClaim.read` refreshes the head when it does not.
         // A write that keeps the first queued operation cannot change the head (`keepsHead`).
-        if claim == nil && !keepsHead { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: t.id)) }
+        // Otherwise the head is refreshed in the same statement (docs/write-path.md "The head in
+        // the same statement").
+        writes.append(
+            WritePath.writes(
+                tenantId: tenant, target: t, targetWrite, operation: operation, victims: victims.map(\.id), more: more,
+                refreshingHead: claim == nil && !keepsHead))
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
         let claimIndex = writes.count - 1
         let quotaIndex = writes.count

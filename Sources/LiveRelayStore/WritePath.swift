@@ -11,7 +11,8 @@ import Postgres
 ///    its queued operations, the idempotency key's record (a start's claim), the day's quota
 ///    counters;
 /// 2. writes: the target row, the operation row, the superseded operations, the target's
-///    dispatch head (`refreshHead`), the quota re-read;
+///    dispatch head (`refreshHead` for a start; an update's and an end's are parts of their one
+///    statement, `writes`), the quota re-read;
 /// 3. the idempotency record's stored response (an update's or an end's record, inserted with
 ///    it) and `COMMIT`; these join round trip 2 when the
 ///    write needs nothing from round trip 2's results to answer (no claim at commit, no quota
@@ -161,20 +162,74 @@ public enum WritePath {
     /// Round trip 2's writes of an update or an end as ONE statement
     /// (`PostgresStatement.combined`; docs/write-path.md "One statement for the writes"): the
     /// locked target's change (`targetWrite`), the operation `operation`, the supersede of the
-    /// queued operations `victims` by it (`supersede`), and `more` (the quota counters' net
-    /// change, the stored response): parts that read none of each other's rows. Returns one
-    /// row, decoded by `written(_:to:)`. The head refresh reads the operation's insert and
-    /// the supersede, so it stays a statement of its own after this one.
+    /// queued operations `victims` by it (`supersede`), `more` (the quota counters' net change,
+    /// the stored response), and, when `refreshingHead`, the target's dispatch head
+    /// (`headParts`, docs/write-path.md "The head in the same statement"): parts that read none
+    /// of each other's rows. Returns one row, decoded by `written(_:to:)`.
     public static func writes(
         tenantId: String, target: TargetRecord, _ targetWrite: TargetWrite, operation: OperationStore.New, victims: [String],
-        more: [PostgresStatement]
+        more: [PostgresStatement], refreshingHead: Bool = false
     ) -> PostgresStatement {
         var parts = [
             statement(tenantId: tenantId, id: target.id, targetWrite, prefix: writtenTargetPrefix),
             insertOperation(tenantId: tenantId, operation)
         ]
         if !victims.isEmpty { parts.append(supersede(tenantId: tenantId, targetId: target.id, ids: victims, by: operation.id)) }
-        return .combined(parts + more, select: "SELECT * FROM w1 CROSS JOIN w0")
+        parts += more
+        if refreshingHead {
+            parts += headParts(tenantId: tenantId, targetId: target.id, victims: victims, operation: operation, at: parts.count)
+        }
+        return .combined(parts, select: "SELECT * FROM w1 CROSS JOIN w0")
+    }
+
+    /// The dispatch head of target `targetId` after this write, as three parts of the write's
+    /// combined statement starting at part `index` (`w<index>`): the head, then the removal of
+    /// the head row when the head is not claimable, then its upsert when it is. What
+    /// `refreshHead` computes after the insert and the supersede, computed beside them: the
+    /// statement's snapshot still shows the `victims` queued and not the new operation, so the
+    /// head is the first queued or sending operation by `seq` other than the victims, or else
+    /// the new operation (whose `seq` is above every other, and whose `next_attempt_at` is the
+    /// transaction's `now()`, the column's default). The same snapshot as a statement of its
+    /// own would have: the writer holds the target's row lock, and every change of its
+    /// operations' status by another transaction (a claim, an applied result) takes that lock
+    /// before it commits.
+    static func headParts(
+        tenantId: String, targetId: String, victims: [String], operation: OperationStore.New, at index: Int
+    )
+        -> [PostgresStatement]
+    {
+        let head = "w\(index)"
+        return [
+            PostgresStatement(
+                """
+                SELECT h.id, h.status, h.next_attempt_at, h.pending_reason
+                  FROM ((SELECT o.id, o.status::text AS status, o.next_attempt_at, o.pending_reason, 0 AS rank FROM operations o
+                          WHERE o.tenant_id = $1 AND o.target_id = $2 AND o.status IN ('queued', 'sending') AND o.id <> ALL($3::text[])
+                          ORDER BY o.seq LIMIT 1)
+                        UNION ALL
+                        SELECT $4::text, $5::text, now(), $6::text, 1) h
+                 ORDER BY h.rank LIMIT 1
+                """,
+                [
+                    tenantId, targetId, PostgresTextArray(victims), operation.id, operation.status.rawValue, operation.pendingReason
+                ]),
+            PostgresStatement(
+                """
+                DELETE FROM dispatch_heads d
+                 WHERE d.tenant_id = $1 AND d.target_id = $2
+                   AND NOT EXISTS (SELECT 1 FROM \(head) h WHERE h.status = 'queued' AND COALESCE(h.pending_reason, '') <> 'token_pending')
+                """, [tenantId, targetId]),
+            PostgresStatement(
+                """
+                INSERT INTO dispatch_heads (tenant_id, target_id, operation_id, due_at)
+                SELECT $1, $2, h.id, h.next_attempt_at FROM \(head) h
+                 WHERE h.status = 'queued' AND COALESCE(h.pending_reason, '') <> 'token_pending'
+                ON CONFLICT (tenant_id, target_id) DO UPDATE
+                   SET operation_id = EXCLUDED.operation_id, due_at = lr_head_due_at(dispatch_heads.due_at, EXCLUDED.due_at)
+                 WHERE (dispatch_heads.operation_id, dispatch_heads.due_at)
+                       IS DISTINCT FROM (EXCLUDED.operation_id, lr_head_due_at(dispatch_heads.due_at, EXCLUDED.due_at))
+                """, [tenantId, targetId])
+        ]
     }
 
     /// The operation and the target (`locked`, as `lockTarget` read it, with the columns
@@ -265,9 +320,10 @@ public enum WritePath {
     /// Names `operationId` in `headByWriterSetting` for the rest of the transaction (`SET
     /// LOCAL`), in one statement with the `other` settings of the write (a claim at commit's:
     /// `CommitClaim.settings(operationId:)`). Pipeline it before the operation's insert, and
-    /// `refreshHead` after the insert and the supersede (unless a claim at commit follows: the
+    /// `refreshHead` after the insert and the supersede, or the head parts in the same
+    /// statement (`writes(…refreshingHead: true)`), unless a claim at commit follows (the
     /// claim's trigger deletes the head row when it takes the operation, and `CommitClaim.read`
-    /// refreshes it when it does not); the writer must hold its target's row lock (`lockTarget`)
+    /// refreshes it when it does not). The writer must hold its target's row lock (`lockTarget`)
     /// or have inserted the target in this transaction.
     public static func headByWriter(operationId: String, with other: [(String, String)] = []) -> PostgresStatement {
         .localSettings([(headByWriterSetting, operationId)] + other)

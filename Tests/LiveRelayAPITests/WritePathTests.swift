@@ -76,12 +76,12 @@ final class WritePathTests: XCTestCase {
     /// the update's statements are counted too: BEGIN and one set_config statement (the
     /// tenant's settings and the writer's), the target with its idempotency key's record, its
     /// queued operations and the quota counters; one statement for the target's new state, the
-    /// operation, the supersede of the queued update it replaces (the first queued operation)
-    /// and the stored response (docs/write-path.md "One statement for the writes"), the head
-    /// refresh and COMMIT, all in round trip 2 (the response is built before it:
-    /// docs/write-path.md "The response before round trip 2"). The quota read is left out when
-    /// a recent reading of this process stands in for it.
-    func testAnUpdateReplacingAQueuedUpdateSendsEightStatementsAndSevenWithARecentQuotaReading() throws {
+    /// operation, the supersede of the queued update it replaces (the first queued operation),
+    /// the stored response and the head refresh (docs/write-path.md "One statement for the
+    /// writes", "The head in the same statement"), and COMMIT, all in round trip 2 (the
+    /// response is built before it: docs/write-path.md "The response before round trip 2").
+    /// The quota read is left out when a recent reading of this process stands in for it.
+    func testAnUpdateReplacingAQueuedUpdateSendsSevenStatementsAndSixWithARecentQuotaReading() throws {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let target = w.start()
         XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
@@ -91,13 +91,13 @@ final class WritePathTests: XCTestCase {
         }
         QuotaHints.shared.forget(tenantId: w.tenant.id)
         let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
-        XCTAssertEqual(update.map(\.statements), [8])
+        XCTAssertEqual(update.map(\.statements), [7])
         XCTAssertEqual(update.map(\.roundTrips), [2])
         // A recent reading stands in for the next one's read (docs/write-path.md "The quota read
         // only near the limit"); it reserves no unit, so it re-reads nothing.
         try freshReading(w.tenant.id)
         let next = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
-        XCTAssertEqual(next.map(\.statements), [7])
+        XCTAssertEqual(next.map(\.statements), [6])
         XCTAssertEqual(next.map(\.roundTrips), [2])
         // A start with the same reading: BEGIN and the settings (its head writer among them), the
         // claim, the start target and the live-target cap; the target, the operation, the head
@@ -303,10 +303,10 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
     }
     /// docs/write-path.md "A head the write cannot change": behind a queued start the head keeps
-    /// naming the start and the update sends no head refresh (10 statements with a recent quota
-    /// reading); with no queued operation, or when the update supersedes the first queued one,
-    /// it refreshes the head, which then names the new update. The head equals a recomputation
-    /// after every write.
+    /// naming the start and the update's statement has no head parts; with no queued operation,
+    /// or when the update supersedes the first queued one, its statement refreshes the head
+    /// (docs/write-path.md "The head in the same statement"), which then names the new update.
+    /// The head equals a recomputation after every write.
     func testAnUpdateRefreshesTheHeadExactlyWhenItCanChange() throws {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let target = w.start()
@@ -339,7 +339,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(h.name, h.expected, "the delivery's own refresh")
         try freshReading(w.tenant.id)
         let superseding = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
-        XCTAssertEqual(superseding.map(\.statements), [7], "the head refresh is back")
+        XCTAssertEqual(superseding.map(\.statements), [6], "the head refresh rides in the writes' statement")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected, "names the new update")
@@ -351,7 +351,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertNil(try head().name)
         try freshReading(w.tenant.id)
         let alone = reports("update") { XCTAssertEqual(w.update(target, ["eta": 4], revision: 4).status, 202) }
-        XCTAssertEqual(alone.map(\.statements), [9], "no supersede, but its new unit: the re-read, then the stored answer")
+        XCTAssertEqual(alone.map(\.statements), [8], "no supersede, but its new unit: the re-read, then the stored answer")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected)
@@ -388,6 +388,62 @@ final class WritePathTests: XCTestCase {
         XCTAssertNotNil(name)
         XCTAssertEqual(name, expected)
         XCTAssertEqual(try counters(w.tenant.id), try truth(w.tenant.id))
+    }
+
+    /// docs/write-path.md "The head in the same statement": the head the write's statement
+    /// computes from its snapshot equals a recomputation after the commit when the first live
+    /// operation is one the write does not touch: one in flight (no head row: it is not
+    /// claimable), then a queued one parked for a token (no head row either), then, once that
+    /// one is delivered, none (the new update is the head, due at its insert's time).
+    func testTheHeadInTheWritesStatementMatchesARecomputationBehindWorkItDoesNotTouch() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let target = w.start()
+        func state() throws -> (name: String?, due: Date?, recomputed: String?, recomputedDue: Date?) {
+            try env.db.system { c in
+                let row = try c.query("SELECT operation_id, due_at FROM dispatch_heads WHERE target_id = $1", [target]).first
+                let name = try row?.string("operation_id"), due = try row?.date("due_at")
+                let t = w.tenant.id
+                try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
+                _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [t, target])
+                let again = try c.query("SELECT operation_id, due_at FROM dispatch_heads WHERE target_id = $1", [target]).first
+                return (name, due, try again?.string("operation_id"), try again?.date("due_at"))
+            }
+        }
+        // The start is in flight: an update queued behind it leaves no head.
+        try env.db.system { c in
+            _ = try c.execute(
+                "UPDATE operations SET status = 'sending', lease_owner = 'test', lease_expires_at = now() + interval '1 minute' WHERE target_id = $1",
+                [target])
+        }
+        XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)
+        var s = try state()
+        XCTAssertNil(s.name, "behind an operation in flight")
+        XCTAssertNil(s.recomputed)
+        // Delivered, and the queued update parked for a token: an update that supersedes it
+        // (the first queued operation) inserts a parked-free operation, which is the head.
+        try env.db.system { c in
+            _ = try c.execute(
+                "UPDATE operations SET status = 'accepted', lease_owner = NULL, lease_expires_at = NULL WHERE target_id = $1 AND kind = 'start'",
+                [target])
+            _ = try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE target_id = $1 AND status = 'queued'", [target])
+            _ = try c.execute("DELETE FROM dispatch_heads WHERE target_id = $1", [target])
+        }
+        XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202)
+        s = try state()
+        XCTAssertNotNil(s.name, "the new update replaced the parked one at the head")
+        XCTAssertEqual(s.name, s.recomputed)
+        XCTAssertEqual(s.due, s.recomputedDue)
+        // An alert update is kept (not superseded) and parked: the next update queues behind it,
+        // which keeps the head (none: the first queued operation waits for a token).
+        XCTAssertEqual(w.update(target, ["eta": 3], revision: 3, extra: ["alert": ["title": "t", "body": "b"]]).status, 202)
+        try env.db.system { c in
+            _ = try c.execute("UPDATE operations SET pending_reason = 'token_pending' WHERE target_id = $1 AND status = 'queued'", [target])
+            _ = try c.execute("DELETE FROM dispatch_heads WHERE target_id = $1", [target])
+        }
+        XCTAssertEqual(w.update(target, ["eta": 4], revision: 4).status, 202)
+        s = try state()
+        XCTAssertNil(s.name, "the first queued operation waits for a token")
+        XCTAssertNil(s.recomputed)
     }
 
     /// A recent reading only chooses the fast path; the re-read after reserving keeps the limit.
