@@ -487,13 +487,20 @@ class Run:
     # ---- drain and reconcile ---------------------------------------------------------------
 
     def drain(self, seconds):
+        """Waits until no operation of the tenant is queued or in flight, except those parked for a
+        token their target does not have (True after three clean reads a second apart), or until
+        `seconds` pass (False). The pending reason is NULL for most live operations: compared
+        without COALESCE, `NOT (NULL = 'token_pending' AND …)` was NULL and left out every live
+        start (its target has no update token yet), so a start in flight when serve was killed
+        just before the load stopped was never waited for; it was still `sending` when the run
+        reconciled, and its lease rescue (`unknown`) then looked like an invented event."""
         end = time.time() + seconds
         clean = 0
         while time.time() < end:
             try:
                 n = int(self.psql(f"""SELECT count(*) FROM operations o JOIN targets t ON t.tenant_id = o.tenant_id AND t.id = o.target_id
                     WHERE o.tenant_id = '{self.tenant_id}' AND o.status IN ('queued', 'sending')
-                      AND NOT (o.pending_reason = 'token_pending' AND t.push_token IS NULL)""")[0][0])
+                      AND NOT (COALESCE(o.pending_reason, '') = 'token_pending' AND t.push_token IS NULL)""")[0][0])
             except Exception as e:
                 n = -1
             clean = clean + 1 if n == 0 else 0
