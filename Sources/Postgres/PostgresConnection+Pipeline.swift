@@ -18,9 +18,18 @@ public struct PostgresStatement {
     /// transaction (`SELECT set_config($1, $2, true), …`, like `SET LOCAL`; PostgreSQL
     /// "Configuration Settings Functions"). `settings` must not be empty.
     public static func localSettings(_ settings: [(String, String)]) -> PostgresStatement {
-        let calls = settings.indices.map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
-        return PostgresStatement("SELECT " + calls, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
+        let n = settings.count
+        let sql = n < localSettingsTexts.count ? localSettingsTexts[n] : localSettingsText(n)
+        return PostgresStatement(sql, settings.flatMap { [$0.0, $0.1] as [(any PostgresBindable)?] })
     }
+
+    /// `localSettings`' SQL for `n` settings.
+    static func localSettingsText(_ n: Int) -> String {
+        "SELECT " + (0..<n).map { "set_config($\($0 * 2 + 1), $\($0 * 2 + 2), true)" }.joined(separator: ", ")
+    }
+
+    /// `localSettingsText` for 0…16 settings, built once (every write sends one).
+    private static let localSettingsTexts = (0...16).map(localSettingsText)
 
     /// One statement that runs `parts` — data-modifying statements (INSERT, UPDATE or DELETE,
     /// with or without RETURNING) — as the common table expressions `w0`, `w1`, … of one
@@ -31,15 +40,24 @@ public struct PostgresStatement {
     /// combine only parts that read none of each other's rows and cannot conflict with each
     /// other. Each part's placeholders are renumbered after the previous parts'; a part must
     /// use `$` only in placeholders (no dollar quoting).
+    /// The text is built once per shape (`CombinedTexts`): a write sends the same few shapes
+    /// again and again.
     public static func combined(_ parts: [PostgresStatement], select: String) -> PostgresStatement {
-        var sql = "WITH "
-        var params: [(any PostgresBindable)?] = []
-        for (i, part) in parts.enumerated() {
-            if i > 0 { sql += ", " }
-            sql += "w\(i) AS (" + renumbered(part.sql, by: params.count) + ")"
-            params += part.params
+        let texts = parts.map(\.sql)
+        let sql = CombinedTexts.shared.text(texts, select) {
+            var sql = "WITH "
+            var count = 0
+            for (i, part) in parts.enumerated() {
+                if i > 0 { sql += ", " }
+                sql += "w\(i) AS (" + renumbered(part.sql, by: count) + ")"
+                count += part.params.count
+            }
+            return sql + " " + select
         }
-        return PostgresStatement(sql + " " + select, params)
+        var params: [(any PostgresBindable)?] = []
+        params.reserveCapacity(parts.reduce(0) { $0 + $1.params.count })
+        for part in parts { params += part.params }
+        return PostgresStatement(sql, params)
     }
 
     /// `sql` with every placeholder `$n` replaced by `$(n + offset)` (a scan of its UTF-8
@@ -68,6 +86,41 @@ public struct PostgresStatement {
             out += Array(String(n + offset).utf8)
         }
         return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// The texts of combined statements (`PostgresStatement.combined`), each built once: keyed by
+/// the UTF-8 lengths of the parts' texts and of the final `select` (cheap to hash; a Swift
+/// string knows its length), and used only when every text equals the entry's (a comparison of
+/// equal-length bytes), so two shapes of equal lengths can only replace each other's entry,
+/// never be mixed up. At most `capacity` entries: further shapes are built every time.
+final class CombinedTexts: @unchecked Sendable {
+    private struct Entry {
+        let parts: [String]
+        let select: String
+        let sql: String
+    }
+
+    /// The process's cache.
+    static let shared = CombinedTexts()
+    /// Entries kept at most.
+    static let capacity = 256
+    private let lock = NSLock()
+    private var entries: [[Int]: Entry] = [:]
+
+    /// The combined text of `parts` and `select`, from the cache or from `build`.
+    func text(_ parts: [String], _ select: String, build: () -> String) -> String {
+        var key = parts.map(\.utf8.count)
+        key.append(select.utf8.count)
+        lock.lock()
+        let cached = entries[key]
+        lock.unlock()
+        if let cached, cached.select == select, cached.parts == parts { return cached.sql }
+        let sql = build()
+        lock.lock()
+        if cached != nil || entries.count < Self.capacity { entries[key] = Entry(parts: parts, select: select, sql: sql) }
+        lock.unlock()
+        return sql
     }
 }
 

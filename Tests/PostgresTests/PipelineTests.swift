@@ -58,6 +58,34 @@ final class PipelineTests: XCTestCase {
         XCTAssertEqual(try c.query("SELECT string_agg(v, ',' ORDER BY id) AS vs FROM t")[0].string("vs"), "a,b", "the part without RETURNING ran too")
     }
 
+    /// `CombinedTexts`: a shape's text is built once and then reused, and two shapes whose
+    /// parts have the same lengths never get each other's text (no I/O).
+    func testCombinedTextsAreReusedPerShapeAndNeverMixedUpBetweenShapesOfEqualLengths() {
+        let a = [PostgresStatement("UPDATE a SET x = $1", [1]), PostgresStatement("DELETE FROM q WHERE y = $1", [2])]
+        let b = [PostgresStatement("UPDATE b SET x = $1", [3]), PostgresStatement("DELETE FROM r WHERE y = $1", [4])]
+        XCTAssertEqual(a.map(\.sql.utf8.count), b.map(\.sql.utf8.count), "same lengths: same cache key")
+        let select = "SELECT 1"
+        let expectedA = "WITH w0 AS (UPDATE a SET x = $1), w1 AS (DELETE FROM q WHERE y = $2) SELECT 1"
+        let expectedB = "WITH w0 AS (UPDATE b SET x = $1), w1 AS (DELETE FROM r WHERE y = $2) SELECT 1"
+        for _ in 0..<3 {
+            XCTAssertEqual(PostgresStatement.combined(a, select: select).sql, expectedA)
+            XCTAssertEqual(PostgresStatement.combined(b, select: select).sql, expectedB)
+        }
+        var built = 0
+        let cache = CombinedTexts()
+        for _ in 0..<3 {
+            _ = cache.text(a.map(\.sql), select) {
+                built += 1; return expectedA
+            }
+        }
+        XCTAssertEqual(built, 1, "built once, then reused")
+        _ = cache.text(b.map(\.sql), select) {
+            built += 1; return expectedB
+        }
+        XCTAssertEqual(built, 2, "another shape of the same lengths is built, not taken from the entry")
+        XCTAssertEqual(PostgresStatement.combined(a, select: select).params.count, 2)
+    }
+
     func testAParameterWithANULByteIsRefusedBeforeAnythingIsSent() throws {
         let c = try db.connect()
         defer { c.close() }
