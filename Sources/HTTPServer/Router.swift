@@ -33,6 +33,10 @@ public final class Router: @unchecked Sendable {
     }
 
     private let table = Locked<[Route]>([])
+    /// The routes without placeholders, by method and pattern: a path equal to such a pattern
+    /// (so without percent-escapes) is routed by one lookup, and no other route can match it
+    /// better (literals win, and two routes cannot share method and pattern).
+    private let literal = Locked<[String: [String: Route]]>([:])
 
     /// Creates an empty router.
     public init() {}
@@ -50,6 +54,9 @@ public final class Router: @unchecked Sendable {
                 "duplicate route \(m) \(pattern)")
             routes.append(Route(method: m, pattern: pattern, segments: segments, handler: handler, specificity: Self.specificity(segments)))
         }
+        if let route = table.withLock({ $0.last }), !route.specificity.contains(1) {
+            literal.withLock { $0[m, default: [:]][pattern] = route }
+        }
     }
 
     /// Every registered `(method, pattern)`, in registration order.
@@ -59,6 +66,9 @@ public final class Router: @unchecked Sendable {
 
     /// Matches a raw (still percent-encoded) path and an uppercased method.
     func match(method: String, path: String) -> Match {
+        if let route = literal.withLock({ $0[method]?[path] }) {
+            return .found(handler: route.handler, pattern: route.pattern, parameters: [:])
+        }
         let raw = Array(path.split(separator: "/", omittingEmptySubsequences: false).dropFirst())
         let decoded = raw.map { URLDecoding.decode($0) }
         var candidates: [(route: Route, parameters: [String: String])] = []

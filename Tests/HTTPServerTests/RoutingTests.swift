@@ -29,6 +29,26 @@ final class RoutingTests: XCTestCase {
         XCTAssertNotNil(r.header("X-Request-Id"))
     }
 
+    /// Routes without placeholders are found by one lookup of the exact path; every other
+    /// spelling of such a path takes the full match and ends at the same route: a
+    /// percent-encoded literal, HEAD falling back to GET, another method (405 with `Allow`), a
+    /// trailing slash (404).
+    func testLiteralRoutesMatchAsTheFullMatchDoes() throws {
+        let s = try startServer { router in
+            router.add("GET", "/v1/installations/{id}") { _ in .text(200, "param") }
+            router.add("GET", "/v1/installations/new") { req in .text(200, "literal \(req.route ?? "-") \(req.pathParameters.count)") }
+        }
+        XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/new").text, "literal /v1/installations/new 0")
+        XCTAssertEqual(
+            try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/ne%77").text, "literal /v1/installations/new 0")
+        XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "HEAD", path: "/v1/installations/new").status, 200)
+        let post = try RawHTTPClient.request(port: s.port, method: "POST", path: "/v1/installations/new", body: Array("{}".utf8))
+        XCTAssertEqual(post.status, 405)
+        XCTAssertEqual(post.header("Allow"), "GET, HEAD")
+        XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/new/").status, 404)
+        XCTAssertEqual(try RawHTTPClient.request(port: s.port, method: "GET", path: "/v1/installations/old").text, "param")
+    }
+
     func testNotFoundAndMethodNotAllowed() throws {
         let s = try startServer { router in
             router.add("GET", "/things/{id}") { _ in .text(200, "get") }
