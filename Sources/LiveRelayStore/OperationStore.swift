@@ -123,27 +123,31 @@ public enum OperationStore {
         return rec
     }
 
-    /// The INSERT … RETURNING of `insert`, without its NOTIFY (for pipelines, see `WritePath`).
-    public static func insertStatement(tenantId: String, _ n: New) -> PostgresStatement {
+    /// The INSERT of `insert`, without its NOTIFY (for pipelines, see `WritePath`); with
+    /// `returning` (the default) it returns the row (`columns`), else nothing.
+    public static func insertStatement(tenantId: String, _ n: New, returning: Bool = true) -> PostgresStatement {
         let alert: String? = n.alert.map { a in
             var o: [String: JSONValue] = ["title": .string(a.title), "body": .string(a.body)]
             if let s = a.sound { o["sound"] = .string(s) }
             return JSONValue.object(o).jsonString
         }
         return PostgresStatement(
-            """
-            INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, pending_reason, revision, has_state, state, alert,
-                                    stale_at, relevance_score, priority, expires_at, dismiss_at, consumes_quota, quota_day,
-                                    created_by_key_id, idempotency_key)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14, $15, $16, $17, $18::date, $19, $20)
-            RETURNING \(columns)
-            """,
+            returning ? insertReturningSQL : insertSQL,
             [
                 tenantId, n.id, n.targetId, n.seq, n.kind.rawValue, n.status.rawValue, n.pendingReason, n.revision, n.state != nil,
                 n.state?.jsonString, alert, n.options.staleAt, n.options.relevanceScore, n.options.priority, n.options.expiresAt,
                 n.dismissAt, n.consumesQuota, n.quotaDay, n.createdByKeyId, n.idempotencyKey
             ])
     }
+
+    /// `insertStatement`'s SQL without and with RETURNING.
+    static let insertSQL = """
+        INSERT INTO operations (tenant_id, id, target_id, seq, kind, status, pending_reason, revision, has_state, state, alert,
+                                stale_at, relevance_score, priority, expires_at, dismiss_at, consumes_quota, quota_day,
+                                created_by_key_id, idempotency_key)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11::jsonb, $12, $13, $14, $15, $16, $17, $18::date, $19, $20)
+        """
+    static let insertReturningSQL = insertSQL + "\nRETURNING " + columns
 
     /// The target's queued (not yet sending) operations, oldest first, locked.
     public static func queued(_ c: PostgresConnection, tenantId: String, targetId: String) throws -> [OperationRecord] {

@@ -128,24 +128,39 @@ public enum WritePath {
     /// the next operation sequence number, optionally a new status; returns the changed columns
     /// (decode with `appliedTarget(_:to:)`). `seq` of the new operation is `opSeq + 1` of the
     /// locked row read before.
-    /// `prefix`: the prefix of the returned columns' names (`TargetStore.changedColumns(prefix:)`).
+    /// `prefix`: the prefix of the returned columns' names (`TargetStore.changedColumns(prefix:)`);
+    /// nil returns nothing.
     public static func applyState(
         tenantId: String, id: String, revision: Int64, state: JSONValue, sourceVersion: Int64?,
-        staleAt: Date?, relevanceScore: Double?, status: TargetStatus?, prefix: String = ""
+        staleAt: Date?, relevanceScore: Double?, status: TargetStatus?, prefix: String? = ""
     ) -> PostgresStatement {
         PostgresStatement(
-            """
-            UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
-                   stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
-                   status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
-             WHERE tenant_id = $1 AND id = $2
-            RETURNING \(TargetStore.returnedColumns(prefix: prefix))
-            """, [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
+            prefix.map(applyStateReturning) ?? applyStateSQL,
+            [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
+    }
+
+    private static let applyStateSQL = """
+        UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
+               stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
+               status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
+         WHERE tenant_id = $1 AND id = $2
+        """
+    private static let applyStateReturningSQL = applyStateSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: "")
+    private static let applyStateReturningPrefixedSQL =
+        applyStateSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: writtenTargetPrefix)
+
+    /// `applyState`'s SQL returning the changed columns under `prefix` (the usual two built once).
+    private static func applyStateReturning(_ prefix: String) -> String {
+        switch prefix {
+        case "": return applyStateReturningSQL
+        case writtenTargetPrefix: return applyStateReturningPrefixedSQL
+        default: return applyStateSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: prefix)
+        }
     }
 
     /// `targetWrite`'s statement on the locked target `id` (`applyState` or `bumpSeq`);
     /// `prefix` as theirs.
-    public static func statement(tenantId: String, id: String, _ w: TargetWrite, prefix: String = "") -> PostgresStatement {
+    public static func statement(tenantId: String, id: String, _ w: TargetWrite, prefix: String? = "") -> PostgresStatement {
         switch w {
         case .state(let revision, let state, let sourceVersion, let staleAt, let relevanceScore, let status):
             return applyState(
@@ -165,22 +180,37 @@ public enum WritePath {
     /// queued operations `victims` by it (`supersede`), `more` (the quota counters' net change,
     /// the stored response), and, when `refreshingHead`, the target's dispatch head
     /// (`headParts`, docs/write-path.md "The head in the same statement"): parts that read none
-    /// of each other's rows. Returns one row, decoded by `written(_:to:)`.
+    /// of each other's rows. Returns one row, decoded by `written(_:to:)`; without
+    /// `returningRows`, one row with nothing in it (for a write that answered before it ran:
+    /// docs/write-path.md "Rows nobody reads").
     public static func writes(
         tenantId: String, target: TargetRecord, _ targetWrite: TargetWrite, operation: OperationStore.New, victims: [String],
-        more: [PostgresStatement], refreshingHead: Bool = false
+        more: [PostgresStatement], refreshingHead: Bool = false, returningRows: Bool = true
     ) -> PostgresStatement {
         var parts = [
-            statement(tenantId: tenantId, id: target.id, targetWrite, prefix: writtenTargetPrefix),
-            insertOperation(tenantId: tenantId, operation)
+            statement(tenantId: tenantId, id: target.id, targetWrite, prefix: returningRows ? writtenTargetPrefix : nil),
+            OperationStore.insertStatement(tenantId: tenantId, operation, returning: returningRows)
         ]
         if !victims.isEmpty { parts.append(supersede(tenantId: tenantId, targetId: target.id, ids: victims, by: operation.id)) }
         parts += more
         if refreshingHead {
             parts += headParts(tenantId: tenantId, targetId: target.id, victims: victims, operation: operation, at: parts.count)
         }
-        return .combined(parts, select: "SELECT * FROM w1 CROSS JOIN w0")
+        return .combined(parts, select: returningRows ? "SELECT * FROM w1 CROSS JOIN w0" : "SELECT")
     }
+
+    /// Whether an update or an end whose answer is built before round trip 2 (docs/write-path.md
+    /// "The response before round trip 2") still asks for the rows its statement writes, to
+    /// compare them with the built answer: on in debug builds, which run every test, off in
+    /// release builds, where nothing reads them (docs/write-path.md "Rows nobody reads"). A test
+    /// turns it off to run the statements a release build sends.
+    nonisolated(unsafe) public static var checksBuiltAnswers: Bool = {
+        #if DEBUG
+        true
+        #else
+        false
+        #endif
+    }()
 
     /// The dispatch head of target `targetId` after this write, as three parts of the write's
     /// combined statement starting at part `index` (`w<index>`): the head, then the removal of
@@ -244,15 +274,27 @@ public enum WritePath {
     /// optionally setting a status (a stateless end: `ending`); returns the changed columns
     /// (decode with `appliedTarget(_:to:)`).
     /// `prefix`: as `applyState`'s.
-    public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?, prefix: String = "") -> PostgresStatement {
-        PostgresStatement(
-            """
-            UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
-                   updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
-             WHERE tenant_id = $1 AND id = $2
-            RETURNING \(TargetStore.returnedColumns(prefix: prefix))
-            """, [tenantId, id, status?.rawValue])
+    public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?, prefix: String? = "") -> PostgresStatement {
+        PostgresStatement(prefix.map(bumpSeqReturning) ?? bumpSeqSQL, [tenantId, id, status?.rawValue])
     }
+
+    /// `bumpSeq`'s SQL returning the changed columns under `prefix` (the usual two built once).
+    private static func bumpSeqReturning(_ prefix: String) -> String {
+        switch prefix {
+        case "": return bumpSeqReturningSQL
+        case writtenTargetPrefix: return bumpSeqReturningPrefixedSQL
+        default: return bumpSeqSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: prefix)
+        }
+    }
+
+    private static let bumpSeqSQL = """
+        UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
+               updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
+         WHERE tenant_id = $1 AND id = $2
+        """
+    private static let bumpSeqReturningSQL = bumpSeqSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: "")
+    private static let bumpSeqReturningPrefixedSQL =
+        bumpSeqSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: writtenTargetPrefix)
 
     /// Inserts a new remote target at revision 1 with `op_seq = 1` (its start operation's seq);
     /// returns the row.

@@ -690,8 +690,23 @@ final class WritePathTests: XCTestCase {
     /// hold, to the byte after a reload: times rounded to microseconds as stored (a stale date
     /// and an expiry with seven fraction digits), relevance scores with no exact binary value,
     /// priority 5 and an alert; the replay of its key is the same answer. The write that adds a
-    /// unit re-reads the quota in round trip 2 and answers from the rows in round trip 3.
+    /// unit re-reads the quota in round trip 2 and answers from the rows in round trip 3. Here
+    /// the writes read their rows back and the handler compares them with the built answer
+    /// (`WritePath.checksBuiltAnswers`, on in debug builds).
     func testAWriteAnsweredBeforeItsStatementsRanAnswersWhatTheRowsHold() throws {
+        XCTAssertTrue(WritePath.checksBuiltAnswers, "debug builds compare built answers with the rows")
+        try answeredBeforeItsStatementsRan()
+    }
+
+    /// The same writes with the statements a release build sends (docs/write-path.md "Rows
+    /// nobody reads"): nothing read back, the same answers, the same statements and round trips.
+    func testAWriteThatReadsNoRowsBackAnswersWhatTheRowsHoldToo() throws {
+        WritePath.checksBuiltAnswers = false
+        defer { WritePath.checksBuiltAnswers = true }
+        try answeredBeforeItsStatementsRan()
+    }
+
+    func answeredBeforeItsStatementsRan() throws {
         let w = try LifecycleWorld.make(env, quota: 100_000)
         func read(_ path: String) -> JSONValue? { env.call("GET", path, as: w.sender.credential).json }
         func checkStored(_ r: TestEnvironment.Reply, _ target: String, _ what: String) {
