@@ -48,15 +48,14 @@ public final class Router: @unchecked Sendable {
         precondition(pattern.hasPrefix("/"), "route pattern must start with /: \(pattern)")
         let segments = Self.segments(of: pattern)
         let m = method.uppercased()
+        let route = Route(method: m, pattern: pattern, segments: segments, handler: handler, specificity: Self.specificity(segments))
         table.withLock { routes in
             precondition(
                 !routes.contains { $0.method == m && $0.segments == segments },
                 "duplicate route \(m) \(pattern)")
-            routes.append(Route(method: m, pattern: pattern, segments: segments, handler: handler, specificity: Self.specificity(segments)))
+            routes.append(route)
         }
-        if let route = table.withLock({ $0.last }), !route.specificity.contains(1) {
-            literal.withLock { $0[m, default: [:]][pattern] = route }
-        }
+        if !route.specificity.contains(1) { literal.withLock { $0[m, default: [:]][pattern] = route } }
     }
 
     /// Every registered `(method, pattern)`, in registration order.

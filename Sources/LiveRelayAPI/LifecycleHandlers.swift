@@ -134,38 +134,38 @@ enum LifecycleHandlers {
             // of this process lends a slot: docs/delivery.md "Claims at commit"), the quota re-check.
             let claim = CommitClaim.begin(c, db: ctx.db)
             // The claim's prelude rides on the head setting's statement, or on a statement of its
-            // own when the head setting rode on the BEGIN; refreshHead below (0040).
+            // own when the head setting rode on the BEGIN; the head joins the writes below (0040).
             var writes = settingsStatements(
                 writer: [(WritePath.headByWriterSetting, opId)], sent: headSent, claim: claim?.settings(operationId: opId) ?? [])
             let first = writes.count
-            writes += [
-                WritePath.insertTarget(
+            let startOp = OperationStore.New(
+                id: opId, targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
+                options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey)
+            // The target, its operation and (else the claim settles it) its head: one statement
+            // (docs/write-path.md "A start's writes in one statement").
+            writes.append(
+                WritePath.startWrites(
                     tenantId: tenant,
-                    TargetStore.New(
+                    target: TargetStore.New(
                         id: targetId, installationId: st.installationId, startTargetId: stId, createdByKeyId: scope.keyId, origin: "remote",
                         activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: s.businessKey,
                         businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
-                        relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending")),
-                WritePath.insertOperation(
-                    tenantId: tenant,
-                    OperationStore.New(
-                        id: opId, targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
-                        options: s.options, consumesQuota: true, quotaDay: day, createdByKeyId: scope.keyId, idempotencyKey: s.idempotencyKey))
-            ]
+                        relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending"),
+                    operation: startOp, withHead: claim == nil))
             if let join {
                 writes.append(
                     ChannelStore.joinStatement(
                         tenantId: tenant, targetId: targetId, channelId: join.channel.id, delivery: join.delivery,
                         channelSeq: join.channel.opSeq, ready: false))
             }
-            if claim == nil { writes.append(WritePath.refreshHead(tenantId: tenant, targetId: targetId)) }  // else the claim settles it
             if let claim { writes.append(claim.claim(tenantId: tenant, operationId: opId)) }  // after the join: it reads the delivery
             let claimIndex = writes.count - 1
             let quotaIndex = writes.count
             if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
             // Further statements of this write (e.g. event rows) join `writes` here.
             let r2 = try c.pipeline(writes).get()
-            let target = try WritePath.updatedTarget(r2[first + (join == nil ? 0 : 2)]), op = try WritePath.operation(r2[first + 1])
+            let target = try WritePath.updatedTarget(r2[first + (join == nil ? 0 : 1)])
+            let op = startOp.record(tenantId: tenant, now: target.createdAt)
             if recheck { try recheckQuota(r2[quotaIndex], tenant: tenant, day: day, exactNext: &exactQuota) }
             let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: targetId) ?? []
             try WritePath.notify(c, tenantId: tenant, queued: claim?.claimedAny != true, superseded: [], targetChanged: nil)

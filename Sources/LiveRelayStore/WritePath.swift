@@ -314,6 +314,30 @@ public enum WritePath {
             ])
     }
 
+    /// Round trip 2's writes of a remote start as ONE statement (`PostgresStatement.combined`;
+    /// docs/write-path.md "A start's writes in one statement"): the new target, returning its row
+    /// (decode with `updatedTarget(_:)`); its start operation, returning nothing (its record is
+    /// `operation.record(tenantId:now:)` with `now` the target's `created_at`: both default to the
+    /// transaction's `now()`); and, when `withHead`, the target's dispatch head, which for a new
+    /// target is its one operation, due at once (what `refreshHead` gives when that operation is
+    /// queued and waits for no token, which `operation` must be). The operation's foreign key
+    /// to the target is checked at the end of the statement, when the target's row is there.
+    public static func startWrites(
+        tenantId: String, target: TargetStore.New, operation: OperationStore.New, withHead: Bool
+    )
+        -> PostgresStatement
+    {
+        var parts = [insertTarget(tenantId: tenantId, target), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false)]
+        if withHead {
+            precondition(operation.status == .queued && operation.pendingReason == nil, "a start's head is its queued operation")
+            parts.append(
+                PostgresStatement(
+                    "INSERT INTO dispatch_heads (tenant_id, target_id, operation_id, due_at) VALUES ($1, $2, $3, now())",
+                    [tenantId, target.id, operation.id]))
+        }
+        return .combined(parts, select: "SELECT * FROM w0")
+    }
+
     /// The target `locked` (as `lockTarget` read it, in this transaction) with the columns
     /// `applyState` or `bumpSeq` changed, from their result.
     /// The rest of the row cannot change under the lock (`TargetRecord.applying(changed:)`).

@@ -43,8 +43,7 @@ public struct PostgresStatement {
     /// The text is built once per shape (`CombinedTexts`): a write sends the same few shapes
     /// again and again.
     public static func combined(_ parts: [PostgresStatement], select: String) -> PostgresStatement {
-        let texts = parts.map(\.sql)
-        let sql = CombinedTexts.shared.text(texts, select) {
+        let sql = CombinedTexts.shared.text(parts.map(\.sql), parts.map(\.params.count), select) {
             var sql = "WITH "
             var count = 0
             for (i, part) in parts.enumerated() {
@@ -90,15 +89,22 @@ public struct PostgresStatement {
 }
 
 /// The texts of combined statements (`PostgresStatement.combined`), each built once: keyed by
-/// the UTF-8 lengths of the parts' texts and of the final `select` (cheap to hash; a Swift
-/// string knows its length), and used only when every text equals the entry's (a comparison of
-/// equal-length bytes), so two shapes of equal lengths can only replace each other's entry,
-/// never be mixed up. At most `capacity` entries: further shapes are built every time.
+/// the UTF-8 lengths of the parts' texts and of the final `select` and by the parts' parameter
+/// counts (which decide the renumbering; cheap to hash: a Swift string knows its length), and
+/// used only when every text equals the entry's byte for byte and every count is the same, so
+/// two shapes with equal keys can only replace each other's entry, never be mixed up. At most
+/// `capacity` entries: further shapes are built every time.
 final class CombinedTexts: @unchecked Sendable {
     private struct Entry {
         let parts: [String]
+        let counts: [Int]
         let select: String
         let sql: String
+
+        func matches(_ parts: [String], _ counts: [Int], _ select: String) -> Bool {
+            counts == self.counts && select.utf8.elementsEqual(self.select.utf8)
+                && parts.indices.allSatisfy { parts[$0].utf8.elementsEqual(self.parts[$0].utf8) }
+        }
     }
 
     /// The process's cache.
@@ -108,17 +114,21 @@ final class CombinedTexts: @unchecked Sendable {
     private let lock = NSLock()
     private var entries: [[Int]: Entry] = [:]
 
-    /// The combined text of `parts` and `select`, from the cache or from `build`.
-    func text(_ parts: [String], _ select: String, build: () -> String) -> String {
+    /// The combined text of `parts` (with `counts` parameters each) and `select`, from the
+    /// cache or from `build`.
+    func text(_ parts: [String], _ counts: [Int], _ select: String, build: () -> String) -> String {
         var key = parts.map(\.utf8.count)
         key.append(select.utf8.count)
+        key += counts
         lock.lock()
         let cached = entries[key]
         lock.unlock()
-        if let cached, cached.select == select, cached.parts == parts { return cached.sql }
+        if let cached, cached.matches(parts, counts, select) { return cached.sql }
         let sql = build()
         lock.lock()
-        if cached != nil || entries.count < Self.capacity { entries[key] = Entry(parts: parts, select: select, sql: sql) }
+        if cached != nil || entries.count < Self.capacity {
+            entries[key] = Entry(parts: parts, counts: counts, select: select, sql: sql)
+        }
         lock.unlock()
         return sql
     }

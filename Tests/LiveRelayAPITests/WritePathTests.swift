@@ -100,11 +100,12 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(next.map(\.statements), [6])
         XCTAssertEqual(next.map(\.roundTrips), [2])
         // A start with the same reading: BEGIN and the settings (its head writer among them), the
-        // claim, the start target and the live-target cap; the target, the operation, the head
-        // and the quota re-read (a start always adds a unit); the stored response and COMMIT.
+        // claim, the start target and the live-target cap; one statement for the target, the
+        // operation and the head (docs/write-path.md "A start's writes in one statement"), the
+        // quota re-read (a start always adds a unit); the stored response and COMMIT.
         try freshReading(w.tenant.id)
         let start = reports("start") { _ = w.start() }
-        XCTAssertEqual(start.map(\.statements), [11])
+        XCTAssertEqual(start.map(\.statements), [9])
         XCTAssertEqual(start.map(\.roundTrips), [3])
         // The writer's settings were in force for the write: the queued update it replaced is
         // superseded by it, the quota counters hold one unit per queued operation, and the head
@@ -694,16 +695,53 @@ final class WritePathTests: XCTestCase {
     /// the writes read their rows back and the handler compares them with the built answer
     /// (`WritePath.checksBuiltAnswers`, on in debug builds).
     func testAWriteAnsweredBeforeItsStatementsRanAnswersWhatTheRowsHold() throws {
-        XCTAssertTrue(WritePath.checksBuiltAnswers, "debug builds compare built answers with the rows")
+        let before = WritePath.checksBuiltAnswers
+        WritePath.checksBuiltAnswers = true
+        defer { WritePath.checksBuiltAnswers = before }
         try answeredBeforeItsStatementsRan()
     }
 
     /// The same writes with the statements a release build sends (docs/write-path.md "Rows
     /// nobody reads"): nothing read back, the same answers, the same statements and round trips.
     func testAWriteThatReadsNoRowsBackAnswersWhatTheRowsHoldToo() throws {
+        let before = WritePath.checksBuiltAnswers
         WritePath.checksBuiltAnswers = false
-        defer { WritePath.checksBuiltAnswers = true }
+        defer { WritePath.checksBuiltAnswers = before }
         try answeredBeforeItsStatementsRan()
+    }
+
+    /// docs/write-path.md "A start's writes in one statement": a start's operation is not read
+    /// back but built from what it inserted, so its answer must equal the rows as stored, to the
+    /// byte on replay: times rounded to microseconds as stored (seven fraction digits), a
+    /// relevance score with no exact binary value, priority 5 and an alert with non-ASCII text.
+    /// Its head is what a full recomputation gives.
+    func testAStartsAnswerIsWhatItsRowsHold() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        func read(_ path: String) -> JSONValue? { env.call("GET", path, as: w.sender.credential).json }
+        let body = w.startBody(
+            ["eta": 3],
+            extra: [
+                "stale_at": "2031-01-01T00:00:00.1234567Z", "expires_at": "2031-01-02T03:04:05.9999996Z", "relevance_score": 1e-7,
+                "priority": 5, "alert": ["title": "Ünïcode \u{2028} title", "body": "line\nbreak"]
+            ])
+        do {
+            let r = env.call("POST", "/v1/remote-updates/live-activities/start", body, as: w.sender.credential)
+            XCTAssertEqual(r.status, 202, r.text)
+            let opId = r["operation"]?["id"]?.stringValue ?? "", target = r["target"]?["id"]?.stringValue ?? ""
+            XCTAssertEqual(r["operation"], read("/v1/remote-updates/operations/\(opId)"), "the operation as stored")
+            XCTAssertEqual(r["target"], read("/v1/remote-updates/live-activities/targets/\(target)"), "the target as stored")
+            XCTAssertEqual(r["operation"]?["priority"], 5)
+            let replay = env.call("POST", "/v1/remote-updates/live-activities/start", body, as: w.sender.credential)
+            XCTAssertEqual(replay.headers["idempotent-replayed"], "true")
+            XCTAssertEqual(String(decoding: replay.raw, as: UTF8.self), String(decoding: r.raw, as: UTF8.self), "the replay, byte for byte")
+            let heads = try? env.db.system { c -> [String?] in
+                let name = try c.query("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [target]).first?.string("operation_id")
+                try c.execute("DELETE FROM dispatch_heads WHERE target_id = $1", [target])
+                _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [w.tenant.id, target])
+                return [name, try c.query("SELECT operation_id FROM dispatch_heads WHERE target_id = $1", [target]).first?.string("operation_id")]
+            }
+            XCTAssertEqual(heads, [opId, opId], "the start is its target's head, as a recomputation says")
+        }
     }
 
     func answeredBeforeItsStatementsRan() throws {

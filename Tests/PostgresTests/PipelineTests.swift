@@ -74,15 +74,25 @@ final class PipelineTests: XCTestCase {
         var built = 0
         let cache = CombinedTexts()
         for _ in 0..<3 {
-            _ = cache.text(a.map(\.sql), select) {
+            _ = cache.text(a.map(\.sql), [1, 1], select) {
                 built += 1; return expectedA
             }
         }
         XCTAssertEqual(built, 1, "built once, then reused")
-        _ = cache.text(b.map(\.sql), select) {
+        _ = cache.text(b.map(\.sql), [1, 1], select) {
             built += 1; return expectedB
         }
         XCTAssertEqual(built, 2, "another shape of the same lengths is built, not taken from the entry")
+        // The same texts with other parameter counts renumber differently: not the cached text.
+        let wider = [PostgresStatement("UPDATE a SET x = $1, y = $2", [1, 2]), PostgresStatement("DELETE FROM q WHERE y = $1", [3])]
+        let narrow = [PostgresStatement("UPDATE a SET x = $1, y = $2", [1]), PostgresStatement("DELETE FROM q WHERE y = $1", [3])]
+        XCTAssertEqual(
+            PostgresStatement.combined(wider, select: select).sql,
+            "WITH w0 AS (UPDATE a SET x = $1, y = $2), w1 AS (DELETE FROM q WHERE y = $3) SELECT 1")
+        XCTAssertEqual(
+            PostgresStatement.combined(narrow, select: select).sql,
+            "WITH w0 AS (UPDATE a SET x = $1, y = $2), w1 AS (DELETE FROM q WHERE y = $2) SELECT 1",
+            "renumbered by the first part's parameter count, not taken from the other shape's entry")
         XCTAssertEqual(PostgresStatement.combined(a, select: select).params.count, 2)
     }
 

@@ -599,7 +599,7 @@ class Run:
                     disorder.append((tgt, d["sequence"], ts, hi_ts, rev, hi_rev))
                 hi_ts, hi_rev = max(hi_ts, ts), max(hi_rev, rev if rev is not None else -1)
         hooks = self.reconcile_webhooks(acked, ops, targets)
-        diagnosis = self.diagnose([x[0] for v in why.values() for x in v][:3] + [e[2] for e in hooks["event_examples"][1] if isinstance(e[2], str)][:2])
+        diagnosis = self.diagnose_safely([x[0] for v in why.values() for x in v][:3] + [e[2] for e in hooks["event_examples"][1] if isinstance(e[2], str)][:2])
         self.result = {
             **hooks,
             "acknowledged": len(acked), "ack_by_kind": count_by(acked.values(), "kind"), "statuses": status_count,
@@ -612,6 +612,11 @@ class Run:
         }
         json.dump(self.result, open(os.path.join(self.dir, "result.json"), "w"), indent=1, default=str)
         return self.result
+
+    def diagnose_safely(self, op_ids):
+        """`diagnose`, whose own failure is reported in its place instead of ending the run."""
+        try: return self.diagnose(op_ids)
+        except Exception as e: return [f"no diagnosis: {type(e).__name__}: {e}"]
 
     def diagnose(self, op_ids):
         """For a failed run: each named operation's row (read now, after the webhook drain) and its
@@ -637,7 +642,7 @@ class Run:
             for name in self.procs:
                 path = os.path.join(self.dir, name + ".log")
                 if not os.path.exists(path): continue
-                hits = [compact_log_line(l) for l in open(path, errors="replace") if op_id in l or r[9] in l]
+                with open(path, errors="replace") as f: hits = [compact_log_line(l) for l in f if op_id in l or r[9] in l]
                 for l in hits[-8:]: out.append(f"  {name}.log: {l}")
         out.append(f"times relative to the end of the load ({time.strftime('%H:%M:%S', time.gmtime(self.load_stopped_at))} UTC); "
                    f"drain ended {self.drain_ended_at - self.load_stopped_at:+.1f}s, collected {self.collected_at - self.load_stopped_at:+.1f}s; "
@@ -729,8 +734,9 @@ class Run:
 def compact_log_line(line):
     """A LiveRelay JSON log line in one short line: its time, message, status and the other fields."""
     try: d = json.loads(line)
-    except ValueError: return line.strip()[:240]
-    head = [d.pop("ts", "")[11:23], d.pop("msg", "")]
+    except ValueError: d = None
+    if not isinstance(d, dict): return line.strip()[:240]
+    head = [str(d.pop("ts", ""))[11:23], str(d.pop("msg", ""))]
     for k in ("level", "request_id", "bytes_in", "bytes_out", "route", "worker", "component"): d.pop(k, None)
     return " ".join(head + [f"{k}={v}" for k, v in d.items()])[:240]
 
