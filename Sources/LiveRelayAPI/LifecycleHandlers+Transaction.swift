@@ -156,7 +156,7 @@ extension LifecycleHandlers {
         QuotaHints.shared.record(tenantId: tenant, day: day, q)
         if !QuotaStore.fastPathAllows(limit: q.limit, reserved: q.reserved, used: q.used) {
             exactNext = true
-            throw PostgresError(kind: .query, message: "quota near its limit: checking exactly", sqlState: "40001")
+            throw PostgresError.retryable("quota near its limit: checking exactly")
         }
     }
 

@@ -131,7 +131,7 @@ enum WebhookHandlers {
         let ev = try ctx.db.tenant(tenant) { c -> EventRecord in
             let e = try endpointOrNotFound(c, tenant, req)
             guard let ev = try EventStore.record(c, tenantId: tenant, type: .webhookTest, object: Encode.webhookEndpoint(e)) else {
-                throw PostgresError(kind: .query, message: "webhook.test event not inserted", sqlState: "40001")
+                throw PostgresError.retryable("webhook.test event not inserted")
             }
             try WebhookStore.queueDelivery(c, tenantId: tenant, endpointId: e.id, event: ev)
             return ev

@@ -325,8 +325,9 @@ extension PostgresError {
     /// A serialization failure stand-in: makes `PostgresPool.transaction` run the body again.
     static var retryable: PostgresError { retryable("idempotency record vanished; retrying") }
 
-    /// `retryable` saying `message` (what made the transaction run again).
-    static func retryable(_ message: String) -> PostgresError {
+    /// `retryable` saying `message` (what made the transaction run again): SQLSTATE 40001, which
+    /// `PostgresPool.transaction` answers by running the body again.
+    public static func retryable(_ message: String) -> PostgresError {
         PostgresError(kind: .query, message: message, sqlState: "40001")
     }
 }

@@ -145,18 +145,6 @@ public enum TargetStore {
     /// installations, tenants) a second time per write.
     static let changedColumns = changedColumns(prefix: "")
 
-    /// `changedColumns(prefix: "target_")`, built once (`WritePath.writes`).
-    static let changedColumnsAsTarget = changedColumns(prefix: "target_")
-
-    /// `changedColumns` for `prefix` "" or "target_" without building the text again, else built.
-    static func returnedColumns(prefix: String) -> String {
-        switch prefix {
-        case "": return changedColumns
-        case "target_": return changedColumnsAsTarget
-        default: return changedColumns(prefix: prefix)
-        }
-    }
-
     /// `changedColumns` named `prefix` + name (for a row that holds other columns too).
     static func changedColumns(prefix p: String) -> String {
         "revision AS \(p)revision, state::text AS \(p)state, source_version AS \(p)source_version, stale_at AS \(p)stale_at, "

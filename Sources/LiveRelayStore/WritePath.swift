@@ -135,26 +135,40 @@ public enum WritePath {
         staleAt: Date?, relevanceScore: Double?, status: TargetStatus?, prefix: String? = ""
     ) -> PostgresStatement {
         PostgresStatement(
-            prefix.map(applyStateReturning) ?? applyStateSQL,
+            applyStateSQL.text(returningUnder: prefix),
             [tenantId, id, revision, state.jsonString, sourceVersion, staleAt, relevanceScore, status?.rawValue])
     }
 
-    private static let applyStateSQL = """
+    private static let applyStateSQL = TargetUpdateSQL(
+        """
         UPDATE targets SET revision = $3, state = $4::jsonb, source_version = COALESCE($5, source_version),
                stale_at = COALESCE($6, stale_at), relevance_score = COALESCE($7, relevance_score),
                status = COALESCE($8, status), op_seq = op_seq + 1, updated_at = now()
          WHERE tenant_id = $1 AND id = $2
-        """
-    private static let applyStateReturningSQL = applyStateSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: "")
-    private static let applyStateReturningPrefixedSQL =
-        applyStateSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: writtenTargetPrefix)
+        """)
 
-    /// `applyState`'s SQL returning the changed columns under `prefix` (the usual two built once).
-    private static func applyStateReturning(_ prefix: String) -> String {
-        switch prefix {
-        case "": return applyStateReturningSQL
-        case writtenTargetPrefix: return applyStateReturningPrefixedSQL
-        default: return applyStateSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: prefix)
+    /// An UPDATE of the locked target row (`applyState`, `bumpSeq`) with its texts that return
+    /// the changed columns (`TargetStore.changedColumns`), unprefixed and under
+    /// `writtenTargetPrefix`, built once.
+    private struct TargetUpdateSQL {
+        let bare: String
+        let returning: String
+        let returningPrefixed: String
+
+        init(_ bare: String) {
+            self.bare = bare
+            returning = bare + "\nRETURNING " + TargetStore.changedColumns
+            returningPrefixed = bare + "\nRETURNING " + TargetStore.changedColumns(prefix: WritePath.writtenTargetPrefix)
+        }
+
+        /// The text returning the changed columns under `prefix`, or nothing when nil.
+        func text(returningUnder prefix: String?) -> String {
+            switch prefix {
+            case nil: return bare
+            case "": return returning
+            case WritePath.writtenTargetPrefix: return returningPrefixed
+            case let p?: return bare + "\nRETURNING " + TargetStore.changedColumns(prefix: p)
+            }
         }
     }
 
@@ -275,26 +289,15 @@ public enum WritePath {
     /// (decode with `appliedTarget(_:to:)`).
     /// `prefix`: as `applyState`'s.
     public static func bumpSeq(tenantId: String, id: String, status: TargetStatus?, prefix: String? = "") -> PostgresStatement {
-        PostgresStatement(prefix.map(bumpSeqReturning) ?? bumpSeqSQL, [tenantId, id, status?.rawValue])
+        PostgresStatement(bumpSeqSQL.text(returningUnder: prefix), [tenantId, id, status?.rawValue])
     }
 
-    /// `bumpSeq`'s SQL returning the changed columns under `prefix` (the usual two built once).
-    private static func bumpSeqReturning(_ prefix: String) -> String {
-        switch prefix {
-        case "": return bumpSeqReturningSQL
-        case writtenTargetPrefix: return bumpSeqReturningPrefixedSQL
-        default: return bumpSeqSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: prefix)
-        }
-    }
-
-    private static let bumpSeqSQL = """
+    private static let bumpSeqSQL = TargetUpdateSQL(
+        """
         UPDATE targets SET op_seq = op_seq + 1, status = COALESCE($3, status),
                updated_at = CASE WHEN $3::text IS NULL THEN updated_at ELSE now() END
          WHERE tenant_id = $1 AND id = $2
-        """
-    private static let bumpSeqReturningSQL = bumpSeqSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: "")
-    private static let bumpSeqReturningPrefixedSQL =
-        bumpSeqSQL + "\nRETURNING " + TargetStore.returnedColumns(prefix: writtenTargetPrefix)
+        """)
 
     /// Inserts a new remote target at revision 1 with `op_seq = 1` (its start operation's seq);
     /// returns the row.
