@@ -303,19 +303,22 @@ public enum WritePath {
     /// returns the row.
     public static func insertTarget(tenantId: String, _ n: TargetStore.New) -> PostgresStatement {
         PostgresStatement(
-            """
-            INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
-                                 template_version, business_key, business_generation, status, revision, state, source_version,
-                                 stale_at, relevance_score, token_status, op_seq)
-            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16, 1)
-            RETURNING \(TargetStore.columns)
-            """,
+            insertTargetSQL,
             [
                 tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
                 n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
                 n.relevanceScore, n.tokenStatus
             ])
     }
+
+    /// `insertTarget`'s text, built once (every start sends it).
+    private static let insertTargetSQL = """
+        INSERT INTO targets (tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type,
+                             template_version, business_key, business_generation, status, revision, state, source_version,
+                             stale_at, relevance_score, token_status, op_seq)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16, 1)
+        RETURNING \(TargetStore.columns)
+        """
 
     /// Round trip 2's writes of a remote start as ONE statement (`PostgresStatement.combined`;
     /// docs/write-path.md "A start's writes in one statement"): the new target, returning its row
