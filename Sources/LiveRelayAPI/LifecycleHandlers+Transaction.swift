@@ -163,9 +163,13 @@ extension LifecycleHandlers {
     /// The settings statement that opens round trip 2 of a write: the `writer` settings naming
     /// its operation (`WritePath.writerSettings`, or the head writer alone for a start) unless
     /// the BEGIN already carried them (`sent`, `PostgresConnection.addPendingSettings`), then a
-    /// claim at commit's settings (`CommitClaim.settings`); no statement when nothing is left.
-    static func settingsStatements(writer: [(String, String)], sent: Bool, claim: [(String, String)]) -> [PostgresStatement] {
-        let settings = (sent ? [] : writer) + claim
+    /// claim at commit's settings (`CommitClaim.settings`), then `statement` (the one-statement
+    /// flag of an update's or an end's writes statement, `WritePath.writerStatement`); no
+    /// statement when nothing is left.
+    static func settingsStatements(
+        writer: [(String, String)], sent: Bool, claim: [(String, String)], statement: (String, String)? = nil
+    ) -> [PostgresStatement] {
+        let settings = (sent ? [] : writer) + claim + (statement.map { [$0] } ?? [])
         return settings.isEmpty ? [] : [.localSettings(settings)]
     }
 

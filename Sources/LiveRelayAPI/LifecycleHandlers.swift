@@ -514,9 +514,13 @@ enum LifecycleHandlers {
         // day). The settings naming the writer usually rode on the BEGIN (`lockedWrite`); else
         // they go in one statement here, with the claim's prelude settings.
         let changes = WriteRules.reservationChanges(insertedDay: operation.consumesQuota ? operation.quotaDay : nil, superseded: victims)
+        // The flag that lets the writes statement skip the triggers whose work it does itself
+        // (migration 0046) goes in the statement just before it, and is cleared just after it
+        // unless COMMIT follows (docs/write-path.md "The writer's statement skips the triggers").
         var writes = settingsStatements(
             writer: WritePath.writerSettings(operationId: operation.id), sent: writerSettingsSent,
-            claim: claim?.settings(operationId: operation.id) ?? [])
+            claim: claim?.settings(operationId: operation.id) ?? [],
+            statement: WritePath.writerStatement(keepsTarget: WritePath.keepsStatus(targetWrite, current: t.status)))
         // A write that reserves no unit of the day cannot take the day past its limit: no re-check.
         let recheckDay = recheckDay.flatMap { d in changes.contains { $0.day == d && $0.change > 0 } ? d : nil }
         // Nothing after the writes depends on their results without a claim or a re-check: the
@@ -548,6 +552,9 @@ enum LifecycleHandlers {
             WritePath.writes(
                 tenantId: tenant, target: t, targetWrite, operation: operation, victims: victims.map(\.id), more: more,
                 refreshingHead: claim == nil && !keepsHead, returningRows: rowsBack))
+        // COMMIT follows the writes statement at once only when the answer and its stored copy
+        // went with it; anything else that follows runs with the triggers again.
+        if !(built != nil && storeInWrites) { writes.append(WritePath.endOfWriterStatement) }
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
         let claimIndex = writes.count - 1
         let quotaIndex = writes.count

@@ -75,13 +75,15 @@ final class WritePathTests: XCTestCase {
     /// Each statement costs the server an executor start-up in whatever round trip it rides, so
     /// the update's statements are counted too: BEGIN and one set_config statement (the
     /// tenant's settings and the writer's), the target with its idempotency key's record, its
-    /// queued operations and the quota counters; one statement for the target's new state, the
-    /// operation, the supersede of the queued update it replaces (the first queued operation),
-    /// the stored response and the head refresh (docs/write-path.md "One statement for the
-    /// writes", "The head in the same statement"), and COMMIT, all in round trip 2 (the
-    /// response is built before it: docs/write-path.md "The response before round trip 2").
-    /// The quota read is left out when a recent reading of this process stands in for it.
-    func testAnUpdateReplacingAQueuedUpdateSendsSevenStatementsAndSixWithARecentQuotaReading() throws {
+    /// queued operations and the quota counters; the flag that lets the next statement skip the
+    /// triggers whose work it does (docs/write-path.md "The writer's statement skips the
+    /// triggers"), one statement for the target's new state, the operation, the supersede of the
+    /// queued update it replaces (the first queued operation), the stored response and the head
+    /// refresh (docs/write-path.md "One statement for the writes", "The head in the same
+    /// statement"), and COMMIT, all in round trip 2 (the response is built before it:
+    /// docs/write-path.md "The response before round trip 2"). The quota read is left out when a
+    /// recent reading of this process stands in for it.
+    func testAnUpdateReplacingAQueuedUpdateSendsEightStatementsAndSevenWithARecentQuotaReading() throws {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let target = w.start()
         XCTAssertEqual(w.update(target, ["eta": 1], revision: 1).status, 202)  // compiles and caches the schema
@@ -91,13 +93,13 @@ final class WritePathTests: XCTestCase {
         }
         QuotaHints.shared.forget(tenantId: w.tenant.id)
         let update = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
-        XCTAssertEqual(update.map(\.statements), [7])
+        XCTAssertEqual(update.map(\.statements), [8])
         XCTAssertEqual(update.map(\.roundTrips), [2])
         // A recent reading stands in for the next one's read (docs/write-path.md "The quota read
         // only near the limit"); it reserves no unit, so it re-reads nothing.
         try freshReading(w.tenant.id)
         let next = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
-        XCTAssertEqual(next.map(\.statements), [6])
+        XCTAssertEqual(next.map(\.statements), [7])
         XCTAssertEqual(next.map(\.roundTrips), [2])
         // A start with the same reading: BEGIN and the settings (its head writer among them), the
         // claim, the start target and the live-target cap; one statement for the target, the
@@ -327,7 +329,7 @@ final class WritePathTests: XCTestCase {
         let startOp = try head().expected
         try freshReading(w.tenant.id)
         let behindStart = reports("update") { XCTAssertEqual(w.update(target, ["eta": 2], revision: 2).status, 202) }
-        XCTAssertEqual(behindStart.map(\.statements), [6], "no quota read, no head refresh")
+        XCTAssertEqual(behindStart.map(\.statements), [7], "no quota read, no head refresh; the flag before the writes")
         var h = try head()
         XCTAssertEqual(h.name, startOp)
         XCTAssertEqual(h.name, h.expected)
@@ -340,7 +342,7 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(h.name, h.expected, "the delivery's own refresh")
         try freshReading(w.tenant.id)
         let superseding = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
-        XCTAssertEqual(superseding.map(\.statements), [6], "the head refresh rides in the writes' statement")
+        XCTAssertEqual(superseding.map(\.statements), [7], "the head refresh rides in the writes' statement")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected, "names the new update")
@@ -352,7 +354,8 @@ final class WritePathTests: XCTestCase {
         XCTAssertNil(try head().name)
         try freshReading(w.tenant.id)
         let alone = reports("update") { XCTAssertEqual(w.update(target, ["eta": 4], revision: 4).status, 202) }
-        XCTAssertEqual(alone.map(\.statements), [8], "no supersede, but its new unit: the re-read, then the stored answer")
+        XCTAssertEqual(
+            alone.map(\.statements), [10], "no supersede, but its new unit: the flag cleared after the writes, the re-read, then the stored answer")
         h = try head()
         XCTAssertNotNil(h.name)
         XCTAssertEqual(h.name, h.expected)
@@ -371,11 +374,11 @@ final class WritePathTests: XCTestCase {
                 as: w.sender.credential)
             XCTAssertEqual(r.status, 202, r.text)
         }
-        // BEGIN and the settings, the target with its key's record, its queued operations; one
-        // statement for the target's status, the end, the supersede of the update and the
-        // release of its unit; the stored response (on its own beside a quota change); COMMIT.
-        // No head refresh.
-        XCTAssertEqual(end.map(\.statements), [7])
+        // BEGIN and the settings, the target with its key's record, its queued operations; the
+        // flag, one statement for the target's status, the end, the supersede of the update and
+        // the release of its unit, the flag cleared; the stored response (on its own beside a
+        // quota change); COMMIT. No head refresh.
+        XCTAssertEqual(end.map(\.statements), [9])
         let (name, expected) = try env.db.system { c -> (String?, String?) in
             let row = try c.query(
                 """
@@ -1058,6 +1061,62 @@ final class WritePathTests: XCTestCase {
                 XCTAssertEqual(try reserved(), start - 1, "a supersede by another operation is counted")
                 throw Rollback()
             })
+        XCTAssertEqual(try counters(t), try truth(t), "rolled back")
+    }
+
+    /// Migration 0046: `liverelay.writer_statement` makes the derived-state triggers skip their
+    /// call, so it must live for the writer's one statement only. With `operations`, an insert
+    /// that is NOT the writer's goes uncounted (which is why the flag never rides on a statement
+    /// the writer did not build), while a target's status change still runs the target trigger;
+    /// `operations+targets` skips that too; after `endOfWriterStatement` every trigger runs again.
+    func testTheWriterStatementFlagSkipsTheTriggersUntilItIsCleared() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        let t = w.tenant.id
+        let target = w.start()
+        let other = w.start()
+        let day = QuotaStore.day(Date())
+        struct Rollback: Error {}
+        XCTAssertThrowsError(
+            try env.db.tenant(t) { c in
+                func reserved() throws -> Int64 {
+                    try c.query("SELECT COALESCE(sum(reserved), 0)::bigint AS r FROM push_quota WHERE tenant_id = $1", [t])[0].int64("r")
+                }
+                func live() throws -> Int64 {
+                    try c.query("SELECT COALESCE(sum(live), 0)::bigint AS n FROM live_target_counts WHERE tenant_id = $1", [t])[0].int64("n")
+                }
+                let tr = try XCTUnwrap(try TargetStore.get(c, tenantId: t, id: target, forUpdate: true))
+                func insert(seq: Int64) throws {
+                    let id = Identifier.make(.operation)
+                    _ = try c.pipeline([
+                        OperationStore.insertStatement(
+                            tenantId: t,
+                            OperationStore.New(
+                                id: id, targetId: target, seq: seq, kind: .update, revision: tr.revision + 1, state: ["eta": 9], alert: nil,
+                                options: WriteOptions(), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: id))
+                    ]).get()
+                }
+                func setStatus(_ id: String, _ status: String) throws {
+                    try c.execute(
+                        "UPDATE targets SET status = $3::text, ended_at = CASE WHEN $3::text = 'ended' THEN now() END WHERE tenant_id = $1 AND id = $2",
+                        [t, id, status])
+                }
+                let (r0, l0) = (try reserved(), try live())
+                _ = try c.pipeline([.localSettings([WritePath.writerStatement(keepsTarget: false)])]).get()
+                try insert(seq: tr.opSeq + 1)
+                XCTAssertEqual(try reserved(), r0, "flag on: the insert trigger is not called")
+                try setStatus(target, "ended")
+                XCTAssertEqual(try live(), l0 - 1, "`operations` alone: the target trigger still runs")
+                _ = try c.pipeline([.localSettings([WritePath.writerStatement(keepsTarget: true)])]).get()
+                try setStatus(other, "ended")
+                XCTAssertEqual(try live(), l0 - 1, "`operations+targets`: the target trigger is not called either")
+                _ = try c.pipeline([WritePath.endOfWriterStatement]).get()
+                try insert(seq: tr.opSeq + 2)
+                XCTAssertEqual(try reserved(), r0 + 1, "cleared: the insert trigger counts again")
+                try setStatus(target, "ending")
+                XCTAssertEqual(try live(), l0, "cleared: the target trigger counts again")
+                throw Rollback()
+            }
+        ) { XCTAssertTrue($0 is Rollback, "\($0)") }
         XCTAssertEqual(try counters(t), try truth(t), "rolled back")
     }
 
