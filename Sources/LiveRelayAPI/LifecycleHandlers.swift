@@ -517,10 +517,11 @@ enum LifecycleHandlers {
         // The flag that lets the writes statement skip the triggers whose work it does itself
         // (migration 0046) goes in the statement just before it, and is cleared just after it
         // unless COMMIT follows (docs/write-path.md "The writer's statement skips the triggers").
+        // A write that changes its target's status sets none.
+        let writerRows = WritePath.writerRows(for: targetWrite, current: t.status)
         var writes = settingsStatements(
             writer: WritePath.writerSettings(operationId: operation.id), sent: writerSettingsSent,
-            claim: claim?.settings(operationId: operation.id) ?? [],
-            statement: WritePath.writerStatement(keepsTarget: WritePath.keepsStatus(targetWrite, current: t.status)))
+            claim: claim?.settings(operationId: operation.id) ?? [], statement: writerRows)
         // A write that reserves no unit of the day cannot take the day past its limit: no re-check.
         let recheckDay = recheckDay.flatMap { d in changes.contains { $0.day == d && $0.change > 0 } ? d : nil }
         // Nothing after the writes depends on their results without a claim or a re-check: the
@@ -554,7 +555,7 @@ enum LifecycleHandlers {
                 refreshingHead: claim == nil && !keepsHead, returningRows: rowsBack))
         // COMMIT follows the writes statement at once only when the answer and its stored copy
         // went with it; anything else that follows runs with the triggers again.
-        if !(built != nil && storeInWrites) { writes.append(WritePath.endOfWriterStatement) }
+        if writerRows != nil && !(built != nil && storeInWrites) { writes.append(WritePath.endOfWriterRows) }
         if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
         let claimIndex = writes.count - 1
         let quotaIndex = writes.count

@@ -419,34 +419,30 @@ public enum WritePath {
         [(headByWriterSetting, operationId), quotaByWriter(operationId: operationId)]
     }
 
-    /// The setting that tells the derived-state triggers the next statement's rows are kept by
-    /// their writer, so their `WHEN` clause skips the call (migration 0046, docs/write-path.md
+    /// The setting that tells the derived-state triggers the next statement's rows are all kept
+    /// by their writer, so their `WHEN` clause skips the call (migration 0046, docs/write-path.md
     /// "The writer's statement skips the triggers"). Transaction-local, and live for ONE
-    /// statement: `writerStatement(keepsTarget:)` goes in the statement just before the writes
-    /// statement, in the same pipeline, and `endOfWriterStatement` just after it unless COMMIT
-    /// follows.
-    public static let writerStatementSetting = "liverelay.writer_statement"
+    /// statement: `writerRows(for:current:)` goes in the statement just before an update's or an
+    /// end's writes statement (`writes`), in the same pipeline, and `endOfWriterRows` just after
+    /// it unless COMMIT follows.
+    public static let writerRowsSetting = "liverelay.writer_rows"
 
-    /// The `writerStatementSetting` pair for an update's or an end's writes statement
-    /// (`writes`), whose operations rows (its operation's insert, the supersede by it) are kept
-    /// by the writer named in `writerSettings`: value `operations`, or `operations+targets` when
-    /// `keepsTarget` (the statement leaves the target's status as it was, and never changes its
-    /// channel or delivery, so the target trigger has nothing to do either).
-    public static func writerStatement(keepsTarget: Bool) -> (String, String) {
-        (writerStatementSetting, keepsTarget ? "operations+targets" : "operations")
-    }
-
-    /// Whether `write` leaves the locked target's status `current` as it is: its status is nil
-    /// or the same (an update; an end of a target already `ending`).
-    public static func keepsStatus(_ write: TargetWrite, current: TargetStatus) -> Bool {
+    /// The `writerRowsSetting` pair for the writes statement of `write` on a target whose status
+    /// is `current`, or nil when that statement changes the target's status (an end moving it to
+    /// `ending`: the target trigger has member counts, live counts or events to keep). The
+    /// statement's operations rows (its operation's insert, the supersede by it) are the writer
+    /// named in `writerSettings`; it never changes a target's channel or delivery.
+    public static func writerRows(for write: TargetWrite, current: TargetStatus) -> (String, String)? {
+        let status: TargetStatus?
         switch write {
-        case .state(_, _, _, _, _, let status), .seq(let status): return status == nil || status == current
+        case .state(_, _, _, _, _, let s), .seq(let s): status = s
         }
+        return status == nil || status == current ? (writerRowsSetting, "on") : nil
     }
 
-    /// Clears `writerStatementSetting`: the statement after a writes statement that is not
-    /// followed by COMMIT, so no later statement of the transaction skips the triggers.
-    public static var endOfWriterStatement: PostgresStatement { .localSettings([(writerStatementSetting, "")]) }
+    /// Clears `writerRowsSetting`: the statement after a writes statement that is not followed
+    /// by COMMIT, so no later statement of the transaction skips the triggers.
+    public static var endOfWriterRows: PostgresStatement { .localSettings([(writerRowsSetting, "")]) }
 
     /// Adds `change` reserved units (negative: releases) to the session's shard row of the
     /// tenant's `day` (`YYYY-MM-DD`), as the quota triggers do (`QuotaStore.adjustReservedSQL`).

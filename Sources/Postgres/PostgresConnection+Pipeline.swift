@@ -102,8 +102,23 @@ final class CombinedTexts: @unchecked Sendable {
         let sql: String
 
         func matches(_ parts: [String], _ counts: [Int], _ select: String) -> Bool {
-            counts == self.counts && select.utf8.elementsEqual(self.select.utf8)
-                && parts.indices.allSatisfy { parts[$0].utf8.elementsEqual(self.parts[$0].utf8) }
+            counts == self.counts && CombinedTexts.sameBytes(select, self.select)
+                && parts.indices.allSatisfy { CombinedTexts.sameBytes(parts[$0], self.parts[$0]) }
+        }
+    }
+
+    /// Whether `a` and `b` hold the same UTF-8 bytes (not Unicode equivalence, which `==`
+    /// tests): one `memcmp` of their contiguous storage, or nothing when both share it (a
+    /// part's text is usually the same constant every time).
+    static func sameBytes(_ a: String, _ b: String) -> Bool {
+        var a = a
+        var b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in
+                guard x.count == y.count else { return false }
+                guard let p = x.baseAddress, let q = y.baseAddress, p != q else { return true }
+                return memcmp(p, q, x.count) == 0
+            }
         }
     }
 

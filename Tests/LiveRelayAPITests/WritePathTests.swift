@@ -374,11 +374,12 @@ final class WritePathTests: XCTestCase {
                 as: w.sender.credential)
             XCTAssertEqual(r.status, 202, r.text)
         }
-        // BEGIN and the settings, the target with its key's record, its queued operations; the
-        // flag, one statement for the target's status, the end, the supersede of the update and
-        // the release of its unit, the flag cleared; the stored response (on its own beside a
-        // quota change); COMMIT. No head refresh.
-        XCTAssertEqual(end.map(\.statements), [9])
+        // BEGIN and the settings, the target with its key's record, its queued operations; one
+        // statement for the target's status, the end, the supersede of the update and the
+        // release of its unit (the end changes its target's status: no flag to skip the
+        // triggers); the stored response (on its own beside a quota change); COMMIT. No head
+        // refresh.
+        XCTAssertEqual(end.map(\.statements), [7])
         let (name, expected) = try env.db.system { c -> (String?, String?) in
             let row = try c.query(
                 """
@@ -1064,16 +1065,15 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(try counters(t), try truth(t), "rolled back")
     }
 
-    /// Migration 0046: `liverelay.writer_statement` makes the derived-state triggers skip their
-    /// call, so it must live for the writer's one statement only. With `operations`, an insert
-    /// that is NOT the writer's goes uncounted (which is why the flag never rides on a statement
-    /// the writer did not build), while a target's status change still runs the target trigger;
-    /// `operations+targets` skips that too; after `endOfWriterStatement` every trigger runs again.
-    func testTheWriterStatementFlagSkipsTheTriggersUntilItIsCleared() throws {
+    /// Migration 0046: `liverelay.writer_rows` makes the derived-state triggers skip their
+    /// call, so it must live for the writer's one statement only. With it on, an insert that is
+    /// NOT the writer's goes uncounted (which is why the flag never rides on a statement the
+    /// writer did not build), and so does a target's status change; after `endOfWriterRows`
+    /// every trigger counts again. A write that changes its target's status sets no flag.
+    func testTheWriterRowsFlagSkipsTheTriggersUntilItIsCleared() throws {
         let w = try LifecycleWorld.make(env, quota: 100_000)
         let t = w.tenant.id
         let target = w.start()
-        let other = w.start()
         let day = QuotaStore.day(Date())
         struct Rollback: Error {}
         XCTAssertThrowsError(
@@ -1095,29 +1095,37 @@ final class WritePathTests: XCTestCase {
                                 options: WriteOptions(), consumesQuota: true, quotaDay: day, createdByKeyId: nil, idempotencyKey: id))
                     ]).get()
                 }
-                func setStatus(_ id: String, _ status: String) throws {
+                func setStatus(_ status: String) throws {
                     try c.execute(
                         "UPDATE targets SET status = $3::text, ended_at = CASE WHEN $3::text = 'ended' THEN now() END WHERE tenant_id = $1 AND id = $2",
-                        [t, id, status])
+                        [t, target, status])
                 }
                 let (r0, l0) = (try reserved(), try live())
-                _ = try c.pipeline([.localSettings([WritePath.writerStatement(keepsTarget: false)])]).get()
+                let flag = try XCTUnwrap(WritePath.writerRows(for: .seq(status: nil), current: tr.status))
+                _ = try c.pipeline([.localSettings([flag])]).get()
                 try insert(seq: tr.opSeq + 1)
                 XCTAssertEqual(try reserved(), r0, "flag on: the insert trigger is not called")
-                try setStatus(target, "ended")
-                XCTAssertEqual(try live(), l0 - 1, "`operations` alone: the target trigger still runs")
-                _ = try c.pipeline([.localSettings([WritePath.writerStatement(keepsTarget: true)])]).get()
-                try setStatus(other, "ended")
-                XCTAssertEqual(try live(), l0 - 1, "`operations+targets`: the target trigger is not called either")
-                _ = try c.pipeline([WritePath.endOfWriterStatement]).get()
+                try setStatus("ended")
+                XCTAssertEqual(try live(), l0, "flag on: the target trigger is not called")
+                _ = try c.pipeline([WritePath.endOfWriterRows]).get()
                 try insert(seq: tr.opSeq + 2)
                 XCTAssertEqual(try reserved(), r0 + 1, "cleared: the insert trigger counts again")
-                try setStatus(target, "ending")
-                XCTAssertEqual(try live(), l0, "cleared: the target trigger counts again")
+                try setStatus("ending")
+                XCTAssertEqual(try live(), l0 + 1, "cleared: the target trigger counts again (ended → ending)")
                 throw Rollback()
             }
         ) { XCTAssertTrue($0 is Rollback, "\($0)") }
         XCTAssertEqual(try counters(t), try truth(t), "rolled back")
+        // Which writes set the flag: an update; an end of a target already `ending`; not an end
+        // that moves its target to `ending`.
+        let state = TargetWrite.state(revision: 2, state: ["eta": 1], sourceVersion: nil, staleAt: nil, relevanceScore: nil, status: nil)
+        XCTAssertNotNil(WritePath.writerRows(for: state, current: .ready))
+        XCTAssertNotNil(WritePath.writerRows(for: .seq(status: .ending), current: .ending))
+        XCTAssertNil(WritePath.writerRows(for: .seq(status: .ending), current: .ready))
+        XCTAssertNil(
+            WritePath.writerRows(
+                for: .state(revision: 2, state: ["eta": 1], sourceVersion: nil, staleAt: nil, relevanceScore: nil, status: .ending),
+                current: .ready))
     }
 
     /// (reserved, used) per day (`YYYY-MM-DD`) summed over the counter shards; days of none left out.

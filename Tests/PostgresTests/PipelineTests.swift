@@ -96,6 +96,21 @@ final class PipelineTests: XCTestCase {
         XCTAssertEqual(PostgresStatement.combined(a, select: select).params.count, 2)
     }
 
+    /// `CombinedTexts.sameBytes` compares bytes, not Unicode equivalence: a precomposed `é`
+    /// and `e` + combining acute are equal Swift strings but different SQL texts. Equal bytes in
+    /// separate storage, shared storage and empty texts are the same (no I/O).
+    func testCombinedTextsCompareBytesNotUnicodeEquivalence() {
+        let composed = "SELECT 'caf\u{E9}'", decomposed = "SELECT 'cafe\u{301}'"
+        XCTAssertEqual(composed, decomposed, "Swift's == says equal")
+        XCTAssertFalse(CombinedTexts.sameBytes(composed, decomposed))
+        let copy = String(decoding: Array(composed.utf8), as: UTF8.self)
+        XCTAssertTrue(CombinedTexts.sameBytes(composed, copy))
+        XCTAssertTrue(CombinedTexts.sameBytes(composed, composed))
+        XCTAssertTrue(CombinedTexts.sameBytes("", ""))
+        XCTAssertFalse(CombinedTexts.sameBytes("SELECT 1", "SELECT 2"))
+        XCTAssertFalse(CombinedTexts.sameBytes("SELECT 1", "SELECT 10"))
+    }
+
     func testAParameterWithANULByteIsRefusedBeforeAnythingIsSent() throws {
         let c = try db.connect()
         defer { c.close() }
