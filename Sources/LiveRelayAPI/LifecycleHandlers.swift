@@ -553,19 +553,24 @@ enum LifecycleHandlers {
             WritePath.writes(
                 tenantId: tenant, target: t, targetWrite, operation: operation, victims: victims.map(\.id), more: more,
                 refreshingHead: claim == nil && !keepsHead, returningRows: rowsBack))
-        // COMMIT follows the writes statement at once only when the answer and its stored copy
-        // went with it; anything else that follows runs with the triggers again.
-        if writerRows != nil && !(built != nil && storeInWrites) { writes.append(WritePath.endOfWriterRows) }
-        if let claim { writes.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
-        let claimIndex = writes.count - 1
-        let quotaIndex = writes.count
-        if let recheckDay { writes.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
-        // Further statements of this write (e.g. event rows) join `writes` here.
+        // What follows the writes statement in this round trip: the claim, the quota re-read,
+        // and the stored answer when it is not in the writes statement. Further statements of
+        // this write (e.g. event rows) join `after`.
+        var after: [PostgresStatement] = []
+        if let claim { after.append(claim.claim(tenantId: tenant, operationId: operation.id)) }
+        let recheckAt = after.count
+        if let recheckDay { after.append(WritePath.readQuota(tenantId: tenant, day: recheckDay)) }
+        if let built, !storeInWrites { after += idem.store(tenant, status: 202, body: built, replacingExpired: replacingExpired) }
+        // The flag lives for the writes statement only: it is cleared at once unless COMMIT
+        // follows that statement in this pipeline (nothing after it, and the answer built).
+        if writerRows != nil && !(after.isEmpty && built != nil) { writes.append(WritePath.endOfWriterRows) }
+        let claimIndex = writes.count
+        let quotaIndex = writes.count + recheckAt
+        writes += after
         if let built {
             try WritePath.notify(
                 c, tenantId: tenant, queued: true, superseded: victims.map(\.id), targetChanged: targetChanged ? t.id : nil,
                 operationId: operation.id)
-            if !storeInWrites { writes += idem.store(tenant, status: 202, body: built, replacingExpired: replacingExpired) }
             let outcome = try c.pipeline(writes, commit: true)
             try IdempotencyStore.storeFailure(outcome, at: storeInWrites ? writeIndex : writes.count - 1)
             let r2 = try outcome.get()

@@ -429,9 +429,10 @@ public enum WritePath {
 
     /// The `writerRowsSetting` pair for the writes statement of `write` on a target whose status
     /// is `current`, or nil when that statement changes the target's status (an end moving it to
-    /// `ending`: the target trigger has member counts, live counts or events to keep). The
-    /// statement's operations rows (its operation's insert, the supersede by it) are the writer
-    /// named in `writerSettings`; it never changes a target's channel or delivery.
+    /// `ending`). The rule is the conservative one that the statement alone shows: with the
+    /// status kept, the target trigger has nothing to do, since the statement never changes a
+    /// target's channel or delivery. The statement's operations rows (its operation's insert,
+    /// the supersede by it) are the writer's named in `writerSettings`.
     public static func writerRows(for write: TargetWrite, current: TargetStatus) -> (String, String)? {
         let status: TargetStatus?
         switch write {

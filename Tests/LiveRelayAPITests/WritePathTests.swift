@@ -255,6 +255,83 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(taker.taken.withLock { $0 }.last?.count, 0, "behind the operation in flight: not claimed")
         XCTAssertNil(try head(other), "still no head while the first is in flight")
         XCTAssertNil(try recomputed(other))
+
+        // The claim runs after the writes statement's flag is cleared (migration 0046): an
+        // update that supersedes the queued head and is claimed at commit leaves no head, which
+        // only the claim's own trigger removes (the writes statement skipped its triggers and
+        // refreshes no head when a claim follows).
+        let third = w.start()
+        try env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [third])
+            try c.execute(
+                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
+                [third, String(repeating: "ef", count: 32)])
+        }
+        env.db.commitClaims.withdraw(taker)
+        let queuedHead = w.update(third, ["eta": 1], revision: 1)
+        XCTAssertEqual(queuedHead.status, 202)
+        XCTAssertEqual(try head(third), op(queuedHead), "no slot lent: queued, and the head")
+        env.db.commitClaims.register(taker)
+        let superseding = w.update(third, ["eta": 2], revision: 2)
+        XCTAssertEqual(superseding.status, 202)
+        XCTAssertEqual(taker.taken.withLock { $0 }.last?.map(\.id), [op(superseding) ?? "?"], "claimed at commit")
+        XCTAssertNil(try head(third), "the claim's trigger removed the superseded head")
+        XCTAssertNil(try recomputed(third))
+    }
+
+    /// Migration 0046 for an end: a stateless end of a target already `ending` leaves its status
+    /// as it was, so its writes statement skips the triggers (one more statement for the flag);
+    /// the state-bearing end before it moved the target to `ending` and ran them. After both,
+    /// the head is what a recomputation gives and the quota counters are what the operations
+    /// say.
+    func testAnEndOfAnEndingTargetSkipsTheTriggersAndKeepsHeadAndCounters() throws {
+        let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
+        let t = w.tenant.id
+        let target = w.start()
+        try env.db.system { c in  // as if the start had been delivered and the update token registered
+            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [target])
+            try c.execute(
+                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
+                [target, String(repeating: "ab", count: 32)])
+        }
+        func end(_ body: [String: JSONValue]) -> TestEnvironment.Reply {
+            var b = body
+            b["target_id"] = .string(target)
+            b["idempotency_key"] = .string(UUID().uuidString)
+            return env.call("POST", "/v1/remote-updates/live-activities/end", .object(b), as: w.sender.credential)
+        }
+        func headAndRecomputed() throws -> (String?, String?) {
+            try env.db.system { c in
+                let head = try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
+                    .first?.string("operation_id")
+                try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
+                _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [t, target])
+                let again = try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
+                    .first?.string("operation_id")
+                return (head, again)
+            }
+        }
+        try freshReading(t)
+        var stateful: TestEnvironment.Reply!
+        _ = reports("end") { stateful = end(["state": ["eta": 0], "expected_revision": 1]) }
+        XCTAssertEqual(stateful.status, 202, stateful.text)
+        XCTAssertEqual(stateful["target"]?["status"]?.stringValue, "ending")
+        var (head, recomputed) = try headAndRecomputed()
+        XCTAssertEqual(head, stateful["operation"]?["id"]?.stringValue)
+        XCTAssertEqual(head, recomputed)
+        try freshReading(t)
+        var stateless: TestEnvironment.Reply!
+        let second = reports("end") { stateless = end([:]) }
+        XCTAssertEqual(stateless.status, 202, stateless.text)
+        (head, recomputed) = try headAndRecomputed()
+        XCTAssertEqual(head, stateless["operation"]?["id"]?.stringValue, "the stateless end superseded the queued end")
+        XCTAssertEqual(head, recomputed)
+        XCTAssertEqual(try counters(t), try truth(t))
+        // BEGIN and the settings, the target with its key's record, its queued operations; the
+        // flag, one statement for the target, the end, the supersede and the released unit, the
+        // flag cleared, the stored answer (on its own beside a quota change); COMMIT.
+        XCTAssertEqual(second.map(\.statements), [9])
+        XCTAssertEqual(second.map(\.roundTrips), [2])
     }
 
     func testTheExactQuotaPathStaysWithinFourRoundTrips() throws {

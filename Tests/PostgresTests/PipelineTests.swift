@@ -106,6 +106,12 @@ final class PipelineTests: XCTestCase {
         let copy = String(decoding: Array(composed.utf8), as: UTF8.self)
         XCTAssertTrue(CombinedTexts.sameBytes(composed, copy))
         XCTAssertTrue(CombinedTexts.sameBytes(composed, composed))
+        // Longer than Swift's 15-byte small strings, so these live in heap storage: one shared
+        // buffer, and a copy in another with one byte changed.
+        let long = "SELECT " + String(repeating: "x", count: 64)
+        XCTAssertTrue(CombinedTexts.sameBytes(long, long))
+        XCTAssertTrue(CombinedTexts.sameBytes(long, String(decoding: Array(long.utf8), as: UTF8.self)))
+        XCTAssertFalse(CombinedTexts.sameBytes(long, "SELECT " + String(repeating: "x", count: 63) + "y"))
         XCTAssertTrue(CombinedTexts.sameBytes("", ""))
         XCTAssertFalse(CombinedTexts.sameBytes("SELECT 1", "SELECT 2"))
         XCTAssertFalse(CombinedTexts.sameBytes("SELECT 1", "SELECT 10"))
