@@ -65,9 +65,9 @@ enum LifecycleHandlers {
         let opId = Identifier.make(.operation)
         let resp = try ctx.db.tenant(tenant) { c -> HTTPResponse in
             c.transactionLabel = "start"
-            // The setting naming the start operation as its head writer rides on the BEGIN's
-            // set_config statement: nothing before round trip 2 writes operations.
-            let headSent = c.addPendingSettings([(WritePath.headByWriterSetting, opId)])
+            // The settings naming the start operation as its head and quota writer ride on the
+            // BEGIN's set_config statement: nothing before round trip 2 writes operations.
+            let writerSent = c.addPendingSettings(WritePath.writerSettings(operationId: opId))
             // Round trip 1: claim (rule 3), the start target (shared lock), the quota counters,
             // and the business instance's lock and holder when one is named.
             var reads = [idem.claim(tenant), WritePath.lockStartTarget(tenantId: tenant, id: stId)]
@@ -133,10 +133,14 @@ enum LifecycleHandlers {
             // Round trip 2: the target, its start operation (claimed at commit when a dispatcher
             // of this process lends a slot: docs/delivery.md "Claims at commit"), the quota re-check.
             let claim = CommitClaim.begin(c, db: ctx.db)
-            // The claim's prelude rides on the head setting's statement, or on a statement of its
-            // own when the head setting rode on the BEGIN; the head joins the writes below (0040).
+            // The claim's prelude and the flag that lets the writes statement skip the insert
+            // triggers whose work it does (migration 0047: the live-target count, the reserved
+            // unit; docs/write-path.md "The writer's statement skips the triggers") ride on the
+            // writer settings' statement, or on one of their own when those rode on the BEGIN; the
+            // head joins the writes below (0040).
             var writes = settingsStatements(
-                writer: [(WritePath.headByWriterSetting, opId)], sent: headSent, claim: claim?.settings(operationId: opId) ?? [])
+                writer: WritePath.writerSettings(operationId: opId), sent: writerSent, claim: claim?.settings(operationId: opId) ?? [],
+                statement: (WritePath.writerRowsSetting, "on"))
             let first = writes.count
             let startOp = OperationStore.New(
                 id: opId, targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,
@@ -152,6 +156,10 @@ enum LifecycleHandlers {
                         businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
                         relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending"),
                     operation: startOp, withHead: claim == nil))
+            // A channel join, the claim and the quota re-read follow (the stored answer and
+            // COMMIT in round trip 3): the triggers run for them again.
+            writes.append(WritePath.endOfWriterRows)
+            let joinIndex = writes.count
             if let join {
                 writes.append(
                     ChannelStore.joinStatement(
@@ -164,7 +172,7 @@ enum LifecycleHandlers {
             if recheck { writes.append(WritePath.readQuota(tenantId: tenant, day: day)) }
             // Further statements of this write (e.g. event rows) join `writes` here.
             let r2 = try c.pipeline(writes).get()
-            let target = try WritePath.updatedTarget(r2[first + (join == nil ? 0 : 1)])
+            let target = try WritePath.updatedTarget(r2[join == nil ? first : joinIndex])
             let op = startOp.record(tenantId: tenant, now: target.createdAt)
             if recheck { try recheckQuota(r2[quotaIndex], tenant: tenant, day: day, exactNext: &exactQuota) }
             let beforeCommit = try claim?.read(r2[claimIndex], tenantId: tenant, targetId: targetId) ?? []

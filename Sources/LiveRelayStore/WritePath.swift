@@ -328,12 +328,32 @@ public enum WritePath {
     /// target is its one operation, due at once (what `refreshHead` gives when that operation is
     /// queued and waits for no token, which `operation` must be). The operation's foreign key
     /// to the target is checked at the end of the statement, when the target's row is there.
+    /// The statement also keeps what the insert triggers of its rows would: the tenant's live
+    /// targets (+1 in this session's shard of `live_target_counts`) and, when the operation
+    /// consumes quota, its reserved unit (`adjustReserved`), so it goes with the
+    /// `writerRowsSetting` pair in the statement just before it, and `endOfWriterRows` just after
+    /// it (docs/write-path.md "The writer's statement skips the triggers"), and with
+    /// `writerSettings` naming `operation` for the transaction. `target` must be inserted live
+    /// and without a channel (a channel join is a statement of its own), in a status that makes
+    /// no event (`starting`).
     public static func startWrites(
         tenantId: String, target: TargetStore.New, operation: OperationStore.New, withHead: Bool
     )
         -> PostgresStatement
     {
-        var parts = [insertTarget(tenantId: tenantId, target), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false)]
+        precondition(target.status == .starting, "a start inserts its target `starting`: live, no event")
+        precondition(operation.status == .queued, "a start's operation is queued: its unit is reserved")
+        var parts = [
+            insertTarget(tenantId: tenantId, target), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false),
+            PostgresStatement(
+                """
+                INSERT INTO live_target_counts AS c (tenant_id, shard, live) VALUES ($1, (pg_backend_pid() % 64)::smallint, 1)
+                ON CONFLICT (tenant_id, shard) DO UPDATE SET live = c.live + 1
+                """, [tenantId])
+        ]
+        if operation.consumesQuota, let day = operation.quotaDay {
+            parts.append(adjustReserved(tenantId: tenantId, day: day, by: 1))
+        }
         if withHead {
             precondition(operation.status == .queued && operation.pendingReason == nil, "a start's head is its queued operation")
             parts.append(

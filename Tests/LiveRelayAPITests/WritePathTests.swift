@@ -101,13 +101,15 @@ final class WritePathTests: XCTestCase {
         let next = reports("update") { XCTAssertEqual(w.update(target, ["eta": 3], revision: 3).status, 202) }
         XCTAssertEqual(next.map(\.statements), [7])
         XCTAssertEqual(next.map(\.roundTrips), [2])
-        // A start with the same reading: BEGIN and the settings (its head writer among them), the
-        // claim, the start target and the live-target cap; one statement for the target, the
-        // operation and the head (docs/write-path.md "A start's writes in one statement"), the
-        // quota re-read (a start always adds a unit); the stored response and COMMIT.
+        // A start with the same reading: BEGIN and the settings (its head and quota writer among
+        // them), the claim, the start target and the live-target cap; the flag that lets the next
+        // statement skip the insert triggers (migration 0047), one statement for the target, the
+        // operation, the head, the live-target count and the reserved unit (docs/write-path.md
+        // "A start's writes in one statement"), the flag cleared, the quota re-read (a start
+        // always adds a unit); the stored response and COMMIT.
         try freshReading(w.tenant.id)
         let start = reports("start") { _ = w.start() }
-        XCTAssertEqual(start.map(\.statements), [9])
+        XCTAssertEqual(start.map(\.statements), [11])
         XCTAssertEqual(start.map(\.roundTrips), [3])
         // The writer's settings were in force for the write: the queued update it replaced is
         // superseded by it, the quota counters hold one unit per queued operation, and the head
@@ -216,12 +218,7 @@ final class WritePathTests: XCTestCase {
         let behindStart = w.update(target, ["eta": 1], revision: 1)
         XCTAssertEqual(behindStart.status, 202)
         XCTAssertEqual(try head(target), startOp, "an update behind the queued start leaves the start at the head")
-        try env.db.system { c in  // as if the start had been delivered and the update token registered
-            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [target])
-            try c.execute(
-                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
-                [target, String(repeating: "ab", count: 32)])
-        }
+        try startDelivered(target, token: "ab")  // as if the start had been delivered and the update token registered
         XCTAssertEqual(try head(target), op(behindStart))
         let newer = w.update(target, ["eta": 2], revision: 2)
         XCTAssertEqual(newer.status, 202)
@@ -237,12 +234,7 @@ final class WritePathTests: XCTestCase {
 
         // With a claim at commit the claim settles the head: taken → no head; not taken → refreshed.
         let other = w.start()
-        try env.db.system { c in
-            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [other])
-            try c.execute(
-                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
-                [other, String(repeating: "cd", count: 32)])
-        }
+        try startDelivered(other, token: "cd")
         let taker = StubCommitClaimTaker(db: env.db)
         env.db.commitClaims.register(taker)
         defer { env.db.commitClaims.withdraw(taker) }
@@ -261,12 +253,7 @@ final class WritePathTests: XCTestCase {
         // only the claim's own trigger removes (the writes statement skipped its triggers and
         // refreshes no head when a claim follows).
         let third = w.start()
-        try env.db.system { c in
-            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [third])
-            try c.execute(
-                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
-                [third, String(repeating: "ef", count: 32)])
-        }
+        try startDelivered(third, token: "ef")
         env.db.commitClaims.withdraw(taker)
         let queuedHead = w.update(third, ["eta": 1], revision: 1)
         XCTAssertEqual(queuedHead.status, 202)
@@ -288,12 +275,7 @@ final class WritePathTests: XCTestCase {
         let w = try LifecycleWorld.make(env, schema: ["type": "object", "properties": ["eta": ["type": "integer"]]])
         let t = w.tenant.id
         let target = w.start()
-        try env.db.system { c in  // as if the start had been delivered and the update token registered
-            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [target])
-            try c.execute(
-                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
-                [target, String(repeating: "ab", count: 32)])
-        }
+        try startDelivered(target, token: "ab")  // as if the start had been delivered and the update token registered
         func end(_ body: [String: JSONValue]) -> TestEnvironment.Reply {
             var b = body
             b["target_id"] = .string(target)
@@ -1203,6 +1185,17 @@ final class WritePathTests: XCTestCase {
             WritePath.writerRows(
                 for: .state(revision: 2, state: ["eta": 1], sourceVersion: nil, staleAt: nil, relevanceScore: nil, status: .ending),
                 current: .ready))
+    }
+
+    /// As if `target`'s start had been delivered (cancelled, so it leaves the queue) and the
+    /// activity had registered its update token (`token` twice 32 times: 32 bytes in hex).
+    func startDelivered(_ target: String, token: String) throws {
+        try env.db.system { c in
+            try c.execute("UPDATE operations SET status = 'cancelled' WHERE target_id = $1 AND kind = 'start'", [target])
+            try c.execute(
+                "UPDATE targets SET status = 'ready', push_token = $2, token_status = 'registered' WHERE id = $1",
+                [target, String(repeating: token, count: 32)])
+        }
     }
 
     /// (reserved, used) per day (`YYYY-MM-DD`) summed over the counter shards; days of none left out.
