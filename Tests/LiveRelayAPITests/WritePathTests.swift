@@ -1095,9 +1095,7 @@ final class WritePathTests: XCTestCase {
         struct Rollback: Error {}
         XCTAssertThrowsError(
             try env.db.tenant(t) { c in
-                func reserved() throws -> Int64 {
-                    try c.query("SELECT COALESCE(sum(reserved), 0)::bigint AS r FROM push_quota WHERE tenant_id = $1", [t])[0].int64("r")
-                }
+                func reserved() throws -> Int64 { try reservedUnits(c, t) }
                 let tr = try XCTUnwrap(try TargetStore.get(c, tenantId: t, id: target, forUpdate: true))
                 func new(_ id: String, seq: Int64) -> OperationStore.New {
                     OperationStore.New(
@@ -1137,9 +1135,7 @@ final class WritePathTests: XCTestCase {
         struct Rollback: Error {}
         XCTAssertThrowsError(
             try env.db.tenant(t) { c in
-                func reserved() throws -> Int64 {
-                    try c.query("SELECT COALESCE(sum(reserved), 0)::bigint AS r FROM push_quota WHERE tenant_id = $1", [t])[0].int64("r")
-                }
+                func reserved() throws -> Int64 { try reservedUnits(c, t) }
                 func live() throws -> Int64 {
                     try c.query("SELECT COALESCE(sum(live), 0)::bigint AS n FROM live_target_counts WHERE tenant_id = $1", [t])[0].int64("n")
                 }
@@ -1185,6 +1181,12 @@ final class WritePathTests: XCTestCase {
             WritePath.writerRows(
                 for: .state(revision: 2, state: ["eta": 1], sourceVersion: nil, staleAt: nil, relevanceScore: nil, status: .ending),
                 current: .ready))
+    }
+
+    /// The tenant's reserved units summed over every day and counter shard, read on `c` (inside
+    /// the caller's transaction, so its own uncommitted changes count).
+    func reservedUnits(_ c: PostgresConnection, _ tenant: String) throws -> Int64 {
+        try c.query("SELECT COALESCE(sum(reserved), 0)::bigint AS r FROM push_quota WHERE tenant_id = $1", [tenant])[0].int64("r")
     }
 
     /// As if `target`'s start had been delivered (cancelled, so it leaves the queue) and the
