@@ -161,11 +161,11 @@ extension LifecycleHandlers {
     }
 
     /// The settings statement that opens round trip 2 of a write: the `writer` settings naming
-    /// its operation (`WritePath.writerSettings`, or the head writer alone for a start) unless
-    /// the BEGIN already carried them (`sent`, `PostgresConnection.addPendingSettings`), then a
-    /// claim at commit's settings (`CommitClaim.settings`), then `statement` (the one-statement
-    /// flag of an update's or an end's writes statement, `WritePath.writerRows`); no statement
-    /// when nothing is left.
+    /// its operation (`WritePath.writerSettings`) unless the BEGIN already carried them (`sent`,
+    /// `PostgresConnection.addPendingSettings`), then a claim at commit's settings
+    /// (`CommitClaim.settings`), then `statement` (the one-statement flag of the writes
+    /// statement that follows, `WritePath.writerRowsSetting`); no statement when nothing is
+    /// left.
     static func settingsStatements(
         writer: [(String, String)], sent: Bool, claim: [(String, String)], statement: (String, String)? = nil
     ) -> [PostgresStatement] {

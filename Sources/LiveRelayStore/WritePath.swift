@@ -441,10 +441,11 @@ public enum WritePath {
 
     /// The setting that tells the derived-state triggers the next statement's rows are all kept
     /// by their writer, so their `WHEN` clause skips the call (migration 0046, docs/write-path.md
-    /// "The writer's statement skips the triggers"). Transaction-local, and live for ONE
-    /// statement: `writerRows(for:current:)` goes in the statement just before an update's or an
-    /// end's writes statement (`writes`), in the same pipeline, and `endOfWriterRows` just after
-    /// it unless COMMIT follows.
+    /// "The writer's statement skips the triggers"; migration 0047 for a start's insert
+    /// triggers). Transaction-local, and live for ONE statement: the pair (value `on`;
+    /// `writerRows(for:current:)` for an update or an end) goes in the statement just before
+    /// the writes statement (`writes`, `startWrites`), in the same pipeline, and
+    /// `endOfWriterRows` just after it unless COMMIT follows.
     public static let writerRowsSetting = "liverelay.writer_rows"
 
     /// The `writerRowsSetting` pair for the writes statement of `write` on a target whose status
