@@ -140,7 +140,7 @@ enum LifecycleHandlers {
             // head joins the writes below (0040).
             var writes = settingsStatements(
                 writer: WritePath.writerSettings(operationId: opId), sent: writerSent, claim: claim?.settings(operationId: opId) ?? [],
-                statement: (WritePath.writerRowsSetting, "on"))
+                statement: WritePath.writerRowsOn)
             let first = writes.count
             let startOp = OperationStore.New(
                 id: opId, targetId: targetId, seq: 1, kind: .start, revision: 1, state: s.state, alert: alert,

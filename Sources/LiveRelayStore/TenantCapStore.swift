@@ -43,6 +43,18 @@ public enum TenantCapStore {
         try evaluate(count: try c.query(statement(tenantId: tenantId, resource, limit: limit)).first?.int("n") ?? 0, resource, limit: limit)
     }
 
+    /// Adds one live target of `tenantId` to this session's counter row of `live_target_counts`
+    /// (shard `pg_backend_pid() % 64`), as the insert trigger of `targets` does (migrations 0017,
+    /// 0019): for a writer that inserts a live target with that trigger skipped
+    /// (`WritePath.startWrites`, migration 0047).
+    public static func liveTargetAdded(tenantId: String) -> PostgresStatement {
+        PostgresStatement(
+            """
+            INSERT INTO live_target_counts AS c (tenant_id, shard, live) VALUES ($1, (pg_backend_pid() % 64)::smallint, 1)
+            ON CONFLICT (tenant_id, shard) DO UPDATE SET live = c.live + 1
+            """, [tenantId])
+    }
+
     /// The tenant's live targets as counted by `live_target_counts` (tests compare it with the
     /// rows).
     public static func liveTargets(_ c: PostgresConnection, tenantId: String) throws -> Int {

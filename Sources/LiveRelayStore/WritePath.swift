@@ -345,17 +345,13 @@ public enum WritePath {
         precondition(operation.status == .queued, "a start's operation is queued: its unit is reserved")
         var parts = [
             insertTarget(tenantId: tenantId, target), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false),
-            PostgresStatement(
-                """
-                INSERT INTO live_target_counts AS c (tenant_id, shard, live) VALUES ($1, (pg_backend_pid() % 64)::smallint, 1)
-                ON CONFLICT (tenant_id, shard) DO UPDATE SET live = c.live + 1
-                """, [tenantId])
+            TenantCapStore.liveTargetAdded(tenantId: tenantId)
         ]
         if operation.consumesQuota, let day = operation.quotaDay {
             parts.append(adjustReserved(tenantId: tenantId, day: day, by: 1))
         }
         if withHead {
-            precondition(operation.status == .queued && operation.pendingReason == nil, "a start's head is its queued operation")
+            precondition(operation.pendingReason == nil, "a start's head is its operation, waiting for no token")
             parts.append(
                 PostgresStatement(
                     "INSERT INTO dispatch_heads (tenant_id, target_id, operation_id, due_at) VALUES ($1, $2, $3, now())",
@@ -448,6 +444,10 @@ public enum WritePath {
     /// `endOfWriterRows` just after it unless COMMIT follows.
     public static let writerRowsSetting = "liverelay.writer_rows"
 
+    /// The `writerRowsSetting` pair that turns the skip on (`on`, the value the triggers'
+    /// `WHEN` clause compares with).
+    public static let writerRowsOn = (writerRowsSetting, "on")
+
     /// The `writerRowsSetting` pair for the writes statement of `write` on a target whose status
     /// is `current`, or nil when that statement changes the target's status (an end moving it to
     /// `ending`). The rule is the conservative one that the statement alone shows: with the
@@ -459,7 +459,7 @@ public enum WritePath {
         switch write {
         case .state(_, _, _, _, _, let s), .seq(let s): status = s
         }
-        return status == nil || status == current ? (writerRowsSetting, "on") : nil
+        return status == nil || status == current ? writerRowsOn : nil
     }
 
     /// Clears `writerRowsSetting`: the statement after a writes statement that is not followed

@@ -194,20 +194,8 @@ final class WritePathTests: XCTestCase {
     func testTheAPIsWritesLeaveTheHeadAFullRecomputationGives() throws {
         let w = try LifecycleWorld.make(env)
         let t = w.tenant.id
-        func head(_ target: String) throws -> String? {
-            try env.db.system { c in
-                try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string(
-                    "operation_id")
-            }
-        }
-        func recomputed(_ target: String) throws -> String? {
-            try env.db.system { c in
-                try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
-                _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [t, target])
-                return try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target]).first?.string(
-                    "operation_id")
-            }
-        }
+        func head(_ target: String) throws -> String? { try headOperation(t, target) }
+        func recomputed(_ target: String) throws -> String? { try recomputedHead(t, target) }
         func op(_ r: TestEnvironment.Reply) -> String? { r["operation"]?["id"]?.stringValue }
         let target = w.start()
         let startOp = try env.db.system { c in
@@ -282,17 +270,7 @@ final class WritePathTests: XCTestCase {
             b["idempotency_key"] = .string(UUID().uuidString)
             return env.call("POST", "/v1/remote-updates/live-activities/end", .object(b), as: w.sender.credential)
         }
-        func headAndRecomputed() throws -> (String?, String?) {
-            try env.db.system { c in
-                let head = try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
-                    .first?.string("operation_id")
-                try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
-                _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [t, target])
-                let again = try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [t, target])
-                    .first?.string("operation_id")
-                return (head, again)
-            }
-        }
+        func headAndRecomputed() throws -> (String?, String?) { (try headOperation(t, target), try recomputedHead(t, target)) }
         try freshReading(t)
         var stateful: TestEnvironment.Reply!
         _ = reports("end") { stateful = end(["state": ["eta": 0], "expected_revision": 1]) }
@@ -1181,6 +1159,25 @@ final class WritePathTests: XCTestCase {
             WritePath.writerRows(
                 for: .state(revision: 2, state: ["eta": 1], sourceVersion: nil, staleAt: nil, relevanceScore: nil, status: .ending),
                 current: .ready))
+    }
+
+    /// The operation `target`'s dispatch head row names (nil: no row).
+    func headOperation(_ tenant: String, _ target: String) throws -> String? {
+        try env.db.system { c in
+            try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [tenant, target]).first?.string(
+                "operation_id")
+        }
+    }
+
+    /// `target`'s head as a full recomputation gives it (`lr_dispatch_heads_refresh_set` after
+    /// deleting the row), which also leaves that row in place.
+    func recomputedHead(_ tenant: String, _ target: String) throws -> String? {
+        try env.db.system { c in
+            try c.execute("DELETE FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [tenant, target])
+            _ = try c.query("SELECT lr_dispatch_heads_refresh_set(ARRAY[$1::text], ARRAY[$2::text])", [tenant, target])
+            return try c.query("SELECT operation_id FROM dispatch_heads WHERE tenant_id = $1 AND target_id = $2", [tenant, target]).first?
+                .string("operation_id")
+        }
     }
 
     /// The tenant's reserved units summed over every day and counter shard, read on `c` (inside
