@@ -22,13 +22,19 @@ public enum PriorityBudgetSQL {
     /// Android; the tenant's `frequent_updates_hourly_budget` (or the default) when the
     /// installation reports `frequent_updates`, else its `priority10_hourly_budget` (or the
     /// default). Same rule as migration 0018's `lr_priority10_budget` and `PriorityBudget.budget`.
-    static func budget(installation i: String) -> String {
+    /// `tenant`: the alias of the installation's tenant row when the statement joins it (one
+    /// probe, `WritePath.lockTarget`); without it, the expression reads the tenant's budgets
+    /// with a subquery each.
+    static func budget(installation i: String, tenant n: String? = nil) -> String {
         let d = PriorityBudget.Defaults.standard
+        func tenants(_ column: String) -> String {
+            n.map { "\($0).\(column)" } ?? "(SELECT n.\(column) FROM tenants n WHERE n.tenant_id = \(i).tenant_id)"
+        }
         return """
             CASE WHEN \(i).platform <> 'ios' THEN NULL
-                 WHEN \(i).frequent_updates THEN COALESCE((SELECT n.frequent_updates_hourly_budget FROM tenants n WHERE n.tenant_id = \(i).tenant_id),
+                 WHEN \(i).frequent_updates THEN COALESCE(\(tenants("frequent_updates_hourly_budget")),
                       NULLIF(current_setting('\(frequentUpdatesSetting)', true), '')::int, \(d.frequentUpdatesHourlyBudget))
-                 ELSE COALESCE((SELECT n.priority10_hourly_budget FROM tenants n WHERE n.tenant_id = \(i).tenant_id),
+                 ELSE COALESCE(\(tenants("priority10_hourly_budget")),
                       NULLIF(current_setting('\(priority10Setting)', true), '')::int, \(d.priority10HourlyBudget)) END
             """
     }

@@ -152,12 +152,24 @@ public enum TargetStore {
     }
 
     static let columns = """
-        tenant_id, id, installation_id, start_target_id, created_by_key_id, origin, activity_type, template_version,
-        business_key, business_generation, status, end_reason, revision, state::text AS state, source_version, stale_at,
-        relevance_score, push_token, token_status, last_render_report::text AS last_render_report, op_seq, created_at,
-        updated_at, started_at, ended_at, channel_id, delivery, \(PriorityBudgetSQL.targetWindowColumn),
+        \(storedColumns(of: nil)), \(PriorityBudgetSQL.targetWindowColumn),
         \(PriorityBudgetSQL.targetBudgetColumn)
         """
+
+    /// The columns of a `targets` row that `TargetRecord(row:)` reads, without the two
+    /// priority-budget columns (`priority10_sends`, `priority10_budget`) that `columns` adds
+    /// with subqueries: each qualified by `alias` when given, for a statement that joins the
+    /// rows those columns come from instead (`WritePath.lockTarget`).
+    static func storedColumns(of alias: String?) -> String {
+        let t = alias.map { "\($0)." } ?? ""
+        return """
+            \(t)tenant_id, \(t)id, \(t)installation_id, \(t)start_target_id, \(t)created_by_key_id, \(t)origin, \(t)activity_type,
+            \(t)template_version, \(t)business_key, \(t)business_generation, \(t)status, \(t)end_reason, \(t)revision,
+            \(t)state::text AS state, \(t)source_version, \(t)stale_at, \(t)relevance_score, \(t)push_token, \(t)token_status,
+            \(t)last_render_report::text AS last_render_report, \(t)op_seq, \(t)created_at, \(t)updated_at, \(t)started_at,
+            \(t)ended_at, \(t)channel_id, \(t)delivery
+            """
+    }
 
     /// Target `id` of the tenant, optionally locked (`FOR UPDATE`: serialises writes per target).
     public static func get(_ c: PostgresConnection, tenantId: String, id: String, forUpdate: Bool = false) throws -> TargetRecord? {

@@ -38,18 +38,30 @@ public enum WritePath {
         return PostgresStatement(lockTargetWithKeySQL, [tenantId, id, key.endpoint, key.key])
     }
 
-    private static let lockTargetPlatform =
-        "(SELECT platform FROM installations i WHERE i.tenant_id = targets.tenant_id AND i.id = targets.installation_id) AS platform"
-
-    private static let lockTargetSQL =
-        "SELECT \(TargetStore.columns), \(lockTargetPlatform), now() AS write_now FROM targets WHERE tenant_id = $1 AND id = $2 FOR UPDATE"
-
-    private static let lockTargetWithKeySQL = """
-        SELECT \(TargetStore.columns), \(lockTargetPlatform), now() AS write_now,
-               idem.key_request_hash, idem.key_status_code, idem.key_response_body, idem.key_expired
-          FROM targets LEFT JOIN LATERAL (\(IdempotencyStore.lookupLateral(tenant: "$1", endpoint: "$3", key: "$4"))) idem ON true
-         WHERE tenant_id = $1 AND id = $2 FOR UPDATE OF targets
+    /// `lockTarget`'s statement, with `more` columns and `joins` (the key's record). The target's
+    /// installation, tenant and clock are joined, one primary-key probe each, rather than read
+    /// by the four subqueries of `TargetStore.columns` (two of them the same installation row):
+    /// docs/write-path.md "The locking read joins its rows". They are left joins, so a missing
+    /// row gives the NULLs the subqueries gave. Only the target is locked; the joined rows are
+    /// read from the statement's snapshot, as the subqueries read them.
+    private static func lockTargetSQL(more: String = "", joins: String = "") -> String {
         """
+        SELECT \(TargetStore.storedColumns(of: "t")), COALESCE(k.priority10_sends, '{}') AS priority10_sends,
+               \(PriorityBudgetSQL.budget(installation: "i", tenant: "n")) AS priority10_budget,
+               i.platform, now() AS write_now\(more)
+          FROM targets t
+          LEFT JOIN installations i ON i.tenant_id = t.tenant_id AND i.id = t.installation_id
+          LEFT JOIN tenants n ON n.tenant_id = t.tenant_id
+          LEFT JOIN target_clocks k ON k.tenant_id = t.tenant_id AND k.target_id = t.id\(joins)
+         WHERE t.tenant_id = $1 AND t.id = $2 FOR UPDATE OF t
+        """
+    }
+
+    private static let lockTargetSQL = lockTargetSQL()
+
+    private static let lockTargetWithKeySQL = lockTargetSQL(
+        more: ", idem.key_request_hash, idem.key_status_code, idem.key_response_body, idem.key_expired",
+        joins: "\n  LEFT JOIN LATERAL (\(IdempotencyStore.lookupLateral(tenant: "$1", endpoint: "$3", key: "$4"))) idem ON true")
 
     /// The target, its installation's platform and the transaction's `now()` from
     /// `lockTarget`'s result (nil: no such target).

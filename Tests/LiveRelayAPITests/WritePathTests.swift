@@ -927,7 +927,7 @@ final class WritePathTests: XCTestCase {
         let body: JSONValue = ["target_id": .string(target), "state": ["eta": 9], "expected_revision": 1, "idempotency_key": .string(key)]
         let stored = #"{"stored":"by the first request"}"#
         let tenantId = w.tenant.id, hash = Digest.sha256Hex(body.serialized())
-        // Committed once the repeat waits for the target's lock (in its target's statement).
+        // Committed once the repeat waits for the target's lock (in its target's statement, WritePath.lockTarget).
         let r = try updateWhileHolding(
             { c in
                 try c.execute("UPDATE targets SET revision = 2 WHERE tenant_id = $1 AND id = $2", [tenantId, target])
@@ -936,7 +936,7 @@ final class WritePathTests: XCTestCase {
                     INSERT INTO idempotency_records (tenant_id, endpoint, key, request_hash, status_code, response_body, expires_at)
                     VALUES ($1, 'POST /v1/remote-updates/live-activities/update', $2, $3, 202, $4, now() + interval '1 hour')
                     """, [tenantId, key, hash, Array(stored.utf8)])
-            }, body: body, credential: w.sender.credential, waitingIn: "SELECT tenant_id, id, installation_id")
+            }, body: body, credential: w.sender.credential, waitingIn: "SELECT t.tenant_id, t.id, t.installation_id")
         XCTAssertEqual(r.status, 202, String(decoding: r.raw, as: UTF8.self))
         XCTAssertEqual(r.headers["idempotent-replayed"], "true")
         XCTAssertEqual(String(decoding: r.raw, as: UTF8.self), stored)
