@@ -20,8 +20,9 @@ extension JSONValue {
     public func write(into out: inout [UInt8]) {
         switch self {
         case .null: out.append(contentsOf: [0x6E, 0x75, 0x6C, 0x6C])
-        case .bool(let b): out.append(contentsOf: Array((b ? "true" : "false").utf8))
-        case .int(let v): out.append(contentsOf: Array(String(v).utf8))
+        case .bool(let b):
+            if b { out.append(contentsOf: [0x74, 0x72, 0x75, 0x65]) } else { out.append(contentsOf: [0x66, 0x61, 0x6C, 0x73, 0x65]) }
+        case .int(let v): JSONValue.writeInt(v, into: &out)
         case .double(let d): out.append(contentsOf: Array(JSONValue.formatDouble(d).utf8))
         case .string(let s): JSONValue.writeString(s, into: &out)
         case .array(let a):
@@ -33,13 +34,30 @@ extension JSONValue {
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
-            for (n, member) in o.sorted(by: { JSONValue.utf8Precedes($0.key, $1.key) }).enumerated() {
+            // The keys alone are sorted (no copies of the values), then each value is looked up.
+            for (n, key) in o.keys.sorted(by: JSONValue.utf8Precedes).enumerated() {
                 if n > 0 { out.append(UInt8(ascii: ",")) }
-                JSONValue.writeString(member.key, into: &out)
+                JSONValue.writeString(key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                member.value.write(into: &out)
+                o[key].unsafelyUnwrapped.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// Appends the decimal text of `v` (what `String(v)` gives), without the intermediate
+    /// `String` and array that allocating it cost for every integer of every document.
+    static func writeInt(_ v: Int64, into out: inout [UInt8]) {
+        if v < 0 { out.append(UInt8(ascii: "-")) }
+        var m = v.magnitude  // UInt64: Int64.min has no Int64 magnitude
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { digits in  // UInt64.max has 20
+            var count = 0
+            repeat {
+                digits[count] = UInt8(ascii: "0") + UInt8(m % 10)
+                m /= 10
+                count += 1
+            } while m > 0
+            for i in stride(from: count - 1, through: 0, by: -1) { out.append(digits[i]) }
         }
     }
 

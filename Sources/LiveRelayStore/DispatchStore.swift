@@ -65,7 +65,7 @@ public enum DispatchStore {
         """
     /// `o.status = '<status>'` for statements that join a batch (the `picked` heads of a claim, a
     /// fan-out's members) to operations, written so that no partial index on `status`
-    /// (`operations_sending`, `operations_queued_expiry`) can serve it (docs/delivery.md "Applying
+    /// (`operations_sending`, `operations_queue`) can serve it (docs/delivery.md "Applying
     /// results"): with such an index, and statistics that saw few rows in that status,
     /// PostgreSQL may scan every row in that status as the outer side of a nested loop and
     /// rescan the batch for each (a bulk apply of 512 results beside 3,584 in flight compared
@@ -484,9 +484,9 @@ public enum DispatchStore {
         public let oldestDueSeconds: Double
     }
 
-    /// Every tenant with queued operations (one pass over `operations_live`, migration 0048, plus
-    /// `dispatch_heads`), for the per-tenant gauges and the `liverelay_queue_depth` total
-    /// (docs/delivery.md "Metrics").
+    /// Every tenant with queued operations (one pass over the queue index plus `dispatch_heads`),
+    /// for the per-tenant gauges and the `liverelay_queue_depth` total (docs/delivery.md
+    /// "Metrics").
     public static func tenantQueues(_ c: PostgresConnection) throws -> [TenantQueue] {
         try c.query(
             """

@@ -24,14 +24,15 @@ public enum PriorityBudgetSQL {
     /// default). Same rule as migration 0018's `lr_priority10_budget` and `PriorityBudget.budget`.
     /// `tenant`: the alias of the installation's tenant row when the statement joins it (one
     /// probe, `WritePath.lockTarget`); without it, the expression reads the tenant's budgets
-    /// with a subquery each.
+    /// with a subquery each. `IS DISTINCT FROM`: a left-joined installation that is missing
+    /// (all NULL) gives NULL, as a subquery over no row did (`platform` is never NULL).
     static func budget(installation i: String, tenant n: String? = nil) -> String {
         let d = PriorityBudget.Defaults.standard
         func tenants(_ column: String) -> String {
             n.map { "\($0).\(column)" } ?? "(SELECT n.\(column) FROM tenants n WHERE n.tenant_id = \(i).tenant_id)"
         }
         return """
-            CASE WHEN \(i).platform <> 'ios' THEN NULL
+            CASE WHEN \(i).platform IS DISTINCT FROM 'ios' THEN NULL
                  WHEN \(i).frequent_updates THEN COALESCE(\(tenants("frequent_updates_hourly_budget")),
                       NULLIF(current_setting('\(frequentUpdatesSetting)', true), '')::int, \(d.frequentUpdatesHourlyBudget))
                  ELSE COALESCE(\(tenants("priority10_hourly_budget")),

@@ -43,7 +43,7 @@ public struct PostgresStatement {
     /// The text is built once per shape (`CombinedTexts`): a write sends the same few shapes
     /// again and again.
     public static func combined(_ parts: [PostgresStatement], select: String) -> PostgresStatement {
-        let sql = CombinedTexts.shared.text(parts.map(\.sql), parts.map(\.params.count), select) {
+        let sql = CombinedTexts.shared.text(parts.map { $0.sql }, parts.map { $0.params.count }, select) {
             var sql = "WITH "
             var count = 0
             for (i, part) in parts.enumerated() {

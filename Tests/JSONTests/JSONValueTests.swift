@@ -43,6 +43,20 @@ final class JSONValueTests: XCTestCase {
         XCTAssertEqual(JSONValue.string("😀").serialized().count, 6)
     }
 
+    /// Integers and booleans are written without an intermediate `String` (`writeInt`): the
+    /// text must still be exactly `String(v)`'s, at every boundary of the digit loop.
+    func testIntegersAndBooleansWriteWhatStringWrites() {
+        var values: [Int64] = [0, 1, 9, 10, 11, 99, 100, -1, -9, -10, -100, .max, .min, .max - 1, .min + 1]
+        for p in 1...18 {
+            let ten = Int64(pow(10.0, Double(p)))
+            values += [ten - 1, ten, ten + 1, -(ten - 1), -ten, -(ten + 1)]
+        }
+        var rng = SystemRandomNumberGenerator()
+        for _ in 0..<1000 { values.append(Int64.random(in: .min ... .max, using: &rng)) }
+        for v in values { XCTAssertEqual(JSONValue.int(v).jsonString, String(v), "\(v)") }
+        XCTAssertEqual(JSONValue.array([.bool(true), .bool(false), .null]).jsonString, "[true,false,null]")
+    }
+
     func testKeysSortByTheirUTF8BytesAndStringsEscapeEveryControlCharacter() throws {
         // Keys: prefixes, the empty key, multi-byte UTF-8 above ASCII, and one made through
         // NSString (bridged where Foundation bridges; native on Linux).
