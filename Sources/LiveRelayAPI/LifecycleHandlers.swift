@@ -107,7 +107,7 @@ enum LifecycleHandlers {
                     c, tenant: tenant, channelId: ch,
                     joiner: ChannelJoin.Joiner(
                         installationId: st.installationId, appId: st.appId, activityType: st.activityType, attributesType: st.attributesType,
-                        schema: st.schema), localStart: false)
+                        schema: try st.schema()), localStart: false)
             }
             if let (bk, bg) = business, try WritePath.holder(result(r1, holderIndex)) != nil,
                 let holder = try TargetStore.byBusiness(c, tenantId: tenant, key: bk, generation: bg)
@@ -115,12 +115,10 @@ enum LifecycleHandlers {
                 // The conflict path only: one more read to decide whether the caller may see the holder.
                 throw businessConflict(holder.id, visible: Coverage.covers(scope, holder.ownership))
             }
-            if let schemaJSON = st.schema {
-                try SchemaCache.shared.schema(
-                    tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion,
-                    json: schemaJSON
-                ).check(s.state)
-            }
+            // The stored schema is parsed only when the cache has no compiled one.
+            try SchemaCache.shared.schema(
+                tenant: tenant, installation: st.installationId, templateVersion: st.currentTemplateVersion, load: { try st.schema() }
+            )?.check(s.state)
             let targetId = Identifier.make(.target)
             try DeliveryPayload.check(
                 platform: st.platform,
@@ -155,7 +153,7 @@ enum LifecycleHandlers {
                         activityType: st.activityType, templateVersion: st.currentTemplateVersion, businessKey: s.businessKey,
                         businessGeneration: s.businessGeneration, status: .starting, state: s.state, staleAt: s.options.staleAt,
                         relevanceScore: s.options.relevanceScore, tokenStatus: st.platform == "android" ? "registered" : "pending"),
-                    operation: startOp, withHead: claim == nil))
+                    priority10Budget: st.priority10Budget, operation: startOp, withHead: claim == nil))
             // A channel join, the claim and the quota re-read follow (the stored answer and
             // COMMIT in round trip 3): the triggers run for them again.
             writes.append(WritePath.endOfWriterRows)

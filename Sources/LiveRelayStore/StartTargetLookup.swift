@@ -19,7 +19,17 @@ public struct StartTargetForStart: Sendable {
     public let appId: String
     public let hasFCMToken: Bool
     public let attributesType: String?
-    public let schema: JSONValue?
+    /// The current template version's state schema as stored (JSON text), nil without one.
+    /// Parsed only when needed (`schema()`): a compiled schema is usually in the process's cache
+    /// already (docs/write-path.md "A start reads its target's budget in round trip 1").
+    public let schemaText: String?
+    /// The priority-10 budget a target made from this start target gets (`PriorityBudgetSQL.budget`):
+    /// nil for Android.
+    public let priority10Budget: Int?
+
+    /// `schemaText` parsed.
+    /// - Throws: `JSONParseError` when the stored text is not JSON (it always is: stored from a parsed document).
+    public func schema() throws -> JSONValue? { try schemaText.map { try JSONValue.parse($0, maxDepth: 128) } }
 }
 
 extension TargetStore {
@@ -33,9 +43,11 @@ extension TargetStore {
         """
         SELECT s.id, s.installation_id, s.status, s.activity_type, s.current_template_version,
                s.push_to_start_token IS NOT NULL AS has_token, i.status AS installation_status, i.platform, i.app_id,
-               i.fcm_token IS NOT NULL AS has_fcm, v.attributes_type, v.schema::text AS schema
+               i.fcm_token IS NOT NULL AS has_fcm, v.attributes_type, v.schema::text AS schema,
+               \(PriorityBudgetSQL.budget(installation: "i", tenant: "n")) AS priority10_budget
           FROM start_targets s
           JOIN installations i ON i.tenant_id = s.tenant_id AND i.id = s.installation_id
+          LEFT JOIN tenants n ON n.tenant_id = s.tenant_id
           LEFT JOIN template_versions v ON v.tenant_id = s.tenant_id AND v.installation_id = s.installation_id
                                        AND v.binding_id = s.binding_id AND v.id = s.current_template_version
          WHERE s.tenant_id = $1 AND s.id = $2
@@ -50,8 +62,8 @@ extension TargetStore {
             activityType: try r.string("activity_type"), currentTemplateVersion: try r.string("current_template_version"),
             hasPushToStartToken: try r.bool("has_token"), installationStatus: try r.string("installation_status"),
             platform: try r.string("platform"), appId: try r.string("app_id"), hasFCMToken: try r.bool("has_fcm"),
-            attributesType: try r.optionalString("attributes_type"),
-            schema: try r.optionalString("schema").map { try JSONValue.parse($0, maxDepth: 128) })
+            attributesType: try r.optionalString("attributes_type"), schemaText: try r.optionalString("schema"),
+            priority10Budget: try r.optionalInt("priority10_budget"))
     }
 
     /// Platform of an installation (`ios`/`android`).

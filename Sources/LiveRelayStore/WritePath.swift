@@ -312,14 +312,17 @@ public enum WritePath {
         """)
 
     /// Inserts a new remote target at revision 1 with `op_seq = 1` (its start operation's seq);
-    /// returns the row.
-    public static func insertTarget(tenantId: String, _ n: TargetStore.New) -> PostgresStatement {
+    /// returns the row, with `priority10Budget` (the start target's,
+    /// `StartTargetForStart.priority10Budget`, read in round trip 1) as its budget and an empty
+    /// priority-10 window (a new target has no clock row yet): the two columns `TargetStore.columns`
+    /// reads with subqueries (docs/write-path.md "A start reads its target's budget in round trip 1").
+    public static func insertTarget(tenantId: String, _ n: TargetStore.New, priority10Budget: Int?) -> PostgresStatement {
         PostgresStatement(
             insertTargetSQL,
             [
                 tenantId, n.id, n.installationId, n.startTargetId, n.createdByKeyId, n.origin, n.activityType, n.templateVersion,
                 n.businessKey, n.businessGeneration, n.status.rawValue, n.state.jsonString, n.sourceVersion, n.staleAt,
-                n.relevanceScore, n.tokenStatus
+                n.relevanceScore, n.tokenStatus, priority10Budget
             ])
     }
 
@@ -329,12 +332,12 @@ public enum WritePath {
                              template_version, business_key, business_generation, status, revision, state, source_version,
                              stale_at, relevance_score, token_status, op_seq)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1, $12::jsonb, $13, $14, $15, $16, 1)
-        RETURNING \(TargetStore.columns)
+        RETURNING \(TargetStore.storedColumns(of: nil)), '{}'::bigint[] AS priority10_sends, $17::int AS priority10_budget
         """
 
     /// Round trip 2's writes of a remote start as ONE statement (`PostgresStatement.combined`;
     /// docs/write-path.md "A start's writes in one statement"): the new target, returning its row
-    /// (decode with `updatedTarget(_:)`); its start operation, returning nothing (its record is
+    /// with `priority10Budget` as `insertTarget` does (decode with `updatedTarget(_:)`); its start operation, returning nothing (its record is
     /// `operation.record(tenantId:now:)` with `now` the target's `created_at`: both default to the
     /// transaction's `now()`); and, when `withHead`, the target's dispatch head, which for a new
     /// target is its one operation, due at once (what `refreshHead` gives when that operation is
@@ -349,14 +352,14 @@ public enum WritePath {
     /// and without a channel (a channel join is a statement of its own), in a status that makes
     /// no event (`starting`).
     public static func startWrites(
-        tenantId: String, target: TargetStore.New, operation: OperationStore.New, withHead: Bool
+        tenantId: String, target: TargetStore.New, priority10Budget: Int?, operation: OperationStore.New, withHead: Bool
     )
         -> PostgresStatement
     {
         precondition(target.status == .starting, "a start inserts its target `starting`: live, no event")
         precondition(operation.status == .queued, "a start's operation is queued: its unit is reserved")
         var parts = [
-            insertTarget(tenantId: tenantId, target), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false),
+            insertTarget(tenantId: tenantId, target, priority10Budget: priority10Budget), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false),
             TenantCapStore.liveTargetAdded(tenantId: tenantId)
         ]
         if operation.consumesQuota, let day = operation.quotaDay {

@@ -727,6 +727,36 @@ final class WritePathTests: XCTestCase {
         XCTAssertEqual(cleanup["target"], read(other), "after a stateless end")
     }
 
+    /// docs/write-path.md "The locking read joins its rows" and "A start reads its target's
+    /// budget in round trip 1": the priority-10 budget in a write's answer comes from the
+    /// tenant's and the installation's rows joined to the locked target (for a start, to its
+    /// start target), and equals what a read shows: the tenant's own budget, then, once the
+    /// installation reports frequent updates, the tenant's other one.
+    func testAWritesBudgetIsItsTenantsForItsInstallationAsAReadShows() throws {
+        let w = try LifecycleWorld.make(env, quota: 100_000)
+        func read(_ target: String) -> JSONValue? {
+            env.call("GET", "/v1/remote-updates/live-activities/targets/\(target)", as: w.sender.credential).json
+        }
+        try env.db.system { c in
+            try c.execute(
+                "UPDATE tenants SET priority10_hourly_budget = 12, frequent_updates_hourly_budget = 99 WHERE tenant_id = $1", [w.tenant.id])
+        }
+        let started = env.call("POST", "/v1/remote-updates/live-activities/start", w.startBody(), as: w.sender.credential)
+        XCTAssertEqual(started.status, 202, started.text)
+        let target = try XCTUnwrap(started["target"]?["id"]?.stringValue)
+        XCTAssertEqual(started["target"]?["priority10_budget"], 12, "the tenant's budget, not the default 40")
+        XCTAssertEqual(started["target"]?["priority10_sent_last_hour"], 0)
+        XCTAssertEqual(started["target"], read(target), "a start's target as stored")
+        try env.db.system { c in
+            try c.execute(
+                "UPDATE installations SET frequent_updates = true WHERE id = (SELECT installation_id FROM targets WHERE id = $1)", [target])
+        }
+        let update = w.update(target, ["eta": 7], revision: 1)
+        XCTAssertEqual(update.status, 202, update.text)
+        XCTAssertEqual(update["target"]?["priority10_budget"], 99, "the frequent-updates budget of the tenant")
+        XCTAssertEqual(update["target"], read(target), "an update's target as a read shows it")
+    }
+
     /// docs/write-path.md "The response before round trip 2": an update or an end that answers
     /// from the rows as its statements will leave them (two round trips) answers what the rows
     /// hold, to the byte after a reload: times rounded to microseconds as stored (a stale date
