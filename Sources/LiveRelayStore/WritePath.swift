@@ -359,8 +359,8 @@ public enum WritePath {
         precondition(target.status == .starting, "a start inserts its target `starting`: live, no event")
         precondition(operation.status == .queued, "a start's operation is queued: its unit is reserved")
         var parts = [
-            insertTarget(tenantId: tenantId, target, priority10Budget: priority10Budget), OperationStore.insertStatement(tenantId: tenantId, operation, returning: false),
-            TenantCapStore.liveTargetAdded(tenantId: tenantId)
+            insertTarget(tenantId: tenantId, target, priority10Budget: priority10Budget),
+            OperationStore.insertStatement(tenantId: tenantId, operation, returning: false), TenantCapStore.liveTargetAdded(tenantId: tenantId)
         ]
         if operation.consumesQuota, let day = operation.quotaDay {
             parts.append(adjustReserved(tenantId: tenantId, day: day, by: 1))
