@@ -34,12 +34,11 @@ extension JSONValue {
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
-            // The keys alone are sorted (no copies of the values), then each value is looked up.
-            for (n, key) in o.keys.sorted(by: JSONValue.utf8Precedes).enumerated() {
+            for (n, member) in o.sorted(by: { JSONValue.utf8Precedes($0.key, $1.key) }).enumerated() {
                 if n > 0 { out.append(UInt8(ascii: ",")) }
-                JSONValue.writeString(key, into: &out)
+                JSONValue.writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                o[key].unsafelyUnwrapped.write(into: &out)
+                member.value.write(into: &out)
             }
             out.append(UInt8(ascii: "}"))
         }
