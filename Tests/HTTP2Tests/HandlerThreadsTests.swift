@@ -8,25 +8,37 @@ import XCTest
 final class HandlerThreadsTests: XCTestCase {
     /// A started server whose handler answers 200 with the request body, after blocking its
     /// thread for the request's `x-block` header (seconds), and sets `sendDelaySeconds` to its
-    /// `x-delay` header (seconds).
-    func startServer(_ threads: HTTP2HandlerThreads) throws -> HTTP2Server {
+    /// `x-delay` header (seconds). For a request to `/slow`, it signals `slowArrived` as it
+    /// begins and stores in `slowReturned` the time it returns.
+    func startServer(
+        _ threads: HTTP2HandlerThreads, slowArrived: DispatchSemaphore? = nil, slowReturned: Locked<Date?>? = nil
+    ) throws -> HTTP2Server {
         let config = HTTP2ServerConfiguration(
             certificatePEM: TestPKI.shared.server.certificatePEM, privateKeyPEM: TestPKI.shared.server.privateKeyPEM)
         let server = HTTP2Server(configuration: config, handlerThreads: threads) { request in
+            let slow = request.path == "/slow"
+            if slow { slowArrived?.signal() }
             if let block = Double(request.header("x-block") ?? "") { Thread.sleep(forTimeInterval: block) }
             var response = HTTP2Response(status: 200, body: request.body)
             response.sendDelaySeconds = Double(request.header("x-delay") ?? "0") ?? 0
+            if slow { slowReturned?.withLock { $0 = Date() } }
             return response
         }
         try server.start()
         return server
     }
 
-    /// Sends a slow request (`slow`: its one extra header, `x-block` or `x-delay`) and, 0.1 s
-    /// later, a quick one on the same connection; returns the order in which their answers came
-    /// and the seconds the slow one took.
-    func answerOrder(_ threads: HTTP2HandlerThreads, slow: (String, String)) throws -> (order: [String], slowSeconds: Double) {
-        let server = try startServer(threads)
+    /// Sends a slow request (`slow`: its one extra header, `x-block` or `x-delay`) and, once its
+    /// handler has begun, a quick one on the same connection. Returns the order in which their
+    /// answers came, the seconds the slow one took, and whether the quick answer arrived before
+    /// the slow request's handler returned (a server-side time: unlike the order of two client
+    /// threads, it cannot flip under load).
+    func answerOrder(
+        _ threads: HTTP2HandlerThreads, slow: (String, String)
+    ) throws -> (order: [String], slowSeconds: Double, quickBeforeSlowHandlerReturned: Bool) {
+        let arrived = DispatchSemaphore(value: 0)
+        let returned = Locked<Date?>(nil)
+        let server = try startServer(threads, slowArrived: arrived, slowReturned: returned)
         defer { server.stop() }
         let connection = try HTTP2Connection(configuration: clientConfiguration(port: server.port))
         defer { connection.close() }
@@ -40,27 +52,36 @@ final class HandlerThreadsTests: XCTestCase {
             if case .success(let response) = r, response.status == 200 { order.withLock { $0.append("slow") } }
             done.signal()
         }
-        Thread.sleep(forTimeInterval: 0.1)  // the slow request is in flight first
+        // The slow request's handler has begun before the quick request is sent (a fixed 0.1 s
+        // sleep here let a loaded machine send the quick one first).
+        XCTAssertEqual(arrived.wait(timeout: .now() + 10), .success, "the slow request reached its handler")
         let quick = try connection.send(HTTP2Request(method: "POST", path: "/q", body: Array("q".utf8)))
+        let quickAnswered = Date()
         XCTAssertEqual(quick.status, 200)
         XCTAssertEqual(quick.body, Array("q".utf8))
         order.withLock { $0.append("quick") }
         XCTAssertEqual(done.wait(timeout: .now() + 10), .success)
-        return (order.withLock { $0 }, slowSeconds.withLock { $0 })
+        let slowReturned = try XCTUnwrap(returned.withLock { $0 }, "the slow request's handler returned")
+        return (order.withLock { $0 }, slowSeconds.withLock { $0 }, quickAnswered < slowReturned)
     }
 
     /// On workers, a blocking handler holds up only its own stream; on the connection's thread
-    /// it holds up the connection (which is why only handlers that never block run there).
+    /// it holds up the connection (which is why only handlers that never block run there). Told
+    /// by when the quick answer arrived against when the slow handler returned.
     func testABlockingHandlerHoldsUpItsConnectionOnlyOnTheConnectionThread() throws {
-        XCTAssertEqual(try answerOrder(.workers, slow: ("x-block", "0.6")).order, ["quick", "slow"])
-        XCTAssertEqual(try answerOrder(.connection, slow: ("x-block", "0.6")).order, ["slow", "quick"])
+        XCTAssertTrue(
+            try answerOrder(.workers, slow: ("x-block", "0.6")).quickBeforeSlowHandlerReturned,
+            "on workers the quick request is answered while the slow handler blocks")
+        XCTAssertFalse(
+            try answerOrder(.connection, slow: ("x-block", "0.6")).quickBeforeSlowHandlerReturned,
+            "on the connection's thread the quick request waits for the slow handler")
     }
 
     /// In both modes a handler's answer with `sendDelaySeconds` is sent after the delay, and the
     /// same connection's next request is answered meanwhile: nothing waits for the delay.
     func testADelayedAnswerHoldsUpNeitherItsConnectionNorItsHandler() throws {
         for mode in [HTTP2HandlerThreads.workers, .connection] {
-            let (order, slowSeconds) = try answerOrder(mode, slow: ("x-delay", "1.0"))
+            let (order, slowSeconds, _) = try answerOrder(mode, slow: ("x-delay", "1.0"))
             XCTAssertEqual(order, ["quick", "slow"], "\(mode): the quick answer did not wait for the slow one")
             XCTAssertGreaterThanOrEqual(slowSeconds, 1.0, "\(mode): the slow answer was sent after its delay")
         }
