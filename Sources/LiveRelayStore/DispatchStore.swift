@@ -17,7 +17,7 @@ public enum DispatchStore {
         COALESCE(k.last_timestamp, 0) AS last_timestamp,
         i.platform, i.environment, i.app_id, i.fcm_token, s.push_to_start_token,
         o.sent_priority,
-        COALESCE(k.priority10_sends, '{}') AS priority10_sends,
+        \(PriorityBudgetSQL.windowColumn(of: "k.priority10_sends")),
         \(PriorityBudgetSQL.budget(installation: "i")) AS priority10_budget,
         (SELECT v.attributes_type FROM template_versions v
           WHERE v.tenant_id = t.tenant_id AND v.installation_id = t.installation_id AND v.id = t.template_version LIMIT 1) AS attributes_type,

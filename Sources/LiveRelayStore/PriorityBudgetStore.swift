@@ -18,10 +18,10 @@ public enum PriorityBudgetSQL {
         [(priority10Setting, String(defaults.priority10HourlyBudget)), (frequentUpdatesSetting, String(defaults.frequentUpdatesHourlyBudget))]
     }
 
-    /// An SQL expression: the budget (int) of a target whose installation row is `i` — NULL for
-    /// Android; the tenant's `frequent_updates_hourly_budget` (or the default) when the
-    /// installation reports `frequent_updates`, else its `priority10_hourly_budget` (or the
-    /// default). Same rule as migration 0018's `lr_priority10_budget` and `PriorityBudget.budget`.
+    /// An SQL expression: the budget (int, priority-10 sends per hour) of a target whose
+    /// installation row is `i` — NULL for Android; the tenant's `frequent_updates_hourly_budget`
+    /// (or the default) when the installation reports `frequent_updates`, else its
+    /// `priority10_hourly_budget` (or the default). Same rule as migration 0018's `lr_priority10_budget` and `PriorityBudget.budget`.
     /// `tenant`: the alias of the installation's tenant row when the statement joins it (one
     /// probe, `WritePath.lockTarget`); without it, the expression reads the tenant's budgets
     /// with a subquery each. `IS DISTINCT FROM`: a left-joined installation that is missing
@@ -43,10 +43,14 @@ public enum PriorityBudgetSQL {
     /// The `priority10_sends` column of a target row `targets` (for `TargetStore.columns`): its
     /// window, the epoch milliseconds of its counted priority-10 sends, oldest first, kept in
     /// `target_clocks` (migration 0026; empty before its first claim; docs/priority-budget.md).
-    static let targetWindowColumn = """
-        COALESCE((SELECT k.priority10_sends FROM target_clocks k WHERE k.tenant_id = targets.tenant_id AND k.target_id = targets.id),
-                 '{}') AS priority10_sends
-        """
+    static let targetWindowColumn = windowColumn(
+        of: "(SELECT k.priority10_sends FROM target_clocks k WHERE k.tenant_id = targets.tenant_id AND k.target_id = targets.id)")
+
+    /// The `priority10_sends` column (epoch milliseconds, oldest first) from `sends`, an
+    /// expression of the target's clock row that is NULL without one (`k.priority10_sends` of a
+    /// left-joined `target_clocks k`, or a subquery): the empty window then, as before a
+    /// target's first claim.
+    static func windowColumn(of sends: String) -> String { "COALESCE(\(sends), '{}') AS priority10_sends" }
 
     /// The `priority10_budget` column of a target row `targets` (for `TargetStore.columns`).
     static let targetBudgetColumn = """

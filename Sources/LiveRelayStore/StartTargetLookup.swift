@@ -23,8 +23,8 @@ public struct StartTargetForStart: Sendable {
     /// Parsed only when needed (`schema()`): a compiled schema is usually in the process's cache
     /// already (docs/write-path.md "A start reads its target's budget in round trip 1").
     public let schemaText: String?
-    /// The priority-10 budget a target made from this start target gets (`PriorityBudgetSQL.budget`):
-    /// nil for Android.
+    /// The priority-10 budget a target made from this start target gets, in priority-10 sends
+    /// per hour (`PriorityBudgetSQL.budget`): nil for Android.
     public let priority10Budget: Int?
 
     /// `schemaText` parsed.

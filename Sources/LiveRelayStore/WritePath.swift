@@ -46,7 +46,7 @@ public enum WritePath {
     /// read from the statement's snapshot, as the subqueries read them.
     private static func lockTargetSQL(more: String = "", joins: String = "") -> String {
         """
-        SELECT \(TargetStore.storedColumns(of: "t")), COALESCE(k.priority10_sends, '{}') AS priority10_sends,
+        SELECT \(TargetStore.storedColumns(of: "t")), \(PriorityBudgetSQL.windowColumn(of: "k.priority10_sends")),
                \(PriorityBudgetSQL.budget(installation: "i", tenant: "n")) AS priority10_budget,
                i.platform, now() AS write_now\(more)
           FROM targets t
@@ -312,7 +312,7 @@ public enum WritePath {
         """)
 
     /// Inserts a new remote target at revision 1 with `op_seq = 1` (its start operation's seq);
-    /// returns the row, with `priority10Budget` (the start target's,
+    /// returns the row, with `priority10Budget` (priority-10 sends per hour: the start target's,
     /// `StartTargetForStart.priority10Budget`, read in round trip 1) as its budget and an empty
     /// priority-10 window (a new target has no clock row yet): the two columns `TargetStore.columns`
     /// reads with subqueries (docs/write-path.md "A start reads its target's budget in round trip 1").
